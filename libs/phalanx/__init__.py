@@ -1,0 +1,1 @@
+"""Phalanx: all-or-nothing gang scheduling for Kubernetes."""

@@ -1,0 +1,30 @@
+"""What a cluster backend does for the binder: write bindings and status to the cluster.
+
+The embedded simulated cluster keeps its objects in Redis and writes bindings inside the binder's
+fenced commit; a real cluster (Kubernetes API server) writes them through its API before the commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from phalanx.state.store import Txn
+from phalanx.v1 import binder_pb2
+
+
+@dataclass
+class BindFailure:
+    message: str
+    gone: bool = False  # the pod no longer exists: not an error for the rest of the gang
+
+
+class ClusterBackend(Protocol):
+    name: str
+
+    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+        """Binds pods; returns failures by pod key. May add writes to `commit` to make them atomic with it."""
+        ...
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        ...

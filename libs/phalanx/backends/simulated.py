@@ -1,0 +1,49 @@
+"""The embedded cluster's binder side: bindings, annotations, conditions and events kept in Redis.
+
+Bindings are appended inside the binder's fenced commit, so a binding exists exactly when the state
+says the pod is bound. The simulation driver reads them back to advance its virtual cluster.
+"""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from phalanx.backends.base import BindFailure
+from phalanx.state.keys import Keys
+from phalanx.state.store import Txn
+from phalanx.v1 import binder_pb2
+
+
+class SimulatedBackend:
+    name = "simulated"
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+
+    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+        for a in assignments:
+            commit.cmd("RPUSH", "sim:binds", json.dumps({"pod": a.pod_key, "node": a.node, "at": now}))
+        return {}
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        keys = [p.pod_key for p in pods if p.annotations]
+        current = dict(zip(keys, self.redis.hmget(self.keys.sim_annotations, keys))) if keys else {}
+        for p in pods:
+            if p.annotations:
+                merged = json.loads(current.get(p.pod_key) or "{}")
+                merged.update(p.annotations)
+                current[p.pod_key] = json.dumps(merged)
+                pipe.hset(self.keys.sim_annotations, p.pod_key, current[p.pod_key])
+            if p.unschedulable_message:
+                pipe.hset(self.keys.sim_conditions, p.pod_key, p.unschedulable_message)
+            if p.event_reason:
+                pipe.rpush(self.keys.sim_events, json.dumps(
+                    {"object": f"Pod/{p.pod_key}", "reason": p.event_reason, "message": p.event_message, "at": now}))
+        for g in gangs:
+            pipe.rpush(self.keys.sim_events, json.dumps(
+                {"object": f"PodGroup/{g.gang_key}", "reason": g.phase, "message": g.message, "at": now}))
+        pipe.execute()

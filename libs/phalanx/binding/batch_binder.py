@@ -1,0 +1,109 @@
+"""Binds a batch under the bind mutex: a satisfied gang (or GangGroup) at once, or ordinary pods.
+
+Sequence, all under the lock: check that every pod is still reserved where the scheduler put it; write
+the bindings through the backend; commit `bound` to Redis with the lock's fencing token.
+- all_or_nothing (a gang's first bind): if any pod's reservation is gone, the whole batch is rolled back
+  (every reservation released) and nothing is written to the cluster.
+- Otherwise, and for cluster write failures once the gang is satisfied: only the failed pod is released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from phalanx.backends.base import BindFailure, ClusterBackend
+from phalanx.binding.lock import FencedLock
+from phalanx.state.store import StateStore, Txn
+from phalanx.telemetry.tracing import child_span
+from phalanx.v1 import binder_pb2
+
+log = logging.getLogger(__name__)
+
+BOUND = binder_pb2.BIND_STATUS_BOUND
+FAILED = binder_pb2.BIND_STATUS_FAILED
+ROLLED_BACK = binder_pb2.BIND_STATUS_ROLLED_BACK
+GONE = binder_pb2.BIND_STATUS_GONE
+
+
+class BatchBinder:
+    def __init__(self, store: StateStore, backend: ClusterBackend, lock: FencedLock) -> None:
+        self.store = store
+        self.backend = backend
+        self.lock = lock
+
+    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
+             trace: str = "") -> tuple[list[binder_pb2.BindResult], int]:
+        gangs = sorted({a.gang for a in assignments if a.gang})
+        with child_span("phalanx.binder.bind_batch", trace,
+                        {"phalanx.pods": len(assignments), "phalanx.gangs": ",".join(gangs),
+                         "phalanx.all_or_nothing": all_or_nothing}) as span, self.lock.hold() as fence:
+            span.set_attribute("phalanx.fence", fence)
+            results = self._bind_locked(assignments, all_or_nothing, now, fence)
+            span.set_attribute("phalanx.bound", sum(1 for r in results if r.status == BOUND))
+            return results, fence
+
+    def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
+                     fence: int) -> list[binder_pb2.BindResult]:
+        records = self.store.get_pods([a.pod_key for a in assignments])
+        problems: dict[str, str] = {}
+        for a in assignments:
+            rec = records.get(a.pod_key)
+            if rec is None:
+                problems[a.pod_key] = "its reservation no longer exists"
+            elif rec.state != "assumed":
+                problems[a.pod_key] = f"it is already {rec.state}"
+            elif rec.node != a.node:
+                problems[a.pod_key] = f"it is reserved on {rec.node}, not {a.node}"
+
+        if problems and all_or_nothing:
+            return self._roll_back(assignments, records, problems, fence)
+
+        results: dict[str, binder_pb2.BindResult] = {
+            k: binder_pb2.BindResult(pod_key=k, status=GONE if "no longer exists" in why else FAILED, message=why)
+            for k, why in problems.items()
+        }
+        todo = [a for a in assignments if a.pod_key not in problems]
+        commit = Txn(fence=fence)
+        failures: dict[str, BindFailure] = self.backend.bind(todo, now, commit) if todo else {}
+        bound_by_gang: dict[str, list[str]] = defaultdict(list)
+        for a in todo:
+            failure = failures.get(a.pod_key)
+            if failure is None:
+                commit.set_state.append([a.pod_key, "bound"])
+                if a.gang:
+                    bound_by_gang[a.gang].append(a.pod_key)
+                results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+            else:
+                commit.release.append(a.pod_key)
+                status = GONE if failure.gone else FAILED
+                results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=failure.message)
+        for gang, keys in bound_by_gang.items():
+            commit.cmd("SREM", f"gang:{gang}:assumed", *keys)
+            commit.cmd("SADD", f"gang:{gang}:bound", *keys)
+            commit.cmd("HSETNX", f"gang:{gang}", "satisfied_at", now)
+            commit.cmd("ZREM", "timers", gang)
+        ok, reason = self.store.apply(commit)
+        if not ok:
+            # Fenced out: a newer lock holder exists, so nothing of this batch was recorded as bound.
+            log.error("bind commit refused: %s", reason)
+            return [binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=reason) for a in assignments]
+        return [results[a.pod_key] for a in assignments]
+
+    def _roll_back(self, assignments: list[binder_pb2.Assignment], records: dict[str, object],
+                   problems: dict[str, str], fence: int) -> list[binder_pb2.BindResult]:
+        first = next(iter(problems.items()))
+        log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)
+        txn = Txn(fence=fence, release=[a.pod_key for a in assignments if a.pod_key in records])
+        self.store.apply(txn)
+        out = []
+        for a in assignments:
+            if a.pod_key in problems:
+                why = problems[a.pod_key]
+                status = GONE if "no longer exists" in why else FAILED
+                out.append(binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=why))
+            else:
+                out.append(binder_pb2.BindResult(
+                    pod_key=a.pod_key, status=ROLLED_BACK,
+                    message=f"rolled back with its gang: {first[0]}: {first[1]}"))
+        return out

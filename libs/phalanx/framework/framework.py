@@ -1,0 +1,73 @@
+"""Runs a profile's filters and scores for one pod against the snapshot."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from phalanx.framework.plugin import FilterPlugin, PodRequest, ScorePlugin
+from phalanx.framework.profile import Profile
+from phalanx.framework.registry import Registry
+from phalanx.framework.snapshot import Snapshot
+from phalanx.model.objects import PodInfo
+from phalanx.plugins import default_registries
+
+
+@dataclass
+class PlacementResult:
+    node_index: int | None
+    message: str = ""  # why no node fits, kube-scheduler style
+
+    @property
+    def ok(self) -> bool:
+        return self.node_index is not None
+
+
+class Framework:
+    def __init__(self, profile: Profile | None = None,
+                 registries: tuple[Registry[FilterPlugin], Registry[ScorePlugin]] | None = None) -> None:
+        self.profile = profile or Profile()
+        filters, scores = registries or default_registries()
+        self.filters = [filters.create(name) for name in self.profile.filters]
+        self.scores = [(scores.create(name), weight) for name, weight in self.profile.scores.items() if weight > 0]
+
+    def place(self, pod: PodInfo, snap: Snapshot) -> PlacementResult:
+        if len(snap) == 0:
+            return PlacementResult(None, "0/0 nodes are available: the cluster has no nodes")
+        req = PodRequest.of(pod, snap)
+        feasible = np.ones(len(snap), dtype=bool)
+        for plugin in self.filters:
+            feasible &= plugin.filter(req, snap)
+            if not feasible.any():
+                return PlacementResult(None, self.explain(req, snap))
+        candidates = np.flatnonzero(feasible)
+        candidates = self._sample(candidates, len(snap))
+        if not self.scores or len(candidates) == 1:
+            return PlacementResult(int(candidates[0]))
+        total = np.zeros(len(candidates))
+        for plugin, weight in self.scores:
+            total += weight * plugin.score(req, snap, candidates)
+        # argmax returns the first maximum: ties go to the lowest node name, so runs are reproducible.
+        return PlacementResult(int(candidates[int(np.argmax(total))]))
+
+    def _sample(self, candidates: np.ndarray, n_nodes: int) -> np.ndarray:
+        pct = self.profile.percentage_of_nodes_to_score
+        if pct >= 100:
+            return candidates
+        keep = max(1, n_nodes * pct // 100)
+        return candidates[:keep]
+
+    def explain(self, req: PodRequest, snap: Snapshot) -> str:
+        """Counts, per reason, the nodes each filter rejected (a node counts once, at its first failing filter)."""
+        reasons: Counter[str] = Counter()
+        alive = np.ones(len(snap), dtype=bool)
+        for plugin in self.filters:
+            mask = plugin.filter(req, snap)
+            rejected = alive & ~mask
+            if rejected.any():
+                reasons.update(plugin.explain(req, snap, rejected))
+            alive &= mask
+        detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda x: (-x[1], x[0])))
+        return f"0/{len(snap)} nodes are available: {detail}"

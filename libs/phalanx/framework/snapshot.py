@@ -1,0 +1,119 @@
+"""The scheduler's in-memory view of the cluster: nodes as rows, resources as columns (numpy).
+
+Filtering and scoring work on whole columns at once, so one pod costs a few vector operations over all
+nodes instead of a Python loop per node. Redis stays the source of truth; this snapshot is refreshed from
+it at start and after a commit conflict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from phalanx.model.objects import NodeInfo, Placement, Resources
+
+
+class Snapshot:
+    def __init__(self) -> None:
+        self.nodes: list[NodeInfo] = []
+        self.index: dict[str, int] = {}
+        self.resources: list[str] = []
+        self.column: dict[str, int] = {}
+        self.cap = np.zeros((0, 0), dtype=np.int64)
+        self.used = np.zeros((0, 0), dtype=np.int64)
+        self.generation = 0  # bumps when nodes change, invalidating cached static masks
+        self._static_masks: dict[tuple[str, Placement], np.ndarray] = {}
+
+    # -- building --------------------------------------------------------------------------------
+    def _ensure_columns(self, names: object) -> None:
+        new = [n for n in names if n not in self.column]  # type: ignore[attr-defined]
+        if not new:
+            return
+        for name in new:
+            self.column[name] = len(self.resources)
+            self.resources.append(name)
+        pad = ((0, 0), (0, len(new)))
+        self.cap = np.pad(self.cap, pad)
+        self.used = np.pad(self.used, pad)
+
+    def set_nodes(self, nodes: list[NodeInfo], used: dict[tuple[str, str], int]) -> None:
+        """Rebuilds from scratch; nodes are kept sorted by name so ties break the same way every run."""
+        self.nodes = sorted(nodes, key=lambda n: n.name)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.resources, self.column = [], {}
+        self.cap = np.zeros((len(self.nodes), 0), dtype=np.int64)
+        self.used = np.zeros((len(self.nodes), 0), dtype=np.int64)
+        names: set[str] = {r for n in self.nodes for r in n.allocatable} | {r for (_, r) in used}
+        self._ensure_columns(sorted(names))
+        for i, node in enumerate(self.nodes):
+            for r, v in node.allocatable.items():
+                self.cap[i, self.column[r]] = v
+        self.load_used(used)
+        self._changed()
+
+    def load_used(self, used: dict[tuple[str, str], int]) -> None:
+        self._ensure_columns(sorted({r for (_, r) in used}))
+        self.used[:] = 0
+        for (node, r), v in used.items():
+            i = self.index.get(node)
+            if i is not None:
+                self.used[i, self.column[r]] = v
+
+    def upsert_nodes(self, nodes: list[NodeInfo]) -> None:
+        by_name = {n.name: n for n in self.nodes}
+        used = self.used_map()
+        for n in nodes:
+            by_name[n.name] = n
+        self.set_nodes(list(by_name.values()), used)
+
+    def remove_nodes(self, names: list[str]) -> None:
+        gone = set(names)
+        used = {k: v for k, v in self.used_map().items() if k[0] not in gone}
+        self.set_nodes([n for n in self.nodes if n.name not in gone], used)
+
+    def used_map(self) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        rows, cols = np.nonzero(self.used)
+        for i, j in zip(rows.tolist(), cols.tolist()):
+            out[(self.nodes[i].name, self.resources[j])] = int(self.used[i, j])
+        return out
+
+    def _changed(self) -> None:
+        self.generation += 1
+        self._static_masks.clear()
+
+    # -- queries ---------------------------------------------------------------------------------
+    def request_vector(self, requests: Resources) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(column indices, amounts, unknown resources) of a pod's non-zero requests."""
+        cols: list[int] = []
+        amounts: list[int] = []
+        unknown: list[str] = []
+        for r, v in requests.items():
+            if v <= 0:
+                continue
+            j = self.column.get(r)
+            if j is None:
+                unknown.append(r)
+            else:
+                cols.append(j)
+                amounts.append(v)
+        return np.array(cols, dtype=np.intp), np.array(amounts, dtype=np.int64), unknown
+
+    def static_mask(self, plugin: str, placement: Placement, compute: "callable[[], np.ndarray]") -> np.ndarray:  # type: ignore[valid-type]
+        key = (plugin, placement)
+        mask = self._static_masks.get(key)
+        if mask is None:
+            mask = compute()
+            self._static_masks[key] = mask
+        return mask
+
+    def reserve(self, node_index: int, requests: Resources, sign: int = 1) -> None:
+        self._ensure_columns(sorted(r for r in requests if r not in self.column))
+        for r, v in requests.items():
+            self.used[node_index, self.column[r]] += sign * v
+
+    def free_total(self) -> dict[str, int]:
+        free = (self.cap - self.used).clip(min=0).sum(axis=0)
+        return {r: int(free[j]) for r, j in self.column.items()}
+
+    def __len__(self) -> int:
+        return len(self.nodes)

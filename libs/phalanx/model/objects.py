@@ -1,0 +1,116 @@
+"""The internal object model: what every declaration form and every backend is reduced to.
+
+Quantities are integers in milli-units for every resource (cpu "500m" -> 500, memory "1Ki" -> 1_024_000,
+nvidia.com/gpu "2" -> 2000), so one arithmetic serves all resources and "1.5" GPUs is representable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+Resources = dict[str, int]
+
+
+class GangMode(str, Enum):
+    STRICT = "Strict"
+    NON_STRICT = "NonStrict"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty key with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One nodeSelectorTerm: its requirements are ANDed; terms of an affinity are ORed."""
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    match_fields: tuple[SelectorRequirement, ...] = ()  # only metadata.name exists upstream
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Everything that constrains a pod to nodes besides resources; hashable so masks can be cached."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity_terms: tuple[SelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str = ""
+    priority: int = 0
+    created_at: float = 0.0
+    requests: Resources = field(default_factory=dict)
+    placement: Placement = field(default_factory=Placement)
+    gang: str = ""  # "namespace/name" of its gang, empty when the pod has none
+    gang_created_at: float = 0.0
+    node_name: str = ""  # set when the pod is already bound
+    annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    duration: float | None = None  # simulation only: how long it runs once started
+    invalid: str = ""  # why intake refused the pod; such a pod is never scheduled
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class GangSpec:
+    namespace: str
+    name: str
+    min_available: int
+    total_number: int
+    mode: GangMode = GangMode.STRICT
+    groups: tuple[str, ...] = ()  # gang keys bound together, this gang included; empty: just this gang
+    wait_seconds: float | None = None  # None: the scheduler's default
+    min_resources: Resources = field(default_factory=dict)
+    created_at: float = 0.0
+    source: str = ""  # which declaration form produced it, for messages
+    invalid: str = ""  # why the declaration is unusable; its pods are not scheduled
+    # Koordinator match-policy: which pods count toward min_available. "once-satisfied" (default):
+    # waiting pods until the gang is first satisfied, then no gang rule; "only-waiting": waiting pods
+    # only; "waiting-and-running": waiting and running pods.
+    match_policy: str = "once-satisfied"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def group_keys(self) -> tuple[str, ...]:
+        if not self.groups:
+            return (self.key,)
+        return self.groups if self.key in self.groups else (*self.groups, self.key)
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    name: str
+    allocatable: Resources = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False

@@ -1,0 +1,303 @@
+"""The scheduling queue: active, backoff and unschedulable sub-queues, ordered so gangs never interleave.
+
+Order of the active sub-queue: higher priority first; then the gang's time (its creation time, or the
+time it last failed, so a failing gang cannot hold the head of the queue), or the pod's own creation time
+for a pod without a gang; then the gang's (or pod's) namespace/name; then the pod's name. Pops hand out
+whole units: every active pod of the head pod's gang comes out together.
+
+Time is whatever the caller says it is (`now`), so the same queue runs on a wall clock or a virtual one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class SubQueue(str, Enum):
+    ACTIVE = "active"
+    BACKOFF = "backoff"
+    UNSCHEDULABLE = "unschedulable"
+    IN_FLIGHT = "in_flight"
+
+
+class Outcome(str, Enum):
+    ASSUMED = "assumed"
+    BOUND = "bound"
+    UNSCHEDULABLE = "unschedulable"
+    BACKOFF = "backoff"
+    DROPPED = "dropped"
+
+
+@dataclass
+class Entry:
+    key: str
+    priority: int
+    created_at: float
+    gang: str
+    gang_created_at: float
+    payload: Any
+    where: SubQueue = SubQueue.ACTIVE
+    attempts: int = 0
+    backoff_until: float = 0.0
+    unschedulable_since: float = 0.0
+    move_seq_at_pop: int = 0
+    version: int = 0
+
+
+@dataclass
+class QueueSettings:
+    initial_backoff: float = 1.0
+    max_backoff: float = 10.0
+    # Unschedulable pods are retried after this long even without a cluster event; 0 disables it.
+    unschedulable_flush: float = 300.0
+
+
+@dataclass
+class QueueStats:
+    active: int = 0
+    backoff: int = 0
+    unschedulable: int = 0
+    in_flight: int = 0
+    next_ready_at: float | None = None
+
+
+@dataclass(order=True)
+class _HeapItem:
+    sort_key: tuple[Any, ...]
+    version: int
+    key: str = field(compare=False)
+
+
+class SchedulingQueue:
+    def __init__(self, settings: QueueSettings | None = None) -> None:
+        self.settings = settings or QueueSettings()
+        self._entries: dict[str, Entry] = {}
+        self._active: list[_HeapItem] = []
+        self._backoff: list[tuple[float, int, str]] = []
+        self._gang_active: dict[str, set[str]] = {}
+        self._gang_time: dict[str, float] = {}
+        self._move_seq = 0
+        self._version = 0
+        self._lock = threading.Condition()
+
+    # -- ordering --------------------------------------------------------------------------------
+    def _sort_key(self, e: Entry) -> tuple[Any, ...]:
+        if e.gang:
+            return (-e.priority, self._gang_time.get(e.gang, e.gang_created_at), e.gang, e.key)
+        return (-e.priority, e.created_at, e.key, e.key)
+
+    def _to_active(self, e: Entry) -> None:
+        self._version += 1
+        e.version = self._version
+        e.where = SubQueue.ACTIVE
+        heapq.heappush(self._active, _HeapItem(self._sort_key(e), e.version, e.key))
+        if e.gang:
+            self._gang_active.setdefault(e.gang, set()).add(e.key)
+        self._lock.notify_all()
+
+    def _leave(self, e: Entry) -> None:
+        """Takes e out of whatever sub-queue holds it (heaps are cleaned lazily by version)."""
+        if e.where == SubQueue.ACTIVE and e.gang:
+            members = self._gang_active.get(e.gang)
+            if members is not None:
+                members.discard(e.key)
+                if not members:
+                    del self._gang_active[e.gang]
+        e.version = -1
+
+    def _to_backoff(self, e: Entry, now: float) -> None:
+        delay = min(self.settings.initial_backoff * (2 ** max(e.attempts - 1, 0)), self.settings.max_backoff)
+        e.backoff_until = now + delay
+        e.where = SubQueue.BACKOFF
+        self._version += 1
+        e.version = self._version
+        heapq.heappush(self._backoff, (e.backoff_until, e.version, e.key))
+
+    # -- intake ----------------------------------------------------------------------------------
+    def add(self, key: str, *, priority: int, created_at: float, gang: str, gang_created_at: float,
+            payload: Any, now: float) -> None:
+        with self._lock:
+            old = self._entries.get(key)
+            if old is not None:
+                if old.where == SubQueue.IN_FLIGHT:
+                    old.payload = payload  # the scheduler's verdict on the old copy still applies
+                    return
+                self._leave(old)
+            if gang and gang not in self._gang_time:
+                self._gang_time[gang] = gang_created_at
+            e = Entry(key, priority, created_at, gang, gang_created_at, payload)
+            if old is not None:
+                e.attempts = old.attempts
+            self._entries[key] = e
+            self._to_active(e)
+
+    def remove(self, keys: list[str]) -> int:
+        removed = 0
+        with self._lock:
+            for key in keys:
+                e = self._entries.pop(key, None)
+                if e is not None:
+                    self._leave(e)
+                    removed += 1
+        return removed
+
+    # -- popping ---------------------------------------------------------------------------------
+    def _flush(self, now: float) -> None:
+        while self._backoff and self._backoff[0][0] <= now:
+            _, version, key = heapq.heappop(self._backoff)
+            e = self._entries.get(key)
+            if e is not None and e.version == version and e.where == SubQueue.BACKOFF:
+                self._to_active(e)
+        flush = self.settings.unschedulable_flush
+        if flush > 0:
+            for e in list(self._entries.values()):
+                if e.where == SubQueue.UNSCHEDULABLE and now - e.unschedulable_since >= flush:
+                    self._to_active(e)
+
+    def _pop_head(self) -> Entry | None:
+        while self._active:
+            item = heapq.heappop(self._active)
+            e = self._entries.get(item.key)
+            if e is not None and e.version == item.version and e.where == SubQueue.ACTIVE:
+                return e
+        return None
+
+    def _take(self, e: Entry) -> None:
+        self._leave(e)
+        e.where = SubQueue.IN_FLIGHT
+        e.move_seq_at_pop = self._move_seq
+
+    def pop(self, max_pods: int, now: float, wait_seconds: float = 0.0) -> list[Entry]:
+        """Pops whole units in queue order until at least `max_pods` pods (a gang is never split)."""
+        with self._lock:
+            self._flush(now)
+            if not self._active and wait_seconds > 0:
+                self._lock.wait(timeout=wait_seconds)
+                self._flush(now)
+            out: list[Entry] = []
+            while len(out) < max(max_pods, 1):
+                head = self._pop_head()
+                if head is None:
+                    break
+                if not head.gang:
+                    self._take(head)
+                    out.append(head)
+                    continue
+                unit = [self._entries[k] for k in self._gang_active.get(head.gang, {head.key})]
+                unit.sort(key=lambda x: x.key)
+                for e in unit:
+                    self._take(e)
+                out.extend(unit)
+            return out
+
+    # -- results ---------------------------------------------------------------------------------
+    def done(self, key: str, outcome: Outcome, now: float, payload: Any = None, *, priority: int = 0,
+             created_at: float = 0.0, gang: str = "", gang_created_at: float = 0.0) -> None:
+        """Records what became of a popped pod; a pod not in the queue (a released reservation) is re-added."""
+        with self._lock:
+            e = self._entries.get(key)
+            if outcome in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED):
+                if e is not None:
+                    self._leave(e)
+                    del self._entries[key]
+                return
+            if e is None:
+                if payload is None:
+                    return
+                e = Entry(key, priority, created_at, gang, gang_created_at, payload)
+                e.move_seq_at_pop = self._move_seq
+                self._entries[key] = e
+                if gang and gang not in self._gang_time:
+                    self._gang_time[gang] = gang_created_at
+            else:
+                self._leave(e)
+                if payload is not None:
+                    e.payload = payload
+            e.attempts += 1
+            # A cluster event while the pod was being scheduled may have made it schedulable: retry it.
+            if outcome == Outcome.BACKOFF or e.move_seq_at_pop != self._move_seq:
+                self._to_backoff(e, now)
+            else:
+                e.where = SubQueue.UNSCHEDULABLE
+                e.unschedulable_since = now
+
+    def gang_failed(self, gang: str, now: float) -> None:
+        with self._lock:
+            self._gang_time[gang] = now
+            self._resort_gang(gang)
+
+    def activate_gang(self, gang: str, now: float) -> int:
+        """The gang made progress: its pods waiting in backoff or unschedulable go back to active."""
+        moved = 0
+        with self._lock:
+            for e in self._entries.values():
+                if e.gang == gang and e.where in (SubQueue.BACKOFF, SubQueue.UNSCHEDULABLE):
+                    self._to_active(e)
+                    moved += 1
+        return moved
+
+    def move_all(self, now: float) -> int:
+        """A cluster event (capacity freed, node or PodGroup added): unschedulable pods get another try."""
+        moved = 0
+        with self._lock:
+            self._move_seq += 1
+            for e in self._entries.values():
+                if e.where == SubQueue.UNSCHEDULABLE:
+                    if e.backoff_until > now:
+                        self._to_backoff_keep(e)
+                    else:
+                        self._to_active(e)
+                    moved += 1
+        return moved
+
+    def _to_backoff_keep(self, e: Entry) -> None:
+        e.where = SubQueue.BACKOFF
+        self._version += 1
+        e.version = self._version
+        heapq.heappush(self._backoff, (e.backoff_until, e.version, e.key))
+
+    def _resort_gang(self, gang: str) -> None:
+        for key in list(self._gang_active.get(gang, ())):
+            self._to_active(self._entries[key])
+
+    def release_in_flight(self, now: float) -> int:
+        released = 0
+        with self._lock:
+            for e in self._entries.values():
+                if e.where == SubQueue.IN_FLIGHT:
+                    self._to_active(e)
+                    released += 1
+        return released
+
+    def stats(self, now: float) -> QueueStats:
+        with self._lock:
+            self._flush(now)
+            s = QueueStats()
+            for e in self._entries.values():
+                setattr(s, e.where.value, getattr(s, e.where.value) + 1)
+            s.next_ready_at = self._next_ready_at()
+            return s
+
+    def _next_ready_at(self) -> float | None:
+        while self._backoff:
+            until, version, key = self._backoff[0]
+            e = self._entries.get(key)
+            if e is not None and e.version == version and e.where == SubQueue.BACKOFF:
+                break
+            heapq.heappop(self._backoff)
+        times = [self._backoff[0][0]] if self._backoff else []
+        if self.settings.unschedulable_flush > 0:
+            times += [e.unschedulable_since + self.settings.unschedulable_flush
+                      for e in self._entries.values() if e.where == SubQueue.UNSCHEDULABLE]
+        return min(times) if times else None
+
+    def next_ready_at(self) -> float | None:
+        with self._lock:
+            return self._next_ready_at()
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,108 @@
+"""gRPC clients of the three services; the queue and binder clients implement the scheduler's ports."""
+
+from __future__ import annotations
+
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
+from phalanx.rpc.server import channel
+from phalanx.scheduling.ports import Popped, Verdict
+from phalanx.v1 import binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+_OUTCOME_PB = {
+    Outcome.ASSUMED: queue_pb2.OUTCOME_ASSUMED,
+    Outcome.BOUND: queue_pb2.OUTCOME_BOUND,
+    Outcome.UNSCHEDULABLE: queue_pb2.OUTCOME_UNSCHEDULABLE,
+    Outcome.BACKOFF: queue_pb2.OUTCOME_BACKOFF,
+    Outcome.DROPPED: queue_pb2.OUTCOME_DROPPED,
+}
+
+DEFAULT_TIMEOUT = 120.0
+
+
+class QueueClient:
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        self.channel = channel(address)
+        self.stub = queue_pb2_grpc.QueueStub(self.channel)
+        self.timeout = timeout
+
+    def add(self, pods: list[PodInfo], now: float) -> queue_pb2.AddResponse:
+        return self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now), timeout=self.timeout)
+
+    def pop(self, max_pods: int, now: float, wait_seconds: float = 0.0) -> tuple[list[Popped], float | None]:
+        resp = self.stub.Pop(queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds),
+                             timeout=self.timeout + wait_seconds)
+        items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
+        return items, (resp.next_ready_at or None)
+
+    def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
+        if not verdicts and not activate and not failed:
+            return
+        results = [queue_pb2.PodResult(pod=pod_to_pb(v.item.pod, v.item.trace), outcome=_OUTCOME_PB[v.outcome],
+                                       reason=v.reason) for v in verdicts]
+        self.stub.Done(queue_pb2.DoneRequest(results=results, activate_gangs=activate, failed_gangs=failed, now=now),
+                       timeout=self.timeout)
+
+    def remove(self, keys: list[str]) -> None:
+        if keys:
+            self.stub.Remove(queue_pb2.RemoveRequest(pod_keys=keys), timeout=self.timeout)
+
+    def move_all(self, event: str, now: float) -> None:
+        self.stub.MoveAll(queue_pb2.MoveAllRequest(event=event, now=now), timeout=self.timeout)
+
+    def release_in_flight(self) -> int:
+        return self.stub.ReleaseInFlight(queue_pb2.ReleaseInFlightRequest(), timeout=self.timeout).released
+
+    def stats(self, now: float) -> queue_pb2.StatsResponse:
+        return self.stub.Stats(queue_pb2.StatsRequest(now=now), timeout=self.timeout)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class BinderClient:
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        self.channel = channel(address)
+        self.stub = binder_pb2_grpc.BinderStub(self.channel)
+        self.timeout = timeout
+
+    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
+             trace: str) -> list[binder_pb2.BindResult]:
+        req = binder_pb2.BindRequest(assignments=assignments, all_or_nothing=all_or_nothing, now=now,
+                                     trace_parent=trace)
+        return list(self.stub.Bind(req, timeout=self.timeout).results)
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        self.stub.Report(binder_pb2.ReportRequest(pods=pods, gangs=gangs, now=now), timeout=self.timeout)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class SchedulerClient:
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        self.channel = channel(address)
+        self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)
+        self.timeout = timeout
+
+    def apply(self, now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
+              gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
+              finished: list[str] = (), deleted: list[str] = (), bound: list[PodInfo] = ()) -> None:  # type: ignore[assignment]
+        ev = scheduler_pb2.ClusterEvents(
+            nodes_upserted=[node_to_pb(n) for n in nodes], nodes_removed=list(nodes_removed),
+            gangs_upserted=[gang_to_pb(g) for g in gangs], gangs_removed=list(gangs_removed),
+            pods_finished=list(finished), pods_deleted=list(deleted), pods_bound=[pod_to_pb(p) for p in bound],
+            now=now)
+        self.stub.ApplyClusterEvents(ev, timeout=self.timeout)
+
+    def step(self, now: float) -> scheduler_pb2.StepResponse:
+        return self.stub.Step(scheduler_pb2.StepRequest(now=now), timeout=self.timeout)
+
+    def list_gangs(self) -> list[scheduler_pb2.GangStatus]:
+        return list(self.stub.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=self.timeout).gangs)
+
+    def close(self) -> None:
+        self.channel.close()

@@ -1,0 +1,140 @@
+"""Conversions between the internal model and the phalanx.v1 protobuf messages."""
+
+from __future__ import annotations
+
+from phalanx.model.objects import (
+    GangMode,
+    GangSpec,
+    NodeInfo,
+    Placement,
+    PodInfo,
+    SelectorRequirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+from phalanx.v1 import objects_pb2 as pb
+
+
+def _requirements_to_pb(reqs: tuple[SelectorRequirement, ...]) -> list[pb.SelectorRequirement]:
+    return [pb.SelectorRequirement(key=r.key, operator=r.operator, values=list(r.values)) for r in reqs]
+
+
+def _requirements_from_pb(reqs: object) -> tuple[SelectorRequirement, ...]:
+    return tuple(SelectorRequirement(r.key, r.operator, tuple(r.values)) for r in reqs)  # type: ignore[attr-defined]
+
+
+def placement_to_pb(p: Placement) -> pb.Placement:
+    return pb.Placement(
+        node_selector=dict(p.node_selector),
+        affinity_terms=[
+            pb.SelectorTerm(
+                match_expressions=_requirements_to_pb(t.match_expressions),
+                match_fields=_requirements_to_pb(t.match_fields),
+            )
+            for t in p.affinity_terms
+        ],
+        tolerations=[
+            pb.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in p.tolerations
+        ],
+    )
+
+
+def placement_from_pb(m: pb.Placement) -> Placement:
+    return Placement(
+        node_selector=tuple(sorted(m.node_selector.items())),
+        affinity_terms=tuple(
+            SelectorTerm(_requirements_from_pb(t.match_expressions), _requirements_from_pb(t.match_fields))
+            for t in m.affinity_terms
+        ),
+        tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in m.tolerations),
+    )
+
+
+def pod_to_pb(p: PodInfo, trace_parent: str = "") -> pb.Pod:
+    return pb.Pod(
+        namespace=p.namespace,
+        name=p.name,
+        uid=p.uid,
+        priority=p.priority,
+        created_at=p.created_at,
+        requests=p.requests,
+        placement=placement_to_pb(p.placement),
+        gang=p.gang,
+        gang_created_at=p.gang_created_at,
+        node_name=p.node_name,
+        annotations=p.annotations,
+        duration=-1.0 if p.duration is None else p.duration,
+        invalid=p.invalid,
+        trace_parent=trace_parent,
+    )
+
+
+def pod_from_pb(m: pb.Pod) -> PodInfo:
+    return PodInfo(
+        namespace=m.namespace,
+        name=m.name,
+        uid=m.uid,
+        priority=m.priority,
+        created_at=m.created_at,
+        requests=dict(m.requests),
+        placement=placement_from_pb(m.placement),
+        gang=m.gang,
+        gang_created_at=m.gang_created_at,
+        node_name=m.node_name,
+        annotations=dict(m.annotations),
+        duration=None if m.duration < 0 else m.duration,
+        invalid=m.invalid,
+    )
+
+
+def gang_to_pb(g: GangSpec) -> pb.Gang:
+    return pb.Gang(
+        namespace=g.namespace,
+        name=g.name,
+        min_available=g.min_available,
+        total_number=g.total_number,
+        mode=pb.GANG_MODE_NON_STRICT if g.mode == GangMode.NON_STRICT else pb.GANG_MODE_STRICT,
+        groups=list(g.groups),
+        wait_seconds=-1.0 if g.wait_seconds is None else g.wait_seconds,
+        min_resources=g.min_resources,
+        created_at=g.created_at,
+        source=g.source,
+        invalid=g.invalid,
+    )
+
+
+def gang_from_pb(m: pb.Gang) -> GangSpec:
+    return GangSpec(
+        namespace=m.namespace,
+        name=m.name,
+        min_available=m.min_available,
+        total_number=m.total_number,
+        mode=GangMode.NON_STRICT if m.mode == pb.GANG_MODE_NON_STRICT else GangMode.STRICT,
+        groups=tuple(m.groups),
+        wait_seconds=None if m.wait_seconds < 0 else m.wait_seconds,
+        min_resources=dict(m.min_resources),
+        created_at=m.created_at,
+        source=m.source,
+        invalid=m.invalid,
+    )
+
+
+def node_to_pb(n: NodeInfo) -> pb.Node:
+    return pb.Node(
+        name=n.name,
+        allocatable=n.allocatable,
+        labels=n.labels,
+        taints=[pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in n.taints],
+        unschedulable=n.unschedulable,
+    )
+
+
+def node_from_pb(m: pb.Node) -> NodeInfo:
+    return NodeInfo(
+        name=m.name,
+        allocatable=dict(m.allocatable),
+        labels=dict(m.labels),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in m.taints),
+        unschedulable=m.unschedulable,
+    )

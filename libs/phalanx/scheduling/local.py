@@ -1,0 +1,58 @@
+"""In-process adapters of the scheduler's ports, for unit tests of the scheduling logic.
+
+The services use the gRPC clients in phalanx.rpc.clients instead; both satisfy the same ports.
+"""
+
+from __future__ import annotations
+
+from phalanx.backends.base import ClusterBackend
+from phalanx.binding.batch_binder import BatchBinder
+from phalanx.model.objects import PodInfo
+from phalanx.queueing.scheduling_queue import SchedulingQueue
+from phalanx.scheduling.ports import Popped, Verdict
+from phalanx.v1 import binder_pb2
+
+
+class LocalQueue:
+    def __init__(self, queue: SchedulingQueue) -> None:
+        self.queue = queue
+
+    def add(self, pods: list[PodInfo], now: float) -> None:
+        for p in pods:
+            self.queue.add(p.key, priority=p.priority, created_at=p.created_at, gang=p.gang,
+                           gang_created_at=p.gang_created_at, payload=Popped(p), now=now)
+
+    def pop(self, max_pods: int, now: float) -> tuple[list[Popped], float | None]:
+        return [e.payload for e in self.queue.pop(max_pods, now)], self.queue.next_ready_at()
+
+    def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
+        for v in verdicts:
+            p = v.item.pod
+            self.queue.done(p.key, v.outcome, now, payload=v.item, priority=p.priority, created_at=p.created_at,
+                            gang=p.gang, gang_created_at=p.gang_created_at)
+        for g in failed:
+            self.queue.gang_failed(g, now)
+        for g in activate:
+            self.queue.activate_gang(g, now)
+
+    def remove(self, keys: list[str]) -> None:
+        self.queue.remove(keys)
+
+    def move_all(self, event: str, now: float) -> None:
+        self.queue.move_all(now)
+
+    def release_in_flight(self) -> int:
+        return self.queue.release_in_flight(0.0)
+
+
+class LocalBinder:
+    def __init__(self, binder: BatchBinder, backend: ClusterBackend) -> None:
+        self.binder = binder
+        self.backend = backend
+
+    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
+             trace: str) -> list[binder_pb2.BindResult]:
+        return self.binder.bind(assignments, all_or_nothing, now, trace)[0]
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        self.backend.report(pods, gangs, now)

@@ -1,0 +1,42 @@
+"""What the scheduler needs from the queue and the binder, so the scheduling logic does not know gRPC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from phalanx.model.objects import PodInfo
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.v1 import binder_pb2
+
+
+@dataclass
+class Popped:
+    pod: PodInfo
+    trace: str = ""  # the gang's W3C traceparent
+
+
+@dataclass
+class Verdict:
+    item: Popped
+    outcome: Outcome
+    reason: str = ""
+
+
+class QueuePort(Protocol):
+    def pop(self, max_pods: int, now: float) -> tuple[list[Popped], float | None]: ...
+
+    def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
+
+    def remove(self, keys: list[str]) -> None: ...
+
+    def move_all(self, event: str, now: float) -> None: ...
+
+    def release_in_flight(self) -> int: ...
+
+
+class BinderPort(Protocol):
+    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
+             trace: str) -> list[binder_pb2.BindResult]: ...
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None: ...

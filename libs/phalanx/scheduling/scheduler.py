@@ -1,0 +1,500 @@
+"""One scheduler step: pop units from the queue, place them, accumulate gangs, bind what is ready.
+
+Placement happens on the in-memory snapshot; every decision about a gang (its reservations, its cycle,
+its timer) is committed to Redis in one transaction, so the round trips per gang are constant and a
+restart resumes from exactly what was committed. A commit that conflicts (another writer took the
+capacity) reloads the snapshot and retries the unit once before backing off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from phalanx.framework.framework import Framework
+from phalanx.framework.snapshot import Snapshot
+from phalanx.gang.manager import GangManager, GangStatus
+from phalanx.model.keys import KOORD_TIMEOUT
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.model.quantity import format_milli
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.ports import BinderPort, Popped, QueuePort, Verdict
+from phalanx.state.store import PodRecord, StateStore, Txn
+from phalanx.telemetry.tracing import child_span
+from phalanx.v1 import binder_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SchedulerSettings:
+    default_wait_seconds: float = 600.0
+    pop_batch: int = 256
+
+
+@dataclass
+class StepResult:
+    attempted: int = 0
+    bound: int = 0
+    next_wakeup: float | None = None
+
+
+@dataclass
+class _StepState:
+    now: float
+    verdicts: list[Verdict] = field(default_factory=list)
+    activate: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    ready_groups: dict[tuple[str, ...], str] = field(default_factory=dict)  # group -> trace
+    ordinary: list[Popped] = field(default_factory=list)
+    bound: int = 0
+
+
+class GangScheduler:
+    def __init__(self, store: StateStore, queue: QueuePort, binder: BinderPort, framework: Framework | None = None,
+                 settings: SchedulerSettings | None = None) -> None:
+        self.store = store
+        self.queue = queue
+        self.binder = binder
+        self.framework = framework or Framework()
+        self.settings = settings or SchedulerSettings()
+        self.snapshot = Snapshot()
+        self.gangs = GangManager(self.settings.default_wait_seconds)
+        self.assumed: dict[str, PodRecord] = {}  # reserved, not yet bound: what a rollback must give back
+        self._reported: dict[str, str] = {}
+        self._pod_reports: list[binder_pb2.PodReport] = []
+
+    # -- start-up --------------------------------------------------------------------------------
+    def recover(self, now: float) -> None:
+        """Rebuilds memory from Redis and finishes whatever a previous process left half done."""
+        self.snapshot.set_nodes(self.store.load_nodes(), self.store.load_used())
+        for spec in self.store.load_gangs().values():
+            self.gangs.upsert(spec)
+        self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
+        self.assumed = {k: r for k, r in self.store.load_pods().items() if r.state == "assumed"}
+        released = self.queue.release_in_flight()
+        log.info("recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
+                 len(self.snapshot), len(self.gangs.specs), len(self.assumed), released)
+        state = _StepState(now)
+        for key in sorted({r.gang for r in self.assumed.values() if r.gang}):
+            if self.gangs.group_ready(key):
+                state.ready_groups[self.gangs.group_of(key)] = self.gangs.record(key).trace
+        self._bind_ready(state)
+        if state.verdicts:
+            self.queue.done(state.verdicts, state.activate, state.failed, now)
+
+    # -- cluster events --------------------------------------------------------------------------
+    def upsert_nodes(self, nodes: list[NodeInfo]) -> None:
+        self.store.put_nodes(nodes)
+        self.snapshot.upsert_nodes(nodes)
+
+    def remove_nodes(self, names: list[str], now: float) -> list[PodRecord]:
+        victims = self.store.remove_nodes(names)
+        for r in victims:
+            self._forget_assumed(r.key)
+        self.snapshot.remove_nodes(names)
+        return victims
+
+    def upsert_gangs(self, specs: list[GangSpec]) -> None:
+        self.store.put_gangs(specs)
+        for s in specs:
+            self.gangs.upsert(s)
+
+    def remove_gangs(self, keys: list[str]) -> None:
+        self.store.remove_gangs(keys)
+        for k in keys:
+            self.gangs.remove(k)
+
+    def release_pods(self, keys: list[str]) -> int:
+        """Pods that finished or were deleted: their reservations and bindings free capacity."""
+        records = self.store.get_pods(keys)
+        if not records:
+            return 0
+        self.store.must_apply(Txn(release=list(records)))
+        for r in records.values():
+            i = self.snapshot.index.get(r.node)
+            if i is not None:
+                self.snapshot.reserve(i, r.requests, sign=-1)
+            self._forget_assumed(r.key)
+        return len(records)
+
+    def add_bound_pods(self, pods: list[PodInfo]) -> None:
+        """Pods found already bound (e.g. on a restart against a real cluster) hold their node's capacity."""
+        known = self.store.get_pods([p.key for p in pods])
+        txn = Txn()
+        for p in pods:
+            if p.key in known or p.node_name not in self.snapshot.index:
+                continue
+            txn.reserve.append(self.store.reserve_entry(p, p.node_name))
+            txn.set_state.append([p.key, "bound"])
+            if p.gang:
+                txn.cmd("SADD", f"gang:{p.gang}:bound", p.key)
+        if txn.reserve:
+            self.store.must_apply(txn)
+            self.snapshot.load_used(self.store.load_used())
+
+    def _forget_assumed(self, key: str) -> None:
+        r = self.assumed.pop(key, None)
+        if r is not None and r.gang:
+            self.gangs.released(r.gang, [key])
+
+    # -- the step ------------------------------------------------------------------------------------
+    def step(self, now: float) -> StepResult:
+        result = StepResult()
+        self._expire_timers(now)
+        next_ready: float | None = None
+        while True:
+            popped, next_ready = self.queue.pop(self.settings.pop_batch, now)
+            if not popped:
+                break
+            result.attempted += len(popped)
+            state = _StepState(now)
+            for gang, unit in _units(popped):
+                if gang:
+                    self._schedule_gang_unit(gang, unit, state)
+                else:
+                    state.ordinary.extend(unit)
+            self._schedule_ordinary(state)
+            self._bind_ready(state)
+            result.bound += state.bound
+            self.queue.done(state.verdicts, state.activate, state.failed, now)
+        self._flush_reports(now)
+        timer = self.store.next_timer()
+        wakeups = [t for t in (next_ready, timer) if t is not None]
+        result.next_wakeup = min(wakeups) if wakeups else None
+        return result
+
+    # -- gangs ---------------------------------------------------------------------------------------
+    def _schedule_gang_unit(self, gang: str, unit: list[Popped], state: _StepState) -> None:
+        status = self.gangs.status(gang)
+        if status == GangStatus.UNDECLARED:
+            msg = f"gang {gang} is not declared yet: its PodGroup or ConfigMap does not exist"
+            self._reject(unit, Outcome.UNSCHEDULABLE, msg, state)
+            return
+        if status == GangStatus.INVALID:
+            self._reject(unit, Outcome.DROPPED, self.gangs.specs[gang].invalid, state)
+            return
+        if status == GangStatus.TIMED_OUT:
+            for item in unit:
+                self._report(item.pod.key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"})
+            self._reject(unit, Outcome.DROPPED, self._timeout_message(gang), state, report=False)
+            return
+        unit = self._skip_reserved(unit, state)
+        if not unit:
+            return
+        if status == GangStatus.SATISFIED:
+            state.ordinary.extend(unit)  # once-satisfied: the gang rules no longer apply
+            return
+        spec = self.gangs.specs[gang]
+        with child_span("phalanx.scheduler.gang_attempt", unit[0].trace,
+                        {"phalanx.gang": gang, "phalanx.pods": len(unit)}) as span:
+            shortfall = self._min_resources_shortfall(spec)
+            if shortfall:
+                msg = f"{self.gangs.describe(gang)}; {shortfall}"
+                span.set_attribute("phalanx.result", "min-resources")
+                self._reject(unit, Outcome.UNSCHEDULABLE, msg, state)
+                return
+            for attempt in range(2):
+                if self._try_gang_unit(gang, unit, state, span):
+                    return
+                # Another writer changed a node we chose: refresh and decide again.
+                self.snapshot.load_used(self.store.load_used())
+            self._reject(unit, Outcome.BACKOFF, f"{self.gangs.describe(gang)}; commit conflicts, retrying", state)
+
+    def _try_gang_unit(self, gang: str, unit: list[Popped], state: _StepState, span: object) -> bool:
+        strict = self.gangs.strict(gang)
+        txn = Txn()
+        placed: list[tuple[Popped, int]] = []
+        rejected: list[Popped] = []
+        failure: tuple[Popped, str] | None = None
+        unplaceable: list[tuple[Popped, str]] = []  # NonStrict failures: they touch no other pod
+        saved_rec = _copy_record(self.gangs.record(gang))
+        for item in unit:
+            if strict and not self.gangs.try_enter_cycle(gang, item.pod.key, txn):
+                rejected.append(item)
+                continue
+            res = self.framework.place(item.pod, self.snapshot)
+            if res.ok:
+                assert res.node_index is not None
+                self.snapshot.reserve(res.node_index, item.pod.requests)
+                placed.append((item, res.node_index))
+                continue
+            failure = (item, res.message)
+            if strict:
+                break
+            unplaceable.append((item, res.message))
+        for item, i in placed:  # undo the local reservations; the commit below decides for real
+            self.snapshot.reserve(i, item.pod.requests, sign=-1)
+
+        if strict and failure is not None:
+            return self._fail_strict_gang(gang, unit, placed, failure, txn, state, span, saved_rec)
+
+        for item, i in placed:
+            txn.reserve.append(self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name))
+        if placed:
+            self.gangs.assumed(gang, [item.pod.key for item, _ in placed], state.now, txn, unit[0].trace)
+        ok, reason = self.store.apply(txn)
+        if not ok:
+            log.info("gang %s: commit conflict (%s)", gang, reason)
+            self.gangs.records[gang] = saved_rec
+            return False
+        for item, i in placed:
+            self.snapshot.reserve(i, item.pod.requests)
+            self.assumed[item.pod.key] = PodRecord(item.pod.key, self.snapshot.nodes[i].name, gang,
+                                                   item.pod.requests, item.pod, "assumed")
+            state.verdicts.append(Verdict(item, Outcome.ASSUMED))
+        for item in rejected:
+            msg = f"{self.gangs.describe(gang)}; already tried in this scheduling cycle"
+            state.verdicts.append(Verdict(item, Outcome.BACKOFF, msg))
+        for item, why in unplaceable:
+            msg = f"{self.gangs.describe(gang)}; {item.pod.name}: {why}"
+            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg))
+            self._report(item.pod.key, msg)
+        if placed:
+            state.activate.append(gang)
+            span.set_attribute("phalanx.result", "assumed")  # type: ignore[attr-defined]
+            span.set_attribute("phalanx.assumed", len(placed))  # type: ignore[attr-defined]
+        if self.gangs.group_ready(gang):
+            state.ready_groups[self.gangs.group_of(gang)] = self.gangs.record(gang).trace or unit[0].trace
+        elif placed:
+            waiting = f"{self.gangs.describe(gang)}; waiting for the rest of the gang"
+            if len(self.gangs.group_of(gang)) > 1 and self.gangs.reached_minimum(gang):
+                waiting = f"{self.gangs.describe(gang)}; waiting for the other gangs of its group"
+            for item, _ in placed:
+                self._report(item.pod.key, waiting)
+        return True
+
+    def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int]],
+                          failure: tuple[Popped, str], txn: Txn, state: _StepState, span: object,
+                          saved_rec: object) -> bool:
+        """Strict: one pod failed, so every assumed pod of the gang is released and the rest of the
+        gang is rejected until the cycle ends."""
+        failed_item, why = failure
+        previously = [k for k in self.gangs.record(gang).assumed if k in self.assumed]
+        message = (f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; "
+                   f"Strict mode released the gang's reservations")
+        for item in unit:
+            self.gangs.mark_tried(gang, item.pod.key, txn)
+        if placed or previously:  # pods reached the wait stage before the failure: the gang's wait runs
+            self.gangs.start_wait(gang, state.now, txn, unit[0].trace)
+        txn.release.extend(previously)
+        self.gangs.invalidate_cycle(gang, state.now, txn)
+        ok, reason = self.store.apply(txn)
+        if not ok:
+            log.info("gang %s: release conflict (%s)", gang, reason)
+            self.gangs.records[gang] = saved_rec  # type: ignore[assignment]
+            return False
+        for key in previously:
+            r = self.assumed.pop(key)
+            i = self.snapshot.index.get(r.node)
+            if i is not None:
+                self.snapshot.reserve(i, r.requests, sign=-1)
+            state.verdicts.append(Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message))
+            self._report(key, message)
+        self.gangs.released(gang, previously)
+        for item in unit:
+            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message))
+            self._report(item.pod.key, message)
+        state.failed.append(gang)
+        span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
+        span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
+        return True
+
+    def _skip_reserved(self, unit: list[Popped], state: _StepState) -> list[Popped]:
+        """Pods the queue hands out again after a restart may already be reserved or bound: keep them."""
+        existing = self.store.get_pods([item.pod.key for item in unit])
+        if not existing:
+            return unit
+        out = []
+        for item in unit:
+            rec = existing.get(item.pod.key)
+            if rec is None:
+                out.append(item)
+            else:
+                state.verdicts.append(Verdict(item, Outcome.BOUND if rec.state == "bound" else Outcome.ASSUMED))
+        return out
+
+    def _min_resources_shortfall(self, spec: GangSpec) -> str:
+        if not spec.min_resources or self.gangs.placed_count(spec.key) > 0:
+            return ""
+        free = self.snapshot.free_total()
+        short = [
+            f"minResources needs {format_milli(r, need)} {r}, the cluster has {format_milli(r, free.get(r, 0))} free"
+            for r, need in sorted(spec.min_resources.items())
+            if free.get(r, 0) < need
+        ]
+        return "; ".join(short)
+
+    # -- ordinary pods -------------------------------------------------------------------------------
+    def _schedule_ordinary(self, state: _StepState) -> None:
+        if not state.ordinary:
+            return
+        items = self._skip_reserved(state.ordinary, state)
+        placed: list[tuple[Popped, int]] = []
+        for item in items:
+            res = self.framework.place(item.pod, self.snapshot)
+            if res.ok:
+                assert res.node_index is not None
+                self.snapshot.reserve(res.node_index, item.pod.requests)
+                placed.append((item, res.node_index))
+            else:
+                state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, res.message))
+                self._report(item.pod.key, res.message)
+        if not placed:
+            return
+        txn = Txn(reserve=[self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name) for item, i in placed])
+        ok, reason = self.store.apply(txn)
+        if not ok:
+            log.info("ordinary pods: commit conflict (%s); retrying after backoff", reason)
+            for item, i in placed:
+                self.snapshot.reserve(i, item.pod.requests, sign=-1)
+                state.verdicts.append(Verdict(item, Outcome.BACKOFF, f"commit conflict: {reason}"))
+            self.snapshot.load_used(self.store.load_used())
+            return
+        assignments = []
+        for item, i in placed:
+            node = self.snapshot.nodes[i].name
+            self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, item.pod.requests, item.pod,
+                                                   "assumed")
+            assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
+                                                     gang=item.pod.gang))
+        self._dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _ in placed})
+
+    # -- binding -------------------------------------------------------------------------------------
+    def _bind_ready(self, state: _StepState) -> None:
+        for group, trace in sorted(state.ready_groups.items()):
+            records = sorted((r for r in self.assumed.values() if r.gang in group), key=lambda r: r.key)
+            if not records:
+                continue
+            assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
+                           for r in records]
+            all_or_nothing = any(self.gangs.status(g) != GangStatus.SATISFIED for g in group)
+            with child_span("phalanx.scheduler.dispatch_bind", trace,
+                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(records)}):
+                self._dispatch(assignments, all_or_nothing, state, trace,
+                               {r.key: Popped(r.pod, trace) for r in records})
+
+    def _dispatch(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, state: _StepState,
+                  trace: str, items: dict[str, Popped]) -> None:
+        results = self.binder.bind(assignments, all_or_nothing, state.now, trace)
+        by_key = {a.pod_key: a for a in assignments}
+        bound_by_gang: dict[str, list[str]] = defaultdict(list)
+        for res in results:
+            a = by_key[res.pod_key]
+            item = items[res.pod_key]
+            if res.status == binder_pb2.BIND_STATUS_BOUND:
+                self.assumed.pop(res.pod_key, None)
+                if a.gang:
+                    bound_by_gang[a.gang].append(res.pod_key)
+                state.verdicts.append(Verdict(item, Outcome.BOUND))
+                state.bound += 1
+                self._reported.pop(res.pod_key, None)
+                continue
+            # Not bound: the binder already released the reservation in Redis; mirror it here.
+            rec = self.assumed.pop(res.pod_key, None)
+            if rec is not None:
+                i = self.snapshot.index.get(rec.node)
+                if i is not None:
+                    self.snapshot.reserve(i, rec.requests, sign=-1)
+                if rec.gang:
+                    self.gangs.released(rec.gang, [res.pod_key])
+            if res.status == binder_pb2.BIND_STATUS_GONE:
+                state.verdicts.append(Verdict(item, Outcome.DROPPED, res.message))
+            else:
+                state.verdicts.append(Verdict(item, Outcome.BACKOFF, res.message))
+                self._report(res.pod_key, f"binding failed: {res.message}")
+        for gang, keys in bound_by_gang.items():
+            self.gangs.bound(gang, keys, state.now)
+
+    # -- timeouts ------------------------------------------------------------------------------------
+    def _expire_timers(self, now: float) -> None:
+        due = [g for g in self.store.due_timers(now) if self.gangs.status(g) != GangStatus.SATISFIED]
+        if not due:
+            return
+        expired: set[str] = set()
+        for gang in due:
+            expired.update(g for g in self.gangs.group_of(gang) if self.gangs.status(g) != GangStatus.SATISFIED)
+        txn = Txn()
+        victims: dict[str, list[str]] = {}
+        for gang in sorted(expired):
+            rec = self.gangs.record(gang)
+            victims[gang] = sorted(set(rec.rounds) | rec.assumed)
+            txn.release.extend(k for k in rec.assumed if k in self.assumed)
+            self.gangs.timed_out(gang, txn)
+        self.store.must_apply(txn)
+        to_remove: list[str] = []
+        for gang, pods in victims.items():
+            with child_span("phalanx.scheduler.gang_timeout", self.gangs.record(gang).trace,
+                            {"phalanx.gang": gang, "phalanx.pods": len(pods)}):
+                for key in pods:
+                    r = self.assumed.pop(key, None)
+                    if r is not None:
+                        i = self.snapshot.index.get(r.node)
+                        if i is not None:
+                            self.snapshot.reserve(i, r.requests, sign=-1)
+                    self._report(key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"},
+                                 event="GangTimeout")
+                    to_remove.append(key)
+        self.queue.remove(to_remove)
+        self.queue.move_all("gang-timeout-released-capacity", now)
+
+    def _timeout_message(self, gang: str) -> str:
+        return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s with "
+                f"{self.gangs.placed_count(gang)}/{self._min(gang)} pods placed; it will not be scheduled again "
+                f"until its pods are recreated")
+
+    def _min(self, gang: str) -> int | str:
+        spec = self.gangs.specs.get(gang)
+        return spec.min_available if spec is not None else "?"
+
+    # -- reporting -----------------------------------------------------------------------------------
+    def _reject(self, unit: list[Popped], outcome: Outcome, message: str, state: _StepState,
+                report: bool = True) -> None:
+        for item in unit:
+            state.verdicts.append(Verdict(item, outcome, message))
+            if report:
+                self._report(item.pod.key, message)
+
+    def _report(self, pod_key: str, message: str, annotations: dict[str, str] | None = None,
+                event: str = "FailedScheduling") -> None:
+        if not annotations and self._reported.get(pod_key) == message:
+            return  # unchanged: do not write the same condition and event again
+        self._reported[pod_key] = message
+        self._pod_reports.append(binder_pb2.PodReport(
+            pod_key=pod_key, annotations=annotations or {}, unschedulable_message=message,
+            event_reason=event, event_message=message))
+
+    def _flush_reports(self, now: float) -> None:
+        if self._pod_reports:
+            reports, self._pod_reports = self._pod_reports, []
+            self.binder.report(reports, [], now)
+
+    # -- introspection -------------------------------------------------------------------------------
+    def gang_statuses(self) -> list[dict[str, object]]:
+        out = []
+        for key in sorted(set(self.gangs.specs) | set(self.gangs.records)):
+            rec = self.gangs.record(key)
+            out.append({
+                "key": key, "min_available": self._min(key), "assumed": len(rec.assumed), "bound": len(rec.bound),
+                "satisfied": rec.satisfied_at is not None, "timed_out": rec.timed_out,
+                "first_wait_at": rec.first_wait, "satisfied_at": rec.satisfied_at,
+            })
+        return out
+
+
+def _units(popped: list[Popped]) -> list[tuple[str, list[Popped]]]:
+    """Splits a pop into consecutive runs of the same gang ("" for pods without one)."""
+    out: list[tuple[str, list[Popped]]] = []
+    for item in popped:
+        if out and out[-1][0] == item.pod.gang:
+            out[-1][1].append(item)
+        else:
+            out.append((item.pod.gang, [item]))
+    return out
+
+
+def _copy_record(rec: object) -> object:
+    from copy import deepcopy
+
+    return deepcopy(rec)

@@ -1,0 +1,113 @@
+"""Every Redis key Phalanx uses, built in one place.
+
+All keys share one `{hash tag}` so that a Lua script touching several of them stays on one Redis Cluster
+slot. Layout (P = "{<prefix>}"):
+
+| key                        | type | contents                                                              |
+|----------------------------|------|-----------------------------------------------------------------------|
+| P:nodes                    | hash | node name -> JSON NodeInfo                                            |
+| P:cap                      | hash | "node\\x1fresource" -> allocatable milli-units                         |
+| P:used                     | hash | "node\\x1fresource" -> milli-units held by assumed and bound pods      |
+| P:pods                     | hash | "ns/name" -> JSON {node, gang, requests, pod}, written once at reserve |
+| P:podstate                 | hash | "ns/name" -> assumed | bound                                        |
+| P:gangs                    | hash | gang key -> JSON GangSpec                                             |
+| P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, failed_at, trace  |
+| P:gang:<key>:assumed       | set  | pods reserved for the gang, not bound yet                            |
+| P:gang:<key>:bound         | set  | pods of the gang bound                                               |
+| P:gang:<key>:rounds        | hash | pod -> the Strict cycle it was last tried in                         |
+| P:timers                   | zset | gang key -> virtual/wall time its wait expires                       |
+| P:bind:lock                | str  | holder token of the binder mutex (with a lease)                      |
+| P:bind:fence               | str  | fencing counter, incremented at every lock acquisition               |
+| P:sim:binds                | list | JSON {pod, node, at} appended by the simulated cluster's binder       |
+| P:sim:annotations          | hash | pod -> JSON annotations written to the pod                            |
+| P:sim:conditions           | hash | pod -> PodScheduled=False message                                     |
+| P:sim:events               | list | JSON events (reason, object, message, at)                             |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FIELD_SEP = "\x1f"
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "phalanx"
+
+    @property
+    def base(self) -> str:
+        return "{" + self.prefix + "}"
+
+    @property
+    def nodes(self) -> str:
+        return f"{self.base}:nodes"
+
+    @property
+    def cap(self) -> str:
+        return f"{self.base}:cap"
+
+    @property
+    def used(self) -> str:
+        return f"{self.base}:used"
+
+    @property
+    def pods(self) -> str:
+        return f"{self.base}:pods"
+
+    @property
+    def podstate(self) -> str:
+        return f"{self.base}:podstate"
+
+    @property
+    def gangs(self) -> str:
+        return f"{self.base}:gangs"
+
+    def gang(self, key: str) -> str:
+        return f"{self.base}:gang:{key}"
+
+    def gang_assumed(self, key: str) -> str:
+        return f"{self.base}:gang:{key}:assumed"
+
+    def gang_bound(self, key: str) -> str:
+        return f"{self.base}:gang:{key}:bound"
+
+    def gang_rounds(self, key: str) -> str:
+        return f"{self.base}:gang:{key}:rounds"
+
+    @property
+    def timers(self) -> str:
+        return f"{self.base}:timers"
+
+    @property
+    def bind_lock(self) -> str:
+        return f"{self.base}:bind:lock"
+
+    @property
+    def bind_fence(self) -> str:
+        return f"{self.base}:bind:fence"
+
+    @property
+    def sim_binds(self) -> str:
+        return f"{self.base}:sim:binds"
+
+    @property
+    def sim_annotations(self) -> str:
+        return f"{self.base}:sim:annotations"
+
+    @property
+    def sim_conditions(self) -> str:
+        return f"{self.base}:sim:conditions"
+
+    @property
+    def sim_events(self) -> str:
+        return f"{self.base}:sim:events"
+
+    @property
+    def pattern(self) -> str:
+        """Matches every key of this prefix (for wiping a simulation's state)."""
+        return self.base + ":*"
+
+
+def node_field(node: str, resource: str) -> str:
+    return f"{node}{FIELD_SEP}{resource}"

@@ -1,0 +1,100 @@
+-- One optimistic transaction over Phalanx's state: check, then apply, atomically.
+-- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {fence?, expect?, release?, reserve?, set_state?, cmds?}.
+-- Returns {1} on success, {0, reason} when a check fails (nothing is written then).
+local base = ARGV[1]
+local txn = cjson.decode(ARGV[2])
+local SEP = "\031"
+local K_NODES, K_CAP, K_USED = base .. ":nodes", base .. ":cap", base .. ":used"
+local K_PODS, K_STATE = base .. ":pods", base .. ":podstate"
+
+if txn.fence then
+  local current = tonumber(redis.call("GET", base .. ":bind:fence") or "0")
+  if current ~= tonumber(txn.fence) then
+    return {0, "fenced: lock token " .. tostring(txn.fence) .. " is stale (current " .. current .. ")"}
+  end
+end
+
+-- expect: {pod, state|"absent", node|""}
+for _, e in ipairs(txn.expect or {}) do
+  local state = redis.call("HGET", K_STATE, e[1])
+  if e[2] == "absent" then
+    if state then return {0, "pod " .. e[1] .. " is already " .. state} end
+  else
+    if state ~= e[2] then
+      return {0, "pod " .. e[1] .. " is " .. (state or "absent") .. ", expected " .. e[2]}
+    end
+    if e[3] ~= nil and e[3] ~= "" then
+      local rec = cjson.decode(redis.call("HGET", K_PODS, e[1]))
+      if rec.node ~= e[3] then return {0, "pod " .. e[1] .. " is on " .. rec.node .. ", expected " .. e[3]} end
+    end
+  end
+end
+
+-- Net change of usage per node/resource: releases first, then reservations.
+local delta = {}
+local released = {}
+for _, pod in ipairs(txn.release or {}) do
+  local raw = redis.call("HGET", K_PODS, pod)
+  if raw then
+    local rec = cjson.decode(raw)
+    released[pod] = rec
+    for res, amount in pairs(rec.requests) do
+      local f = rec.node .. SEP .. res
+      delta[f] = (delta[f] or 0) - amount
+    end
+  end
+end
+for _, r in ipairs(txn.reserve or {}) do
+  local pod, node, requests = r[1], r[2], r[3]
+  if released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1 then
+    return {0, "pod " .. pod .. " is already reserved"}
+  end
+  if redis.call("HEXISTS", K_NODES, node) == 0 then
+    return {0, "node " .. node .. " does not exist"}
+  end
+  for res, amount in pairs(requests) do
+    local f = node .. SEP .. res
+    delta[f] = (delta[f] or 0) + amount
+  end
+end
+for f, d in pairs(delta) do
+  if d > 0 then
+    local cap = tonumber(redis.call("HGET", K_CAP, f) or "0")
+    local used = tonumber(redis.call("HGET", K_USED, f) or "0")
+    if used + d > cap then
+      local node, res = string.match(f, "^(.*)" .. SEP .. "(.*)$")
+      return {0, "conflict: node " .. node .. " has " .. (cap - used) .. " " .. res .. " free, needs " .. d}
+    end
+  end
+end
+
+-- Apply.
+for f, d in pairs(delta) do
+  if d ~= 0 then redis.call("HINCRBY", K_USED, f, d) end
+end
+for pod, rec in pairs(released) do
+  redis.call("HDEL", K_PODS, pod)
+  redis.call("HDEL", K_STATE, pod)
+  if rec.gang and rec.gang ~= "" then
+    redis.call("SREM", base .. ":gang:" .. rec.gang .. ":assumed", pod)
+    redis.call("SREM", base .. ":gang:" .. rec.gang .. ":bound", pod)
+  end
+end
+for _, r in ipairs(txn.reserve or {}) do
+  redis.call("HSET", K_PODS, r[1], r[4])
+  redis.call("HSET", K_STATE, r[1], "assumed")
+end
+for _, s in ipairs(txn.set_state or {}) do
+  redis.call("HSET", K_STATE, s[1], s[2])
+end
+-- Generic commands on keys under the base: {op, suffix, args...}; only these ops, only under the base.
+local ALLOWED = {HSET = true, HDEL = true, SADD = true, SREM = true, DEL = true, ZADD = true, ZREM = true,
+  RPUSH = true, HINCRBY = true, HSETNX = true}
+for _, c in ipairs(txn.cmds or {}) do
+  local op, key = c[1], base .. ":" .. c[2]
+  if not ALLOWED[op] then return redis.error_reply("txn: command " .. tostring(op) .. " is not allowed") end
+  local args = {}
+  for i = 3, #c do args[#args + 1] = c[i] end
+  redis.call(op, key, unpack(args))
+end
+return {1}

@@ -1,0 +1,71 @@
+"""OpenTelemetry for the three services.
+
+A gang's path is one trace: the queue opens it when the gang's first pod is enqueued and hands its W3C
+traceparent along with every pod of the gang (the queue is asynchronous, so gRPC metadata alone cannot
+carry it); the scheduler's attempts and the binder's batch are spans under it. gRPC calls themselves are
+also traced through metadata, so a call's server span sits under the client's span.
+
+Configuration is the standard OTEL_* environment: OTEL_EXPORTER_OTLP_ENDPOINT enables OTLP export,
+OTEL_SERVICE_NAME overrides the service name, OTEL_SDK_DISABLED=true turns tracing off.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span
+
+_TRACER_NAME = "phalanx"
+
+
+def setup_tracing(service_name: str) -> None:
+    """Installs a tracer provider unless one is already installed (tests install an in-memory one)."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return
+    name = os.environ.get("OTEL_SERVICE_NAME", service_name)
+    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer(_TRACER_NAME)
+
+
+def traceparent_of(span: Span) -> str:
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent", "")
+
+
+def context_from_traceparent(traceparent: str) -> context.Context | None:
+    if not traceparent:
+        return None
+    return propagate.extract({"traceparent": traceparent})
+
+
+@contextmanager
+def child_span(name: str, traceparent: str, attributes: dict[str, Any] | None = None) -> Iterator[Span]:
+    """A span under the trace named by `traceparent` (a new trace when it is empty)."""
+    ctx = context_from_traceparent(traceparent)
+    with tracer().start_as_current_span(name, context=ctx, attributes=attributes or {}) as span:
+        yield span
+
+
+def start_root(name: str, attributes: dict[str, Any] | None = None) -> str:
+    """Opens and ends a span that starts a new trace; returns its traceparent for later children."""
+    span = tracer().start_span(name, context=context.Context(), attributes=attributes or {})
+    parent = traceparent_of(span)
+    span.end()
+    return parent

@@ -1,0 +1,55 @@
+"""phalanx-binder: binds satisfied gangs as one batch, under a mutex shared with ordinary binds."""
+
+from __future__ import annotations
+
+import argparse
+
+import redis
+
+from phalanx.backends.simulated import SimulatedBackend
+from phalanx.binding.batch_binder import BatchBinder
+from phalanx.binding.lock import FencedLock
+from phalanx.clock import Clock
+from phalanx.config import common_parser, env, redis_args, setup_logging
+from phalanx.rpc.server import ServiceServer, serve_until_signal
+from phalanx.state.keys import Keys
+from phalanx.state.store import StateStore
+from phalanx.telemetry.tracing import setup_tracing
+from phalanx.v1 import binder_pb2_grpc
+from phalanx_binder.servicer import BinderServicer
+
+
+def build(args: argparse.Namespace) -> ServiceServer:
+    client = redis.Redis.from_url(args.redis_url, decode_responses=True)
+    keys = Keys(args.redis_prefix)
+    if args.backend == "simulated":
+        backend = SimulatedBackend(client, keys)
+    else:
+        from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
+
+        backend = KubernetesBackend.from_args(args)
+    binder = BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease))
+    servicer = BinderServicer(binder, backend, Clock(args.clock == "virtual"))
+    return ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common_parser("binder", __doc__ or "")
+    redis_args(p)
+    p.add_argument("--backend", choices=["simulated", "kubernetes"], default=env("BACKEND", "kubernetes"),
+                   help="where bindings are written (env PHALANX_BACKEND)")
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
+    p.add_argument("--lock-lease", type=float, default=float(env("LOCK_LEASE", "30")),
+                   help="seconds a binder holds the bind mutex before another may take it over")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    setup_logging(args.log_level)
+    setup_tracing("phalanx-binder")
+    serve_until_signal(build(args).start())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""gRPC servicer of the binder: validates requests and delegates to BatchBinder and the backend."""
+
+from __future__ import annotations
+
+import grpc
+
+from phalanx.backends.base import ClusterBackend
+from phalanx.binding.batch_binder import BatchBinder
+from phalanx.binding.lock import LockTimeout
+from phalanx.clock import Clock
+from phalanx.v1 import binder_pb2, binder_pb2_grpc
+
+
+class BinderServicer(binder_pb2_grpc.BinderServicer):
+    def __init__(self, binder: BatchBinder, backend: ClusterBackend, clock: Clock) -> None:
+        self.binder = binder
+        self.backend = backend
+        self.clock = clock
+
+    def Bind(self, request: binder_pb2.BindRequest, context: grpc.ServicerContext) -> binder_pb2.BindResponse:
+        seen: set[str] = set()
+        for i, a in enumerate(request.assignments):
+            if a.pod_key.count("/") != 1 or not a.node:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"assignments[{i}]: pod_key must be namespace/name and node must be set "
+                              f"(got pod_key={a.pod_key!r}, node={a.node!r})")
+            if a.pod_key in seen:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}]: pod {a.pod_key} appears twice")
+            seen.add(a.pod_key)
+        try:
+            results, fence = self.binder.bind(list(request.assignments), request.all_or_nothing,
+                                              self.clock.now(request.now), request.trace_parent)
+        except LockTimeout as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return binder_pb2.BindResponse(results=results, fence=fence)
+
+    def Report(self, request: binder_pb2.ReportRequest, context: grpc.ServicerContext) -> binder_pb2.ReportResponse:
+        self.backend.report(list(request.pods), list(request.gangs), self.clock.now(request.now))
+        return binder_pb2.ReportResponse()

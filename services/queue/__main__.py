@@ -1,0 +1,40 @@
+"""phalanx-queue: takes pods in and hands them to the scheduler gang by gang."""
+
+from __future__ import annotations
+
+import argparse
+
+from phalanx.clock import Clock
+from phalanx.config import common_parser, env, setup_logging
+from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
+from phalanx.rpc.server import ServiceServer, serve_until_signal
+from phalanx.telemetry.tracing import setup_tracing
+from phalanx.v1 import queue_pb2_grpc
+from phalanx_queue.servicer import QueueServicer
+
+
+def build(args: argparse.Namespace) -> ServiceServer:
+    settings = QueueSettings(initial_backoff=args.initial_backoff, max_backoff=args.max_backoff,
+                             unschedulable_flush=args.unschedulable_flush)
+    servicer = QueueServicer(SchedulingQueue(settings), Clock(args.clock == "virtual"))
+    return ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common_parser("queue", __doc__ or "")
+    p.add_argument("--initial-backoff", type=float, default=float(env("INITIAL_BACKOFF", "1")))
+    p.add_argument("--max-backoff", type=float, default=float(env("MAX_BACKOFF", "10")))
+    p.add_argument("--unschedulable-flush", type=float, default=float(env("UNSCHEDULABLE_FLUSH", "300")),
+                   help="retry unschedulable pods after this many seconds without a cluster event (0: never)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    setup_logging(args.log_level)
+    setup_tracing("phalanx-queue")
+    serve_until_signal(build(args).start())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""gRPC servicer of the queue: validates requests and delegates to SchedulingQueue."""
+
+from __future__ import annotations
+
+import grpc
+
+from phalanx.clock import Clock
+from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
+from phalanx.telemetry.tracing import start_root
+from phalanx.v1 import queue_pb2, queue_pb2_grpc
+
+_OUTCOMES = {
+    queue_pb2.OUTCOME_ASSUMED: Outcome.ASSUMED,
+    queue_pb2.OUTCOME_BOUND: Outcome.BOUND,
+    queue_pb2.OUTCOME_UNSCHEDULABLE: Outcome.UNSCHEDULABLE,
+    queue_pb2.OUTCOME_BACKOFF: Outcome.BACKOFF,
+    queue_pb2.OUTCOME_DROPPED: Outcome.DROPPED,
+}
+
+
+class QueueServicer(queue_pb2_grpc.QueueServicer):
+    def __init__(self, queue: SchedulingQueue, clock: Clock) -> None:
+        self.queue = queue
+        self.clock = clock
+        self._gang_traces: dict[str, str] = {}
+
+    def _trace_for(self, pod: "queue_pb2.objects__pb2.Pod") -> str:  # type: ignore[name-defined]
+        """One trace per gang, opened when its first pod is enqueued; one per pod without a gang."""
+        if pod.trace_parent:
+            return pod.trace_parent
+        if not pod.gang:
+            return start_root("phalanx.queue.enqueue", {"phalanx.pod": f"{pod.namespace}/{pod.name}"})
+        parent = self._gang_traces.get(pod.gang)
+        if parent is None:
+            parent = start_root("phalanx.queue.enqueue", {"phalanx.gang": pod.gang})
+            self._gang_traces[pod.gang] = parent
+        return parent
+
+    def Add(self, request: queue_pb2.AddRequest, context: grpc.ServicerContext) -> queue_pb2.AddResponse:
+        now = self.clock.now(request.now)
+        added, rejected = 0, []
+        for i, pod in enumerate(request.pods):
+            if not pod.name or not pod.namespace:
+                rejected.append(f"pods[{i}]: metadata.name and metadata.namespace are required")
+                continue
+            if pod.gang and pod.gang.count("/") != 1:
+                rejected.append(f"pods[{i}] {pod.namespace}/{pod.name}: gang {pod.gang!r} is not namespace/name")
+                continue
+            pod.trace_parent = self._trace_for(pod)
+            self.queue.add(f"{pod.namespace}/{pod.name}", priority=pod.priority, created_at=pod.created_at,
+                           gang=pod.gang, gang_created_at=pod.gang_created_at, payload=pod, now=now)
+            added += 1
+        return queue_pb2.AddResponse(added=added, rejected=rejected)
+
+    def Pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
+        now = self.clock.now(request.now)
+        entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0))
+        nxt = self.queue.next_ready_at()
+        return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0)
+
+    def Done(self, request: queue_pb2.DoneRequest, context: grpc.ServicerContext) -> queue_pb2.DoneResponse:
+        now = self.clock.now(request.now)
+        for i, res in enumerate(request.results):
+            outcome = _OUTCOMES.get(res.outcome)
+            if outcome is None:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"results[{i}].outcome: unknown value {res.outcome}")
+            pod = res.pod
+            self.queue.done(f"{pod.namespace}/{pod.name}", outcome, now, payload=pod, priority=pod.priority,
+                            created_at=pod.created_at, gang=pod.gang, gang_created_at=pod.gang_created_at)
+        for gang in request.failed_gangs:
+            self.queue.gang_failed(gang, now)
+        for gang in request.activate_gangs:
+            self.queue.activate_gang(gang, now)
+        return queue_pb2.DoneResponse()
+
+    def Remove(self, request: queue_pb2.RemoveRequest, context: grpc.ServicerContext) -> queue_pb2.RemoveResponse:
+        return queue_pb2.RemoveResponse(removed=self.queue.remove(list(request.pod_keys)))
+
+    def MoveAll(self, request: queue_pb2.MoveAllRequest, context: grpc.ServicerContext) -> queue_pb2.MoveAllResponse:
+        return queue_pb2.MoveAllResponse(moved=self.queue.move_all(self.clock.now(request.now)))
+
+    def ReleaseInFlight(self, request: queue_pb2.ReleaseInFlightRequest,
+                        context: grpc.ServicerContext) -> queue_pb2.ReleaseInFlightResponse:
+        return queue_pb2.ReleaseInFlightResponse(released=self.queue.release_in_flight(self.clock.now()))
+
+    def Stats(self, request: queue_pb2.StatsRequest, context: grpc.ServicerContext) -> queue_pb2.StatsResponse:
+        s = self.queue.stats(self.clock.now(request.now))
+        return queue_pb2.StatsResponse(active=s.active, backoff=s.backoff, unschedulable=s.unschedulable,
+                                       in_flight=s.in_flight, next_ready_at=s.next_ready_at or 0.0)

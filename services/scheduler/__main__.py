@@ -1,0 +1,69 @@
+"""phalanx-scheduler: filters and scores pods, accumulates gangs in Redis, hands satisfied gangs to the binder."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+
+import redis
+
+from phalanx.clock import Clock
+from phalanx.config import common_parser, env, redis_args, setup_logging
+from phalanx.framework.framework import Framework
+from phalanx.framework.profile import load_profile
+from phalanx.rpc.clients import BinderClient, QueueClient
+from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
+from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.state.keys import Keys
+from phalanx.state.store import StateStore
+from phalanx.telemetry.tracing import setup_tracing
+from phalanx.v1 import scheduler_pb2_grpc
+from phalanx_scheduler.faults import install_fault_hooks
+from phalanx_scheduler.servicer import SchedulerServicer
+
+
+def build(args: argparse.Namespace) -> tuple[ServiceServer, SchedulerServicer]:
+    clock = Clock(args.clock == "virtual")
+    store = StateStore(redis.Redis.from_url(args.redis_url, decode_responses=True), Keys(args.redis_prefix))
+    install_fault_hooks(store, os.environ)
+    wait_healthy(args.queue, timeout=args.dependency_timeout)
+    wait_healthy(args.binder, timeout=args.dependency_timeout)
+    queue, binder = QueueClient(args.queue), BinderClient(args.binder)
+    settings = SchedulerSettings(default_wait_seconds=args.default_wait, pop_batch=args.pop_batch)
+    scheduler = GangScheduler(store, queue, binder, Framework(load_profile(args.profile)), settings)
+    scheduler.recover(clock.now(0.0))
+    servicer = SchedulerServicer(scheduler, queue, clock)
+    server = ServiceServer("scheduler", args.listen,
+                           lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s))
+    return server, servicer
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common_parser("scheduler", __doc__ or "")
+    redis_args(p)
+    p.add_argument("--queue", default=env("QUEUE_ADDR", "127.0.0.1:50051"), help="queue service (env PHALANX_QUEUE_ADDR)")
+    p.add_argument("--binder", default=env("BINDER_ADDR", "127.0.0.1:50053"),
+                   help="binder service (env PHALANX_BINDER_ADDR)")
+    p.add_argument("--profile", default=env("PROFILE", "") or None, help="scheduling profile YAML (env PHALANX_PROFILE)")
+    p.add_argument("--default-wait", type=float, default=float(env("DEFAULT_WAIT", "600")),
+                   help="seconds a gang waits for its minimum when it declares no waiting time")
+    p.add_argument("--pop-batch", type=int, default=int(env("POP_BATCH", "256")))
+    p.add_argument("--dependency-timeout", type=float, default=60.0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    setup_logging(args.log_level)
+    setup_tracing("phalanx-scheduler")
+    server, servicer = build(args)
+    server.start()
+    stop = threading.Event()
+    if args.clock == "real":
+        threading.Thread(target=servicer.run_forever, args=(stop,), name="schedule-loop", daemon=True).start()
+    serve_until_signal(server, on_stop=stop.set)
+
+
+if __name__ == "__main__":
+    main()

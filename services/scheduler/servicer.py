@@ -1,0 +1,95 @@
+"""gRPC servicer of the scheduler: cluster events and steps, serialised onto one GangScheduler."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from phalanx.clock import Clock
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
+from phalanx.scheduling.ports import Popped, QueuePort, Verdict
+from phalanx.scheduling.scheduler import GangScheduler
+from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, scheduler: GangScheduler, queue: QueuePort, clock: Clock) -> None:
+        self.scheduler = scheduler
+        self.queue = queue
+        self.clock = clock
+        self.lock = threading.Lock()  # the scheduler's memory is single-threaded by design
+
+    def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
+                           context: grpc.ServicerContext) -> scheduler_pb2.ApplyClusterEventsResponse:
+        now = self.clock.now(request.now)
+        for i, n in enumerate(request.nodes_upserted):
+            if not n.name:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"nodes_upserted[{i}].name: required")
+        for i, g in enumerate(request.gangs_upserted):
+            if not g.name or not g.namespace:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"gangs_upserted[{i}]: namespace and name are required")
+        with self.lock:
+            s = self.scheduler
+            freed = False
+            if request.nodes_upserted:
+                s.upsert_nodes([node_from_pb(n) for n in request.nodes_upserted])
+                freed = True
+            if request.nodes_removed:
+                victims = s.remove_nodes(list(request.nodes_removed), now)
+                requeue = [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
+                           for r in victims if r.state == "assumed"]
+                if requeue:
+                    self.queue.done(requeue, [], [], now)
+            if request.gangs_upserted:
+                s.upsert_gangs([gang_from_pb(g) for g in request.gangs_upserted])
+                freed = True
+            if request.gangs_removed:
+                s.remove_gangs(list(request.gangs_removed))
+            gone = list(request.pods_finished) + list(request.pods_deleted)
+            if gone and s.release_pods(gone):
+                freed = True
+            if request.pods_deleted:
+                self.queue.remove(list(request.pods_deleted))
+            if request.pods_bound:
+                s.add_bound_pods([pod_from_pb(p) for p in request.pods_bound])
+            if freed:
+                self.queue.move_all("cluster-changed", now)
+        return scheduler_pb2.ApplyClusterEventsResponse()
+
+    def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
+        with self.lock:
+            r = self.scheduler.step(self.clock.now(request.now))
+        return scheduler_pb2.StepResponse(pods_attempted=r.attempted, pods_bound=r.bound,
+                                          next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0)
+
+    def ListGangs(self, request: scheduler_pb2.ListGangsRequest,
+                  context: grpc.ServicerContext) -> scheduler_pb2.ListGangsResponse:
+        with self.lock:
+            statuses = self.scheduler.gang_statuses()
+        out = []
+        for g in statuses:
+            out.append(scheduler_pb2.GangStatus(
+                key=str(g["key"]), min_available=int(g["min_available"]) if isinstance(g["min_available"], int) else 0,
+                assumed=int(g["assumed"]), bound=int(g["bound"]), satisfied=bool(g["satisfied"]),  # type: ignore[call-overload]
+                timed_out=bool(g["timed_out"]),
+                first_wait_at=float(g["first_wait_at"]) if g["first_wait_at"] is not None else -1.0,  # type: ignore[arg-type]
+                satisfied_at=float(g["satisfied_at"]) if g["satisfied_at"] is not None else -1.0))  # type: ignore[arg-type]
+        return scheduler_pb2.ListGangsResponse(gangs=out)
+
+    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.05) -> None:
+        """Real-clock mode: step continuously; sleep briefly when there was nothing to do."""
+        while not stop.is_set():
+            try:
+                with self.lock:
+                    r = self.scheduler.step(self.clock.now())
+            except Exception:  # keep serving: a failed step is retried, its state is in Redis
+                log.exception("scheduling step failed")
+                stop.wait(1.0)
+                continue
+            if r.attempted == 0:
+                stop.wait(idle_sleep)

@@ -1,0 +1,218 @@
+"""The gang rules, driven through the scheduling logic with a real Redis and in-process queue and binder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from phalanx.backends.simulated import SimulatedBackend
+from phalanx.binding.batch_binder import BatchBinder
+from phalanx.binding.lock import FencedLock
+from phalanx.model.keys import KOORD_TIMEOUT
+from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
+from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
+from phalanx.scheduling.local import LocalBinder, LocalQueue
+from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.state.store import StateStore
+
+GPU = "nvidia.com/gpu"
+
+
+def node(name: str, gpus: int = 0, cpu: int = 64) -> NodeInfo:
+    alloc = {"cpu": cpu * 1000, "memory": 256 * 2**30 * 1000, "pods": 110_000}
+    if gpus:
+        alloc[GPU] = gpus * 1000
+    return NodeInfo(name, alloc, {"kubernetes.io/hostname": name})
+
+
+def pod(name: str, gang: str = "", gpus: int = 0, ns: str = "default", created: float = 0.0) -> PodInfo:
+    req = {"cpu": 1000, "pods": 1000}
+    if gpus:
+        req[GPU] = gpus * 1000
+    return PodInfo(ns, name, uid=name, created_at=created, requests=req, gang=f"{ns}/{gang}" if gang else "",
+                   gang_created_at=created)
+
+
+def gang(name: str, min_available: int, total: int | None = None, mode: GangMode = GangMode.STRICT,
+         wait: float | None = 20.0, groups: tuple[str, ...] = (), ns: str = "default") -> GangSpec:
+    return GangSpec(ns, name, min_available, total or min_available, mode, groups, wait)
+
+
+class Harness:
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
+        backend = SimulatedBackend(store.redis, store.keys)
+        self.binder = LocalBinder(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
+        self.sched = GangScheduler(store, self.queue, self.binder, settings=SchedulerSettings(default_wait_seconds=60))
+
+    def bound(self) -> dict[str, str]:
+        return {json.loads(x)["pod"]: json.loads(x)["node"] for x in self.store.redis.lrange(self.store.keys.sim_binds, 0, -1)}
+
+    def annotations(self) -> dict[str, dict[str, str]]:
+        return {k: json.loads(v) for k, v in self.store.redis.hgetall(self.store.keys.sim_annotations).items()}
+
+    def conditions(self) -> dict[str, str]:
+        return self.store.redis.hgetall(self.store.keys.sim_conditions)
+
+
+@pytest.fixture
+def h(store: StateStore) -> Harness:
+    return Harness(store)
+
+
+def test_gang_binds_all_at_once_when_it_fits(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4), node("n2", gpus=4)])
+    h.sched.upsert_gangs([gang("train", 6)])
+    h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(6)], 0)
+    h.sched.step(0)
+    assert sorted(h.bound()) == [f"default/w{i}" for i in range(6)]
+
+
+def test_seed003_deadlock_nothing_binds_and_all_annotated_at_timeout(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("gpu-pg", 5, wait=20)])
+    h.queue.add([pod(f"w{i}", "gpu-pg", gpus=1) for i in range(5)], 0)
+    r = h.sched.step(0)
+    assert h.bound() == {}
+    assert r.next_wakeup == pytest.approx(20.0)
+    assert "Strict" in h.conditions()["default/w4"]
+    # Nothing is held while it waits: the gang's reservations were released.
+    assert not h.store.load_pods()
+    h.sched.step(19.9)
+    assert h.annotations() == {}
+    h.sched.step(20.0)
+    ann = h.annotations()
+    assert sorted(ann) == [f"default/w{i}" for i in range(5)]
+    assert all(a[KOORD_TIMEOUT] == "true" for a in ann.values())
+    # Timed out: never scheduled again, even when capacity appears.
+    h.sched.upsert_nodes([node("n2", gpus=8)])
+    h.queue.add([pod(f"w{i}", "gpu-pg", gpus=1) for i in range(5)], 21)
+    h.sched.step(21)
+    assert h.bound() == {}
+
+
+def test_interleaved_gangs_one_binds_whole_other_waits_whole(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=3)])
+    h.sched.upsert_gangs([gang("a", 3), gang("b", 3)])
+    pods = []
+    for i in range(3):  # created interleaved, as two controllers would
+        pods.append(pod(f"a{i}", "a", gpus=1, created=1.0))
+        pods.append(pod(f"b{i}", "b", gpus=1, created=2.0))
+    h.queue.add(pods, 0)
+    h.sched.step(0)
+    assert sorted(h.bound()) == ["default/a0", "default/a1", "default/a2"]
+    assert all("b" not in k.split("/")[1] for k in h.bound())
+
+
+def test_nonstrict_keeps_accumulating_after_a_failure(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=2)])
+    h.sched.upsert_gangs([gang("ns", 3, mode=GangMode.NON_STRICT, wait=100)])
+    h.queue.add([pod(f"w{i}", "ns", gpus=1) for i in range(3)], 0)
+    h.sched.step(0)
+    assert h.bound() == {}
+    held = h.store.load_pods()
+    assert len(held) == 2 and all(r.state == "assumed" for r in held.values())
+    h.sched.upsert_nodes([node("n2", gpus=1)])
+    h.queue.queue.move_all(1)
+    h.sched.step(1)
+    assert len(h.bound()) == 3
+
+
+def test_strict_releases_earlier_reservations_when_a_later_pod_fails(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=2)])
+    h.sched.upsert_gangs([gang("s", 3, wait=100)])
+    h.queue.add([pod("w0", "s", gpus=1), pod("w1", "s", gpus=1)], 0)
+    h.sched.step(0)
+    assert len(h.store.load_pods()) == 2
+    h.queue.add([pod("w2", "s", gpus=1)], 1)
+    h.sched.step(1)
+    assert h.store.load_pods() == {}
+    assert h.bound() == {}
+
+
+def test_gang_group_binds_only_when_every_gang_is_ready(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    group = ("ns-a/ga", "ns-b/gb")
+    h.sched.upsert_gangs([gang("ga", 2, groups=group, ns="ns-a", wait=50),
+                          gang("gb", 2, groups=group, ns="ns-b", wait=50)])
+    h.queue.add([pod("a0", "ga", gpus=1, ns="ns-a"), pod("a1", "ga", gpus=1, ns="ns-a")], 0)
+    h.sched.step(0)
+    assert h.bound() == {}
+    assert len(h.store.load_pods()) == 2
+    h.queue.add([pod("b0", "gb", gpus=1, ns="ns-b"), pod("b1", "gb", gpus=1, ns="ns-b")], 1)
+    h.sched.step(1)
+    assert sorted(h.bound()) == ["ns-a/a0", "ns-a/a1", "ns-b/b0", "ns-b/b1"]
+
+
+def test_gang_group_that_cannot_complete_releases_everything_at_timeout(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=3)])
+    group = ("default/ga", "default/gb")
+    h.sched.upsert_gangs([gang("ga", 2, groups=group, wait=30), gang("gb", 2, groups=group, wait=30)])
+    h.queue.add([pod("a0", "ga", gpus=1), pod("a1", "ga", gpus=1), pod("b0", "gb", gpus=1),
+                 pod("b1", "gb", gpus=1)], 0)
+    h.sched.step(0)
+    assert h.bound() == {}
+    h.sched.step(30)
+    assert h.store.load_pods() == {}
+    ann = h.annotations()
+    assert {"default/a0", "default/a1", "default/b0", "default/b1"} <= set(ann)
+
+
+def test_once_satisfied_later_pods_schedule_as_ordinary_pods(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("g", 2, total=4)])
+    h.queue.add([pod("w0", "g", gpus=1), pod("w1", "g", gpus=1)], 0)
+    h.sched.step(0)
+    assert len(h.bound()) == 2
+    h.queue.add([pod("w2", "g", gpus=1)], 5)
+    h.sched.step(5)
+    assert "default/w2" in h.bound()
+
+
+def test_undeclared_gang_waits_with_reason_then_schedules(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.queue.add([pod("w0", "late", gpus=1), pod("w1", "late", gpus=1)], 0)
+    h.sched.step(0)
+    assert "not declared yet" in h.conditions()["default/w0"]
+    h.sched.upsert_gangs([gang("late", 2)])
+    h.queue.queue.move_all(1)
+    h.sched.step(1)
+    assert len(h.bound()) == 2
+
+
+def test_min_resources_larger_than_free_capacity_assumes_nothing(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    spec = gang("big", 1, wait=100)
+    spec.min_resources = {GPU: 8000}
+    h.sched.upsert_gangs([spec])
+    h.queue.add([pod("w0", "big", gpus=1)], 0)
+    h.sched.step(0)
+    assert h.store.load_pods() == {}
+    assert "minResources needs 8 nvidia.com/gpu, the cluster has 4 free" in h.conditions()["default/w0"]
+
+
+def test_ordinary_pods_schedule_one_at_a_time(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=1)])
+    h.queue.add([pod("p0", gpus=1, created=0), pod("p1", gpus=1, created=1)], 0)
+    h.sched.step(0)
+    assert list(h.bound()) == ["default/p0"]
+    assert "Insufficient nvidia.com/gpu" in h.conditions()["default/p1"]
+
+
+def test_restart_recovers_gang_progress_from_redis(h: Harness, store: StateStore) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("g", 3, wait=100)])
+    h.queue.add([pod("w0", "g", gpus=1), pod("w1", "g", gpus=1)], 0)
+    h.sched.step(0)
+    assert len(store.load_pods()) == 2
+    # A new scheduler process: memory gone, Redis and the queue remain.
+    fresh = GangScheduler(store, h.queue, h.binder, settings=SchedulerSettings(default_wait_seconds=60))
+    fresh.recover(1)
+    assert fresh.gangs.placed_count("default/g") == 2
+    h.queue.add([pod("w2", "g", gpus=1)], 1)
+    fresh.step(1)
+    assert sorted(h.bound()) == ["default/w0", "default/w1", "default/w2"]
+    used = store.load_used()
+    assert used[("n1", GPU)] == 3000
