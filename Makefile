@@ -1,0 +1,46 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+OUT := out
+
+.PHONY: setup demo test test-unit test-integration protos check-protos clean
+
+$(STAMP): pyproject.toml
+	@scripts/ensure-system-deps.sh
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+## The main job: seed 003's deadlock pod by pod, and the same workload as gangs, side by side.
+demo: $(STAMP)
+	@mkdir -p $(OUT)
+	@echo "== pod by pod (kube-scheduler alone): two 5-GPU jobs on 8 GPUs =="
+	$(VENV)/bin/phalanx simulate -f examples/demo-two-jobs.yaml --mode pod --until 1h -o $(OUT)/demo-pod.json
+	@echo "== as gangs (Phalanx) =="
+	$(VENV)/bin/phalanx simulate -f examples/demo-two-jobs.yaml --mode gang --until 1h -o $(OUT)/demo-gang.json
+	@echo
+	$(VENV)/bin/phalanx compare $(OUT)/demo-pod.json $(OUT)/demo-gang.json --labels "pod by pod" "gang"
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration
+
+## Regenerates the committed protobuf code; check-protos fails if it is stale.
+protos: $(STAMP)
+	PATH=$(VENV)/bin:$$PATH scripts/gen-protos.sh
+
+check-protos: $(STAMP)
+	PATH=$(VENV)/bin:$$PATH scripts/check-protos.sh
+
+clean:
+	rm -rf $(OUT) .pytest_cache

@@ -1,0 +1,110 @@
+"""The `phalanx` command: simulate workloads on the embedded cluster, import traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from phalanx.model.duration import parse_duration
+from phalanx.sim.driver import SimOptions
+from phalanx.sim.report import summary_lines
+from phalanx.sim.run import Endpoints, simulate
+from phalanx.sim.workload import load_workload
+
+
+def _duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_simulate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("simulate", help="replay Kubernetes manifests on the embedded cluster",
+                       description="Replays Nodes, Pods, PodGroups and ConfigMaps through the queue, scheduler and "
+                                   "binder on a virtual clock, and reports what was bound when.")
+    p.add_argument("-f", "--file", dest="files", action="append", required=True, metavar="FILE",
+                   help="multi-document YAML of Kubernetes objects (repeatable)")
+    p.add_argument("--until", type=_duration_arg, default=None, metavar="DURATION",
+                   help="stop at this virtual time (e.g. 120s, 2h); default: when nothing more can happen")
+    p.add_argument("--mode", choices=["gang", "pod"], default="gang",
+                   help="gang: all-or-nothing gangs; pod: ignore gangs, as kube-scheduler alone would")
+    p.add_argument("--output", "-o", metavar="REPORT.json", help="write the JSON report here")
+    p.add_argument("--default-wait", type=_duration_arg, default=600.0,
+                   help="wait of gangs that declare none (default 600s)")
+    p.add_argument("--profile", help="scheduling profile YAML (filters, score weights)")
+    p.add_argument("--redis-url", help="use this Redis and these running services instead of starting them")
+    p.add_argument("--redis-prefix", default="phalanx")
+    p.add_argument("--queue", help="address of a running queue service (with --redis-url)")
+    p.add_argument("--scheduler", help="address of a running scheduler service (with --redis-url)")
+    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                   help="progress line on stderr (auto: only on a terminal)")
+    p.set_defaults(func=_run_simulate)
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    external = [args.redis_url, args.queue, args.scheduler]
+    if any(external) and not all(external):
+        print("phalanx simulate: --redis-url, --queue and --scheduler go together", file=sys.stderr)
+        return 2
+    workload = load_workload(args.files)
+    if not workload.objects:
+        for e in workload.errors:
+            print(f"phalanx simulate: {e}", file=sys.stderr)
+        print("phalanx simulate: nothing to simulate", file=sys.stderr)
+        return 1
+    progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    options = SimOptions(mode=args.mode, until=args.until, default_wait=args.default_wait, progress=progress)
+    endpoints = Endpoints(args.redis_url, args.queue, args.scheduler, args.redis_prefix) if args.redis_url else None
+    report = simulate(workload, options, endpoints, profile=args.profile)
+    for line in summary_lines(report):
+        print(line, file=sys.stderr)
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("compare", help="put two simulation reports side by side")
+    p.add_argument("reports", nargs=2, metavar="REPORT.json")
+    p.add_argument("--labels", nargs=2, metavar=("A", "B"), help="column titles (default: the file names)")
+    p.set_defaults(func=_run_compare)
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from phalanx.sim.compare import compare_table
+
+    loaded = []
+    for path in args.reports:
+        try:
+            data = json.loads(Path(path).read_text())
+            data["summary"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"phalanx compare: {path}: not a simulation report ({exc})", file=sys.stderr)
+            return 2
+        loaded.append(data)
+    labels = args.labels or [Path(p).stem for p in args.reports]
+    print(compare_table(loaded[0], loaded[1], labels[0], labels[1]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phalanx", description="Phalanx: all-or-nothing gang scheduling")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_simulate(sub)
+    _add_compare(sub)
+    from phalanx.trace.cli import add_trace_commands
+
+    add_trace_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""A pod's node constraints (nodeSelector, required node affinity, tolerations) as a hashable Placement.
+
+The checks are the ones the API server applies, repeated here because scenario files never pass through
+an API server, and a typo such as `operator: exists` must not silently match every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.intake import fields
+from phalanx.intake.errors import Subject, quoted
+from phalanx.model.objects import Placement, SelectorRequirement, SelectorTerm, Toleration
+
+_SET_OPERATORS = {"In", "NotIn"}
+_PRESENCE_OPERATORS = {"Exists", "DoesNotExist"}
+_NUMERIC_OPERATORS = {"Gt", "Lt"}
+_NODE_OPERATORS = _SET_OPERATORS | _PRESENCE_OPERATORS | _NUMERIC_OPERATORS
+# Upstream allows matchFields only on metadata.name, and only with set operators.
+_FIELD_KEYS = {"metadata.name"}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+_REQUIRED_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+def parse_placement(spec: Mapping[str, Any], subject: Subject) -> Placement:
+    return Placement(
+        node_selector=_node_selector(spec, subject),
+        affinity_terms=_affinity_terms(spec, subject),
+        tolerations=_tolerations(spec, subject),
+    )
+
+
+def _node_selector(spec: Mapping[str, Any], subject: Subject) -> tuple[tuple[str, str], ...]:
+    selector = fields.string_map(fields.get(spec, "nodeSelector"), subject, "spec.nodeSelector")
+    # Sorted so two pods with the same selector share one Placement (and one cached node mask).
+    return tuple(sorted(selector.items()))
+
+
+def _affinity_terms(spec: Mapping[str, Any], subject: Subject) -> tuple[SelectorTerm, ...]:
+    affinity = fields.mapping(fields.get(spec, "affinity"), subject, "spec.affinity")
+    node_affinity = fields.mapping(fields.get(affinity, "nodeAffinity"), subject, "spec.affinity.nodeAffinity")
+    required = fields.mapping(
+        fields.get(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution"),
+        subject, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+    )
+    terms = fields.sequence(fields.get(required, "nodeSelectorTerms"), subject, _REQUIRED_TERMS)
+    return tuple(_term(term, subject, f"{_REQUIRED_TERMS}[{i}]") for i, term in enumerate(terms))
+
+
+def _term(raw: Any, subject: Subject, field: str) -> SelectorTerm:
+    term = fields.mapping(raw, subject, field)
+    expressions = fields.sequence(fields.get(term, "matchExpressions"), subject, f"{field}.matchExpressions")
+    field_selectors = fields.sequence(fields.get(term, "matchFields"), subject, f"{field}.matchFields")
+    return SelectorTerm(
+        match_expressions=tuple(
+            _requirement(item, subject, f"{field}.matchExpressions[{i}]", on_fields=False)
+            for i, item in enumerate(expressions)
+        ),
+        match_fields=tuple(
+            _requirement(item, subject, f"{field}.matchFields[{i}]", on_fields=True)
+            for i, item in enumerate(field_selectors)
+        ),
+    )
+
+
+def _requirement(raw: Any, subject: Subject, field: str, *, on_fields: bool) -> SelectorRequirement:
+    item = fields.mapping(raw, subject, field)
+    key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
+    operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator")
+    values = tuple(
+        fields.as_text(value) for value in fields.sequence(fields.get(item, "values"), subject, f"{field}.values")
+    )
+    if not key:
+        raise subject.error(f"{field}.key", "is required")
+    if on_fields and key not in _FIELD_KEYS:
+        raise subject.error(f"{field}.key", f"{quoted(key)} is not supported (only metadata.name)")
+    allowed = _SET_OPERATORS if on_fields else _NODE_OPERATORS
+    if operator not in allowed:
+        raise subject.error(f"{field}.operator", f"{quoted(operator)} is not one of {', '.join(sorted(allowed))}")
+    if operator in _SET_OPERATORS and not values:
+        raise subject.error(f"{field}.values", f"must be non-empty for operator {operator}")
+    if operator in _PRESENCE_OPERATORS and values:
+        raise subject.error(f"{field}.values", f"must be empty for operator {operator}")
+    if operator in _NUMERIC_OPERATORS and (len(values) != 1 or not _is_integer(values[0])):
+        raise subject.error(f"{field}.values", f"operator {operator} needs exactly one integer value")
+    return SelectorRequirement(key=key, operator=operator, values=values)
+
+
+def _is_integer(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _tolerations(spec: Mapping[str, Any], subject: Subject) -> tuple[Toleration, ...]:
+    items = fields.sequence(fields.get(spec, "tolerations"), subject, "spec.tolerations")
+    return tuple(_toleration(item, subject, f"spec.tolerations[{i}]") for i, item in enumerate(items))
+
+
+def _toleration(raw: Any, subject: Subject, field: str) -> Toleration:
+    item = fields.mapping(raw, subject, field)
+    key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
+    operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator") or "Equal"
+    value = fields.as_text(fields.get(item, "value"))
+    effect = fields.text(fields.get(item, "effect"), subject, f"{field}.effect")
+    if operator not in ("Equal", "Exists"):
+        raise subject.error(f"{field}.operator", f"{quoted(operator)} is not one of Equal, Exists")
+    if operator == "Exists" and value:
+        raise subject.error(f"{field}.value", "must be empty when operator is Exists")
+    if not key and operator != "Exists":
+        # An empty key tolerates every taint, which upstream only allows as an explicit Exists.
+        raise subject.error(f"{field}.operator", "must be Exists when key is empty")
+    if effect and effect not in TAINT_EFFECTS:
+        raise subject.error(f"{field}.effect", f"{quoted(effect)} is not one of {', '.join(TAINT_EFFECTS)}")
+    return Toleration(key=key, operator=operator, value=value, effect=effect)

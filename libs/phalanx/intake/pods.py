@@ -1,0 +1,122 @@
+"""Pods (dicts in camelCase or `.to_dict()` snake_case) to PodInfo.
+
+The gang a pod belongs to is not decided here: that needs the PodGroups and ConfigMaps too, so it is the
+GangResolver's job.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from phalanx.intake import fields
+from phalanx.intake.errors import Subject, quoted
+from phalanx.intake.placement import parse_placement
+from phalanx.model import keys
+from phalanx.model.duration import parse_duration
+from phalanx.model.objects import PodInfo, Resources
+from phalanx.model.quantity import add
+
+KUBE_DEFAULT_SCHEDULER = "default-scheduler"
+POD_SLOT = 1000  # every pod takes one of the node's "pods" (milli-units, like every resource)
+
+# uuid5 namespace for pods that arrive without metadata.uid (scenario files): same name, same uid, every run.
+_UID_NAMESPACE = uuid.UUID("6f1f5d2e-8a47-4c55-9a1e-70686c616e78")
+
+
+def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
+    """Read one pod; `epoch` is subtracted from creationTimestamp so simulations can start their clock at 0."""
+    meta, subject = fields.metadata(obj, "Pod", namespaced=True)
+    spec = fields.mapping(fields.get(obj, "spec"), subject, "spec")
+    annotations = fields.string_map(fields.get(meta, "annotations"), subject, "metadata.annotations")
+    created = fields.timestamp(fields.get(meta, "creationTimestamp"), subject, "metadata.creationTimestamp")
+    return PodInfo(
+        namespace=subject.namespace,
+        name=subject.name,
+        uid=fields.text(fields.get(meta, "uid"), subject, "metadata.uid") or pod_uid(subject.namespace, subject.name),
+        priority=_priority(spec, subject),
+        created_at=0.0 if created is None else created - epoch,
+        requests=pod_requests(spec, subject),
+        placement=parse_placement(spec, subject),
+        node_name=fields.text(fields.get(spec, "nodeName"), subject, "spec.nodeName"),
+        annotations=annotations,
+        labels=fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels"),
+        duration=_duration(annotations, subject),
+    )
+
+
+def scheduler_name(obj: Mapping[str, Any]) -> str:
+    """Which scheduler the pod asked for; lenient because it only filters which pods we look at."""
+    spec = fields.get(obj, "spec") if isinstance(obj, Mapping) else None
+    name = fields.get(spec, "schedulerName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) and name else KUBE_DEFAULT_SCHEDULER
+
+
+def pod_uid(namespace: str, name: str) -> str:
+    return str(uuid.uuid5(_UID_NAMESPACE, f"{namespace}/{name}"))
+
+
+def _priority(spec: Mapping[str, Any], subject: Subject) -> int:
+    value = fields.get(spec, "priority")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise subject.error("spec.priority", f"{quoted(value)} is not an integer")
+    return value
+
+
+def _duration(annotations: Mapping[str, str], subject: Subject) -> float | None:
+    if keys.SIM_DURATION not in annotations:
+        return None
+    try:
+        return parse_duration(annotations[keys.SIM_DURATION])
+    except ValueError as exc:
+        raise subject.error(f"metadata.annotations[{keys.SIM_DURATION}]", str(exc)) from None
+
+
+def pod_requests(spec: Mapping[str, Any], subject: Subject) -> Resources:
+    """What the scheduler must reserve for the pod, computed as kube-scheduler does.
+
+    App containers run together, so their requests add up; init containers run one at a time before
+    them, so only the largest counts. Sidecars (init containers with restartPolicy Always) keep running,
+    so they add to everything started after them. Pod overhead (runtime cost) comes on top.
+    """
+    app = _sum(
+        _container_requests(container, subject, f"spec.containers[{i}]")
+        for i, container in enumerate(fields.sequence(fields.get(spec, "containers"), subject, "spec.containers"))
+    )
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    init_containers = fields.sequence(fields.get(spec, "initContainers"), subject, "spec.initContainers")
+    for i, container in enumerate(init_containers):
+        own = _container_requests(container, subject, f"spec.initContainers[{i}]")
+        if fields.get(container, "restartPolicy") == "Always":
+            sidecars = _sum([sidecars, own])
+            init_peak = _max(init_peak, sidecars)
+        else:
+            init_peak = _max(init_peak, _sum([sidecars, own]))
+    total = _max(_sum([app, sidecars]), init_peak)
+    total = _sum([total, fields.resource_list(fields.get(spec, "overhead"), subject, "spec.overhead")])
+    total["pods"] = POD_SLOT
+    return total
+
+
+def _container_requests(raw: Any, subject: Subject, field: str) -> Resources:
+    container = fields.mapping(raw, subject, field)
+    resources = fields.mapping(fields.get(container, "resources"), subject, f"{field}.resources")
+    requests = fields.resource_list(fields.get(resources, "requests"), subject, f"{field}.resources.requests")
+    limits = fields.resource_list(fields.get(resources, "limits"), subject, f"{field}.resources.limits")
+    # Kubernetes defaults a missing request to the limit (GPU pods usually give only limits).
+    return {**limits, **requests}
+
+
+def _sum(parts: Iterable[Resources]) -> Resources:
+    out: Resources = {}
+    for part in parts:
+        add(out, part)
+    return out
+
+
+def _max(a: Resources, b: Resources) -> Resources:
+    return {name: max(a.get(name, 0), b.get(name, 0)) for name in {**a, **b}}

@@ -1,0 +1,338 @@
+"""The embedded cluster: replays a workload through the real services on a shared virtual clock.
+
+The driver plays the API server and the kubelets. It jumps the clock from one event to the next
+(an object's arrival, a pod finishing, a backoff expiring, a gang's wait running out) whenever nothing
+else can happen at the current instant: the scheduler's Step returns only when the queue has nothing
+runnable at `now`, and says when it next needs to be woken. The services read time only from the
+requests, so the same input gives the same output.
+
+A pod's run time (annotation simulation.phalanx.dev/duration) starts when it binds, except for a pod of a
+gang, which starts only once its gang has its minimum bound — as a distributed training job's workers
+wait for each other. That is what turns partial placements into the deadlocks gang scheduling prevents.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import grpc
+import redis
+
+from phalanx.intake.errors import IntakeError
+from phalanx.intake.nodes import parse_node
+from phalanx.intake.pods import parse_pod, scheduler_name
+from phalanx.intake.resolver import GangResolver
+from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.rpc.clients import QueueClient, SchedulerClient
+from phalanx.sim.workload import Workload, WorkloadObject
+from phalanx.state.keys import Keys
+
+
+@dataclass
+class SimOptions:
+    mode: str = "gang"  # gang | pod (pod: gangs ignored, as kube-scheduler alone would)
+    until: float | None = None
+    default_wait: float = 600.0
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    progress: bool = False
+
+
+@dataclass
+class PodTrack:
+    namespace: str
+    name: str
+    origin: str
+    annotations: dict[str, str] = field(default_factory=dict)
+    gang: str = ""
+    duration: float | None = None
+    node: str | None = None
+    bound_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    reason: str | None = None  # set for pods refused at intake
+    waiting_for: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class SimResult:
+    pods: dict[str, PodTrack]
+    gangs: dict[str, GangSpec]
+    gang_refs: set[str]
+    errors: list[str]
+    end_time: float
+    wall_seconds: float
+    steps: int
+    mode: str
+    timed_out_gangs: set[str]
+    conditions: dict[str, str]
+    phalanx_annotations: dict[str, dict[str, str]]
+    until_reached: bool
+    samples: list[dict[str, float]] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, workload: Workload, queue: QueueClient, scheduler: SchedulerClient, client: redis.Redis,
+                 keys: Keys, options: SimOptions,
+                 recover_scheduler: Callable[[], SchedulerClient] | None = None) -> None:
+        self.w = workload
+        self.queue = queue
+        self.scheduler = scheduler
+        self.redis = client
+        self.keys = keys
+        self.opt = options
+        self.recover_scheduler = recover_scheduler
+        self.resolver = GangResolver(default_wait_seconds=None)
+        self.pods: dict[str, PodTrack] = {}
+        self.parsed: dict[str, PodInfo] = {}
+        self.errors: list[str] = list(workload.errors)
+        self.sent_specs: dict[str, GangSpec] = {}
+        self.gang_started: dict[str, float] = {}
+        self.gang_bound: dict[str, list[str]] = {}
+        self.gang_refs: set[str] = set()
+        self.waiting: dict[str, list[str]] = {}  # pods parked until their gang object exists (re-resolved then)
+        self._events: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self._bind_cursor = 0
+        self.steps = 0
+        self.samples: list[dict[str, float]] = []
+
+    # -- event timeline --------------------------------------------------------------------------
+    def _push(self, at: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self._events, (at, next(self._seq), kind, payload))
+
+    def run(self) -> SimResult:
+        wall0 = time.monotonic()
+        for obj in self.w.objects:
+            self._push(obj.at, "object", obj)
+        now = 0.0
+        until_reached = False
+        last_progress = 0.0
+        while True:
+            self._apply_due(now)
+            step = self._step(now)
+            self._read_bindings(now)
+            self._sample(now)
+            if self.opt.progress and time.monotonic() - last_progress > 0.5:
+                last_progress = time.monotonic()
+                self._print_progress(now, wall0)
+            if self._events and self._events[0][0] <= now:
+                continue  # something became due at this same instant (a zero-length pod, say)
+            candidates = []
+            if self._events:
+                candidates.append(self._events[0][0])
+            if step.next_wakeup and step.next_wakeup > now:
+                candidates.append(step.next_wakeup)
+            if not candidates:
+                break
+            nxt = min(candidates)
+            if self.opt.until is not None and nxt > self.opt.until:
+                now = self.opt.until
+                until_reached = True
+                break
+            now = nxt
+        if self.opt.progress:
+            self._print_progress(now, wall0, final=True)
+        return self._result(now, time.monotonic() - wall0, until_reached)
+
+    # -- applying events -------------------------------------------------------------------------
+    def _apply_due(self, now: float) -> None:
+        nodes: list[NodeInfo] = []
+        new_pods: list[PodInfo] = []
+        bound_pods: list[PodInfo] = []
+        finished: list[str] = []
+        gang_objects_added = False
+        while self._events and self._events[0][0] <= now:
+            _, _, kind, payload = heapq.heappop(self._events)
+            if kind == "finish":
+                track = self.pods[payload]
+                track.finished_at = now
+                finished.append(payload)
+                continue
+            obj: WorkloadObject = payload
+            if obj.kind == "Node":
+                node = self._intake(obj, lambda o: parse_node(o.obj))
+                if node is not None:
+                    nodes.append(node)
+            elif obj.kind in ("PodGroup", "ConfigMap"):
+                if obj.kind == "ConfigMap" and not GangResolver.is_gang_object(obj.obj):
+                    continue  # an ordinary ConfigMap
+                try:
+                    self.resolver.add_object(obj.obj, created_at=obj.at)
+                    gang_objects_added = True
+                except IntakeError as exc:
+                    self.errors.append(f"{obj.origin}: {exc}")
+                    gang_objects_added = True  # its pods now resolve to the error
+            elif obj.kind == "Pod":
+                pod = self._admit_pod(obj)
+                if pod is not None:
+                    (bound_pods if pod.node_name else new_pods).append(pod)
+        if gang_objects_added:
+            new_pods.extend(self._reresolve_waiting())
+        gangs = self._specs_to_send(new_pods + bound_pods)
+        self._call(lambda s: s.apply(now, nodes=nodes, gangs=gangs, finished=finished, bound=bound_pods))
+        for p in bound_pods:
+            self._record_bind(p.key, p.node_name, now)
+        if new_pods:
+            resp = self.queue.add(new_pods, now)
+            for problem in resp.rejected:
+                self.errors.append(f"queue refused {problem}")
+
+    def _intake(self, obj: WorkloadObject, parse: Callable[[WorkloadObject], Any]) -> Any:
+        try:
+            return parse(obj)
+        except IntakeError as exc:
+            self.errors.append(f"{obj.origin}: {exc}")
+            return None
+
+    def _admit_pod(self, obj: WorkloadObject) -> PodInfo | None:
+        track = PodTrack(obj.namespace, obj.name, obj.origin,
+                         dict((obj.obj.get("metadata") or {}).get("annotations") or {}))
+        if track.key in self.pods:
+            self.errors.append(f"{obj.origin}: Pod {track.key} appears twice; the later copy is ignored")
+            return None
+        self.pods[track.key] = track
+        wanted = scheduler_name(obj.obj)
+        if wanted != self.opt.scheduler_name:
+            track.reason = f"spec.schedulerName is {wanted!r}, not {self.opt.scheduler_name!r}: not Phalanx's pod"
+            return None
+        try:
+            pod = parse_pod(obj.obj, epoch=self.w.epoch)
+        except IntakeError as exc:
+            track.reason = str(exc)
+            self.errors.append(f"{obj.origin}: {exc}")
+            return None
+        pod.created_at = obj.at
+        track.duration = pod.duration
+        self.parsed[pod.key] = pod
+        return self._resolve(pod, track)
+
+    def _resolve(self, pod: PodInfo, track: PodTrack) -> PodInfo | None:
+        res = self.resolver.resolve(pod)
+        if res.error:
+            track.reason = res.error
+            self.errors.append(f"{track.origin}: {res.error}")
+            return None
+        track.gang = res.gang_key
+        if res.gang_key:
+            self.gang_refs.add(res.gang_key)
+        track.waiting_for = res.waiting_for
+        if res.waiting_for:
+            self.waiting.setdefault(res.gang_key, []).append(pod.key)
+        pod.gang = res.gang_key
+        pod.gang_created_at = res.spec.created_at if res.spec is not None else pod.created_at
+        if self.opt.mode == "pod":
+            pod.gang = ""  # kube-scheduler alone knows no gangs
+        return pod
+
+    def _reresolve_waiting(self) -> list[PodInfo]:
+        """Pods parked for a missing PodGroup/ConfigMap: resolve again, resend those that changed."""
+        out = []
+        waiting, self.waiting = self.waiting, {}
+        for keys in waiting.values():
+            for key in keys:
+                track = self.pods[key]
+                if track.bound_at is not None:
+                    continue
+                pod = self.parsed[key]
+                resolved = self._resolve(pod, track)
+                if resolved is None:
+                    self.queue.remove([key])  # its gang object turned out invalid
+                elif not track.waiting_for:
+                    out.append(resolved)
+        return out
+
+    def _specs_to_send(self, pods: list[PodInfo]) -> list[GangSpec]:
+        out = []
+        for key in sorted({self.pods[p.key].gang for p in pods} - {""}):
+            spec = self.resolver.gang(key)
+            if spec is None:
+                continue
+            if self.opt.mode == "gang" and self.sent_specs.get(key) != spec:
+                out.append(spec)
+            self.sent_specs[key] = spec
+        return out
+
+    def _call(self, fn: Callable[[SchedulerClient], Any]) -> Any:
+        """Calls the scheduler; if it died (a crash test), waits for its replacement and calls again."""
+        try:
+            return fn(self.scheduler)
+        except grpc.RpcError as exc:
+            if self.recover_scheduler is None or exc.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                                                     grpc.StatusCode.UNKNOWN,
+                                                                     grpc.StatusCode.CANCELLED):
+                raise
+            self.scheduler = self.recover_scheduler()
+            return fn(self.scheduler)
+
+    def _step(self, now: float) -> Any:
+        self.steps += 1
+        return self._call(lambda s: s.step(now))
+
+    # -- bindings and the pods' lives ------------------------------------------------------------------
+    def _read_bindings(self, now: float) -> None:
+        raw = self.redis.lrange(self.keys.sim_binds, self._bind_cursor, -1)
+        self._bind_cursor += len(raw)
+        for item in raw:
+            b = json.loads(item)
+            self._record_bind(b["pod"], b["node"], float(b["at"]))
+
+    def _record_bind(self, key: str, node: str, at: float) -> None:
+        track = self.pods.get(key)
+        if track is None or track.bound_at is not None:
+            return
+        track.node, track.bound_at = node, at
+        if not track.gang:
+            self._start(track, at)
+            return
+        bound = self.gang_bound.setdefault(track.gang, [])
+        bound.append(key)
+        if track.gang in self.gang_started:
+            self._start(track, at)
+            return
+        spec = self.resolver.gang(track.gang)
+        if spec is not None and len(bound) >= spec.min_available:
+            self.gang_started[track.gang] = at
+            for k in bound:
+                self._start(self.pods[k], at)
+
+    def _start(self, track: PodTrack, at: float) -> None:
+        track.started_at = at
+        if track.duration is not None:
+            self._push(at + track.duration, "finish", track.key)
+
+    # -- progress and results --------------------------------------------------------------------------
+    def _sample(self, now: float) -> None:
+        bound = sum(1 for t in self.pods.values() if t.bound_at is not None and t.finished_at is None)
+        if not self.samples or self.samples[-1]["t"] != now:
+            self.samples.append({"t": now, "running": float(bound)})
+        else:
+            self.samples[-1]["running"] = float(bound)
+
+    def _print_progress(self, now: float, wall0: float, final: bool = False) -> None:
+        seen = len(self.pods)
+        bound = sum(1 for t in self.pods.values() if t.bound_at is not None)
+        wall = max(time.monotonic() - wall0, 1e-9)
+        end = "\n" if final else "\r"
+        sys.stderr.write(f"\rvirtual {now:10.1f}s  pods seen {seen:6d}  bound {bound:6d}  "
+                         f"{bound / wall:7.0f} pods/s  wall {wall:6.1f}s{end}")
+        sys.stderr.flush()
+
+    def _result(self, end: float, wall: float, until_reached: bool) -> SimResult:
+        statuses = self._call(lambda s: s.list_gangs())
+        timed_out = {g.key for g in statuses if g.timed_out}
+        conditions = self.redis.hgetall(self.keys.sim_conditions)
+        annotations = {k: json.loads(v) for k, v in self.redis.hgetall(self.keys.sim_annotations).items()}
+        gangs = {k: s for k in sorted(self.gang_refs) if (s := self.resolver.gang(k)) is not None}
+        return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
+                         timed_out, conditions, annotations, until_reached, self.samples)

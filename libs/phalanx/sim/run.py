@@ -1,0 +1,71 @@
+"""Runs one simulation end to end: the stack (started here unless given), the driver, the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from phalanx.rpc.clients import QueueClient, SchedulerClient
+from phalanx.sim.driver import SimOptions, Simulation
+from phalanx.sim.report import build_report
+from phalanx.sim.services import Stack
+from phalanx.sim.workload import Workload
+from phalanx.state.keys import Keys
+from phalanx.state.store import StateStore
+
+
+@dataclass
+class Endpoints:
+    """Already-running services (all in virtual-clock mode, simulated backend, fresh state)."""
+
+    redis_url: str
+    queue: str
+    scheduler: str
+    prefix: str = "phalanx"
+
+
+def simulate(workload: Workload, options: SimOptions, endpoints: Endpoints | None = None,
+             profile: str | None = None, scheduler_env: dict[str, str] | None = None,
+             log_dir: Path | None = None) -> dict[str, Any]:
+    stack: Stack | None = None
+    if endpoints is None:
+        stack = Stack.launch(default_wait=options.default_wait, profile=profile, scheduler_env=scheduler_env,
+                             log_dir=log_dir)
+        endpoints = Endpoints(stack.redis_url, stack.queue.address, stack.scheduler.address, stack.prefix)
+    client = redis.Redis.from_url(endpoints.redis_url, decode_responses=True)
+    keys = Keys(endpoints.prefix)
+    queue = QueueClient(endpoints.queue)
+    scheduler = SchedulerClient(endpoints.scheduler)
+
+    def recover() -> SchedulerClient:
+        """The scheduler process died: start it again (it rebuilds from Redis) and carry on."""
+        if stack is None:
+            raise RuntimeError("the scheduler at %s is unavailable" % endpoints.scheduler)  # type: ignore[union-attr]
+        stack.scheduler.kill()
+        stack.scheduler.start()
+        return SchedulerClient(stack.scheduler.address)
+
+    try:
+        if stack is not None:
+            StateStore(client, keys)  # a fresh redis-server: nothing to wipe
+        result = Simulation(workload, queue, scheduler, client, keys, options, recover).run()
+        report = build_report(result)
+        report["summary"]["schedulerRestarts"] = 0 if stack is None else _restarts(stack)
+        report["timeline"] = result.samples
+        return report
+    finally:
+        queue.close()
+        scheduler.close()
+        client.close()
+        if stack is not None:
+            stack.stop()
+
+
+def _restarts(stack: Stack) -> int:
+    try:
+        return stack.scheduler.log_path.read_text(errors="replace").count("fault injection: exiting")
+    except OSError:
+        return 0
