@@ -54,12 +54,25 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
 
     def Pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
         now = self.clock.now(request.now)
+        if request.HasField("done"):
+            self._done(request.done, now, context)
+        if request.remove:
+            self.queue.remove(list(request.remove))
+        rejected: list[str] = []
+        if request.add:
+            rejected = list(self.Add(queue_pb2.AddRequest(pods=request.add, now=request.now), context).rejected)
+        if request.move_all:
+            self.queue.move_all(now)
         entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0))
         nxt = self.queue.next_ready_at()
-        return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0)
+        return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0,
+                                     pending=len(self.queue), rejected=rejected)
 
     def Done(self, request: queue_pb2.DoneRequest, context: grpc.ServicerContext) -> queue_pb2.DoneResponse:
-        now = self.clock.now(request.now)
+        self._done(request, self.clock.now(request.now), context)
+        return queue_pb2.DoneResponse()
+
+    def _done(self, request: queue_pb2.DoneRequest, now: float, context: grpc.ServicerContext) -> None:
         for i, res in enumerate(request.results):
             outcome = _OUTCOMES.get(res.outcome)
             if outcome is None:
@@ -71,7 +84,6 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             self.queue.gang_failed(gang, now)
         for gang in request.activate_gangs:
             self.queue.activate_gang(gang, now)
-        return queue_pb2.DoneResponse()
 
     def Remove(self, request: queue_pb2.RemoveRequest, context: grpc.ServicerContext) -> queue_pb2.RemoveResponse:
         return queue_pb2.RemoveResponse(removed=self.queue.remove(list(request.pod_keys)))

@@ -10,7 +10,7 @@ import grpc
 from phalanx.clock import Clock
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
-from phalanx.scheduling.ports import Popped, QueuePort, Verdict
+from phalanx.scheduling.ports import Carry, Popped, QueuePort, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -26,46 +26,67 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
                            context: grpc.ServicerContext) -> scheduler_pb2.ApplyClusterEventsResponse:
-        now = self.clock.now(request.now)
-        for i, n in enumerate(request.nodes_upserted):
-            if not n.name:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"nodes_upserted[{i}].name: required")
-        for i, g in enumerate(request.gangs_upserted):
-            if not g.name or not g.namespace:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"gangs_upserted[{i}]: namespace and name are required")
+        self._validate(request, context, "")
         with self.lock:
-            s = self.scheduler
-            freed = False
-            if request.nodes_upserted:
-                s.upsert_nodes([node_from_pb(n) for n in request.nodes_upserted])
-                freed = True
-            if request.nodes_removed:
-                victims = s.remove_nodes(list(request.nodes_removed), now)
-                requeue = [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
-                           for r in victims if r.state == "assumed"]
-                if requeue:
-                    self.queue.done(requeue, [], [], now)
-            if request.gangs_upserted:
-                s.upsert_gangs([gang_from_pb(g) for g in request.gangs_upserted])
-                freed = True
-            if request.gangs_removed:
-                s.remove_gangs(list(request.gangs_removed))
-            gone = list(request.pods_finished) + list(request.pods_deleted)
-            if gone and s.release_pods(gone):
-                freed = True
-            if request.pods_deleted:
-                self.queue.remove(list(request.pods_deleted))
-            if request.pods_bound:
-                s.add_bound_pods([pod_from_pb(p) for p in request.pods_bound])
-            if freed:
-                self.queue.move_all("cluster-changed", now)
+            carry = self._apply(request, self.clock.now(request.now))
+            if carry.verdicts:
+                self.queue.done(carry.verdicts, [], [], self.clock.now(request.now))
+            if carry.remove:
+                self.queue.remove(carry.remove)
+            if carry.move_all:
+                self.queue.move_all("cluster-changed", self.clock.now(request.now))
         return scheduler_pb2.ApplyClusterEventsResponse()
 
     def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
+        self._validate(request.events, context, "events.")
+        for i, p in enumerate(request.pods_added):
+            if not p.name or not p.namespace:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"pods_added[{i}]: namespace and name are required")
+        now = self.clock.now(request.now)
         with self.lock:
-            r = self.scheduler.step(self.clock.now(request.now))
+            carry = self._apply(request.events, now) if request.HasField("events") else Carry()
+            carry.add = [Popped(pod_from_pb(p), p.trace_parent) for p in request.pods_added]
+            r = self.scheduler.step(now, carry)
         return scheduler_pb2.StepResponse(pods_attempted=r.attempted, pods_bound=r.bound,
-                                          next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0)
+                                          next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0,
+                                          queue_pending=r.queue_pending)
+
+    @staticmethod
+    def _validate(ev: scheduler_pb2.ClusterEvents, context: grpc.ServicerContext, prefix: str) -> None:
+        for i, n in enumerate(ev.nodes_upserted):
+            if not n.name:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{prefix}nodes_upserted[{i}].name: required")
+        for i, g in enumerate(ev.gangs_upserted):
+            if not g.name or not g.namespace:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{prefix}gangs_upserted[{i}]: namespace and name are required")
+            if g.min_available < 1:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{prefix}gangs_upserted[{i}] {g.namespace}/{g.name}: min_available must be at least 1")
+
+    def _apply(self, ev: scheduler_pb2.ClusterEvents, now: float) -> Carry:
+        """Applies cluster events to the scheduler; returns what the queue must hear about them."""
+        s = self.scheduler
+        carry = Carry()
+        if ev.nodes_upserted:
+            s.upsert_nodes([node_from_pb(n) for n in ev.nodes_upserted])
+            carry.move_all = True
+        if ev.nodes_removed:
+            victims = s.remove_nodes(list(ev.nodes_removed), now)
+            carry.verdicts += [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
+                               for r in victims if r.state == "assumed"]
+        if ev.gangs_upserted:
+            s.upsert_gangs([gang_from_pb(g) for g in ev.gangs_upserted])
+            carry.move_all = True
+        if ev.gangs_removed:
+            s.remove_gangs(list(ev.gangs_removed))
+        gone = list(ev.pods_finished) + list(ev.pods_deleted)
+        if gone and s.release_pods(gone):
+            carry.move_all = True
+        carry.remove += list(ev.pods_deleted)
+        if ev.pods_bound:
+            s.add_bound_pods([pod_from_pb(p) for p in ev.pods_bound])
+        return carry
 
     def ListGangs(self, request: scheduler_pb2.ListGangsRequest,
                   context: grpc.ServicerContext) -> scheduler_pb2.ListGangsResponse:

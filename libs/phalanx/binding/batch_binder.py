@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
+from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_bound
 from phalanx.state.store import StateStore, Txn
 from phalanx.telemetry.tracing import child_span
 from phalanx.v1 import binder_pb2
@@ -79,10 +80,10 @@ class BatchBinder:
                 status = GONE if failure.gone else FAILED
                 results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=failure.message)
         for gang, keys in bound_by_gang.items():
-            commit.cmd("SREM", f"gang:{gang}:assumed", *keys)
-            commit.cmd("SADD", f"gang:{gang}:bound", *keys)
-            commit.cmd("HSETNX", f"gang:{gang}", "satisfied_at", now)
-            commit.cmd("ZREM", "timers", gang)
+            commit.cmd("SREM", rel_gang_assumed(gang), *keys)
+            commit.cmd("SADD", rel_gang_bound(gang), *keys)
+            commit.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
+            commit.cmd("ZREM", REL_TIMERS, gang)
         ok, reason = self.store.apply(commit)
         if not ok:
             # Fenced out: a newer lock holder exists, so nothing of this batch was recorded as bound.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import Enum
 
 from phalanx.model.objects import GangMode, GangSpec
+from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_rounds
 from phalanx.state.store import GangRecord, Txn
 
 
@@ -26,6 +27,7 @@ class GangManager:
         self.default_wait_seconds = default_wait_seconds
         self.specs: dict[str, GangSpec] = {}
         self.records: dict[str, GangRecord] = {}
+        self.timers_changed = False  # a gang's timer was set or cleared since the flag was last reset
 
     # -- declarations ----------------------------------------------------------------------------
     def upsert(self, spec: GangSpec) -> None:
@@ -72,20 +74,20 @@ class GangManager:
         if not rec.valid or rec.rounds.get(pod, 0) >= rec.cycle:
             return False
         rec.rounds[pod] = rec.cycle
-        txn.cmd("HSET", f"gang:{key}:rounds", pod, rec.cycle)
+        txn.cmd("HSET", rel_gang_rounds(key), pod, rec.cycle)
         return True
 
     def mark_tried(self, key: str, pod: str, txn: Txn) -> None:
         rec = self.record(key)
         if rec.rounds.get(pod, 0) < rec.cycle:
             rec.rounds[pod] = rec.cycle
-            txn.cmd("HSET", f"gang:{key}:rounds", pod, rec.cycle)
+            txn.cmd("HSET", rel_gang_rounds(key), pod, rec.cycle)
 
     def invalidate_cycle(self, key: str, now: float, txn: Txn) -> None:
         rec = self.record(key)
         rec.valid = False
         rec.failed_at = now
-        txn.cmd("HSET", f"gang:{key}", "valid", 0, "failed_at", now)
+        txn.cmd("HSET", rel_gang(key), "valid", 0, "failed_at", now)
         self.maybe_advance_cycle(key, txn)
 
     def maybe_advance_cycle(self, key: str, txn: Txn) -> None:
@@ -97,13 +99,13 @@ class GangManager:
         if tried >= total or tried >= len(rec.rounds):
             rec.cycle += 1
             rec.valid = True
-            txn.cmd("HSET", f"gang:{key}", "cycle", rec.cycle, "valid", 1)
+            txn.cmd("HSET", rel_gang(key), "cycle", rec.cycle, "valid", 1)
 
     # -- accumulation ----------------------------------------------------------------------------
     def assumed(self, key: str, pods: list[str], now: float, txn: Txn, trace: str) -> None:
         rec = self.record(key)
         rec.assumed.update(pods)
-        txn.cmd("SADD", f"gang:{key}:assumed", *pods)
+        txn.cmd("SADD", rel_gang_assumed(key), *pods)
         self.start_wait(key, now, txn, trace)
 
     def start_wait(self, key: str, now: float, txn: Txn, trace: str) -> None:
@@ -114,8 +116,9 @@ class GangManager:
             rec.first_wait = now
             rec.trace = rec.trace or trace
             deadline = now + self.wait_seconds(key)
-            txn.cmd("HSET", f"gang:{key}", "first_wait", now, "trace", rec.trace)
-            txn.cmd("ZADD", "timers", deadline, key)
+            txn.cmd("HSET", rel_gang(key), "first_wait", now, "trace", rec.trace)
+            txn.cmd("ZADD", REL_TIMERS, deadline, key)
+            self.timers_changed = True
 
     def released(self, key: str, pods: list[str]) -> None:
         rec = self.record(key)
@@ -145,14 +148,16 @@ class GangManager:
         rec.bound.update(pods)
         if rec.satisfied_at is None:
             rec.satisfied_at = now
+            self.timers_changed = True  # the binder cleared its timer
 
     def timed_out(self, key: str, txn: Txn) -> None:
         rec = self.record(key)
         rec.timed_out = True
         rec.assumed.clear()
-        txn.cmd("HSET", f"gang:{key}", "timed_out", 1)
-        txn.cmd("ZREM", "timers", key)
-        txn.cmd("DEL", f"gang:{key}:assumed")
+        txn.cmd("HSET", rel_gang(key), "timed_out", 1)
+        txn.cmd("ZREM", REL_TIMERS, key)
+        txn.cmd("DEL", rel_gang_assumed(key))
+        self.timers_changed = True
 
     def describe(self, key: str) -> str:
         spec = self.specs.get(key)

@@ -6,8 +6,8 @@ from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
 from phalanx.rpc.server import channel
-from phalanx.scheduling.ports import Popped, Verdict
-from phalanx.v1 import binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
+from phalanx.v1 import objects_pb2, binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 _OUTCOME_PB = {
     Outcome.ASSUMED: queue_pb2.OUTCOME_ASSUMED,
@@ -30,19 +30,21 @@ class QueueClient:
     def add(self, pods: list[PodInfo], now: float) -> queue_pb2.AddResponse:
         return self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now), timeout=self.timeout)
 
-    def pop(self, max_pods: int, now: float, wait_seconds: float = 0.0) -> tuple[list[Popped], float | None]:
-        resp = self.stub.Pop(queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds),
-                             timeout=self.timeout + wait_seconds)
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
+        req = queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds)
+        if carry is not None and not carry.empty():
+            req.done.CopyFrom(_done_request(carry.verdicts, carry.activate, carry.failed, now))
+            req.remove.extend(carry.remove)
+            req.add.extend(pod_to_pb(item.pod, item.trace) for item in carry.add)
+            req.move_all = carry.move_all
+        resp = self.stub.Pop(req, timeout=self.timeout + wait_seconds)
         items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
-        return items, (resp.next_ready_at or None)
+        return PopResult(items, resp.next_ready_at or None, resp.pending)
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
         if not verdicts and not activate and not failed:
             return
-        results = [queue_pb2.PodResult(pod=pod_to_pb(v.item.pod, v.item.trace), outcome=_OUTCOME_PB[v.outcome],
-                                       reason=v.reason) for v in verdicts]
-        self.stub.Done(queue_pb2.DoneRequest(results=results, activate_gangs=activate, failed_gangs=failed, now=now),
-                       timeout=self.timeout)
+        self.stub.Done(_done_request(verdicts, activate, failed, now), timeout=self.timeout)
 
     def remove(self, keys: list[str]) -> None:
         if keys:
@@ -59,6 +61,19 @@ class QueueClient:
 
     def close(self) -> None:
         self.channel.close()
+
+
+_LEAVING = (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED)
+
+
+def _done_request(verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> queue_pb2.DoneRequest:
+    results = []
+    for v in verdicts:
+        p = v.item.pod
+        # A pod leaving the queue is named only; one going back may be new to the queue, so it travels whole.
+        pod = objects_pb2.Pod(namespace=p.namespace, name=p.name) if v.outcome in _LEAVING else pod_to_pb(p, v.item.trace)
+        results.append(queue_pb2.PodResult(pod=pod, outcome=_OUTCOME_PB[v.outcome], reason=v.reason))
+    return queue_pb2.DoneRequest(results=results, activate_gangs=activate, failed_gangs=failed, now=now)
 
 
 class BinderClient:
@@ -88,18 +103,30 @@ class SchedulerClient:
         self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)
         self.timeout = timeout
 
-    def apply(self, now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
-              gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
-              finished: list[str] = (), deleted: list[str] = (), bound: list[PodInfo] = ()) -> None:  # type: ignore[assignment]
-        ev = scheduler_pb2.ClusterEvents(
+    @staticmethod
+    def events(now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
+               gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
+               finished: list[str] = (), deleted: list[str] = (),  # type: ignore[assignment]
+               bound: list[PodInfo] = ()) -> scheduler_pb2.ClusterEvents:  # type: ignore[assignment]
+        return scheduler_pb2.ClusterEvents(
             nodes_upserted=[node_to_pb(n) for n in nodes], nodes_removed=list(nodes_removed),
             gangs_upserted=[gang_to_pb(g) for g in gangs], gangs_removed=list(gangs_removed),
             pods_finished=list(finished), pods_deleted=list(deleted), pods_bound=[pod_to_pb(p) for p in bound],
             now=now)
+
+    def apply(self, now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
+              gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
+              finished: list[str] = (), deleted: list[str] = (), bound: list[PodInfo] = ()) -> None:  # type: ignore[assignment]
+        ev = self.events(now, nodes=nodes, nodes_removed=nodes_removed, gangs=gangs, gangs_removed=gangs_removed,
+                         finished=finished, deleted=deleted, bound=bound)
         self.stub.ApplyClusterEvents(ev, timeout=self.timeout)
 
-    def step(self, now: float) -> scheduler_pb2.StepResponse:
-        return self.stub.Step(scheduler_pb2.StepRequest(now=now), timeout=self.timeout)
+    def step(self, now: float, events: scheduler_pb2.ClusterEvents | None = None,
+             pods: list[PodInfo] = ()) -> scheduler_pb2.StepResponse:  # type: ignore[assignment]
+        req = scheduler_pb2.StepRequest(now=now, pods_added=[pod_to_pb(p) for p in pods])
+        if events is not None:
+            req.events.CopyFrom(events)
+        return self.stub.Step(req, timeout=self.timeout)
 
     def list_gangs(self) -> list[scheduler_pb2.GangStatus]:
         return list(self.stub.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=self.timeout).gangs)

@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from phalanx.rpc.interceptors import TracingServerInterceptor
+from phalanx.telemetry.tracing import tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ class ServiceServer:
 
     def __init__(self, name: str, listen: str, register: Callable[[grpc.Server], None], workers: int = 8) -> None:
         self.name = name
+        interceptors = [TracingServerInterceptor()] if tracing_enabled() else []
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name),
-                                  interceptors=[TracingServerInterceptor()], options=CHANNEL_OPTIONS)
+                                  interceptors=interceptors, options=CHANNEL_OPTIONS)
         register(self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -70,7 +72,9 @@ def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None
 def channel(address: str) -> grpc.Channel:
     from phalanx.rpc.interceptors import TracingClientInterceptor
 
-    return grpc.intercept_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS), TracingClientInterceptor())
+    plain = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    # With tracing off (OTEL_SDK_DISABLED=true), skip the interceptor's per-call cost altogether.
+    return grpc.intercept_channel(plain, TracingClientInterceptor()) if tracing_enabled() else plain
 
 
 def wait_healthy(address: str, timeout: float = 20.0) -> None:

@@ -9,7 +9,7 @@ from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.scheduling_queue import SchedulingQueue
-from phalanx.scheduling.ports import Popped, Verdict
+from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.v1 import binder_pb2
 
 
@@ -22,8 +22,15 @@ class LocalQueue:
             self.queue.add(p.key, priority=p.priority, created_at=p.created_at, gang=p.gang,
                            gang_created_at=p.gang_created_at, payload=Popped(p), now=now)
 
-    def pop(self, max_pods: int, now: float) -> tuple[list[Popped], float | None]:
-        return [e.payload for e in self.queue.pop(max_pods, now)], self.queue.next_ready_at()
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None) -> PopResult:
+        if carry is not None:
+            self.done(carry.verdicts, carry.activate, carry.failed, now)
+            self.remove(carry.remove)
+            self.add([item.pod for item in carry.add], now)
+            if carry.move_all:
+                self.queue.move_all(now)
+        items = [e.payload for e in self.queue.pop(max_pods, now)]
+        return PopResult(items, self.queue.next_ready_at(), len(self.queue))
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
         for v in verdicts:

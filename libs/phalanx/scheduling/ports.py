@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from phalanx.model.objects import PodInfo
@@ -23,8 +23,30 @@ class Verdict:
     reason: str = ""
 
 
+@dataclass
+class Carry:
+    """Queue updates sent along with the next pop, so a scheduling round costs one queue round trip."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    activate: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    add: list[Popped] = field(default_factory=list)
+    move_all: bool = False
+
+    def empty(self) -> bool:
+        return not (self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all)
+
+
+@dataclass
+class PopResult:
+    items: list[Popped]
+    next_ready_at: float | None
+    pending: int
+
+
 class QueuePort(Protocol):
-    def pop(self, max_pods: int, now: float) -> tuple[list[Popped], float | None]: ...
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None) -> PopResult: ...
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
 

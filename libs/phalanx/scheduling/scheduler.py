@@ -19,7 +19,8 @@ from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.model.quantity import format_milli
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.scheduling.ports import BinderPort, Popped, QueuePort, Verdict
+from phalanx.scheduling.ports import BinderPort, Carry, Popped, QueuePort, Verdict
+from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import PodRecord, StateStore, Txn
 from phalanx.telemetry.tracing import child_span
 from phalanx.v1 import binder_pb2
@@ -38,6 +39,7 @@ class StepResult:
     attempted: int = 0
     bound: int = 0
     next_wakeup: float | None = None
+    queue_pending: int = 0
 
 
 @dataclass
@@ -62,7 +64,9 @@ class GangScheduler:
         self.snapshot = Snapshot()
         self.gangs = GangManager(self.settings.default_wait_seconds)
         self.assumed: dict[str, PodRecord] = {}  # reserved, not yet bound: what a rollback must give back
+        self.bound: set[str] = set()  # pods bound and not yet released: never scheduled twice
         self._reported: dict[str, str] = {}
+        self._next_timer: float | None = None
         self._pod_reports: list[binder_pb2.PodReport] = []
 
     # -- start-up --------------------------------------------------------------------------------
@@ -72,7 +76,9 @@ class GangScheduler:
         for spec in self.store.load_gangs().values():
             self.gangs.upsert(spec)
         self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
-        self.assumed = {k: r for k, r in self.store.load_pods().items() if r.state == "assumed"}
+        records = self.store.load_pods()
+        self.assumed = {k: r for k, r in records.items() if r.state == "assumed"}
+        self.bound = {k for k, r in records.items() if r.state == "bound"}
         released = self.queue.release_in_flight()
         log.info("recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
                  len(self.snapshot), len(self.gangs.specs), len(self.assumed), released)
@@ -117,6 +123,7 @@ class GangScheduler:
             if i is not None:
                 self.snapshot.reserve(i, r.requests, sign=-1)
             self._forget_assumed(r.key)
+            self.bound.discard(r.key)
         return len(records)
 
     def add_bound_pods(self, pods: list[PodInfo]) -> None:
@@ -129,9 +136,10 @@ class GangScheduler:
             txn.reserve.append(self.store.reserve_entry(p, p.node_name))
             txn.set_state.append([p.key, "bound"])
             if p.gang:
-                txn.cmd("SADD", f"gang:{p.gang}:bound", p.key)
+                txn.cmd("SADD", rel_gang_bound(p.gang), p.key)
         if txn.reserve:
             self.store.must_apply(txn)
+            self.bound.update(entry[0] for entry in txn.reserve)
             self.snapshot.load_used(self.store.load_used())
 
     def _forget_assumed(self, key: str) -> None:
@@ -140,17 +148,20 @@ class GangScheduler:
             self.gangs.released(r.gang, [key])
 
     # -- the step ------------------------------------------------------------------------------------
-    def step(self, now: float) -> StepResult:
+    def step(self, now: float, carry: Carry | None = None) -> StepResult:
+        """Schedules until the queue has nothing runnable at `now`. `carry` holds queue updates from
+        cluster events; every pop carries the verdicts of the previous one."""
         result = StepResult()
-        self._expire_timers(now)
-        next_ready: float | None = None
+        carry = carry or Carry()
+        self._expire_timers(now, carry)
         while True:
-            popped, next_ready = self.queue.pop(self.settings.pop_batch, now)
-            if not popped:
+            popped = self.queue.pop(self.settings.pop_batch, now, carry)
+            carry = Carry()
+            if not popped.items:
                 break
-            result.attempted += len(popped)
+            result.attempted += len(popped.items)
             state = _StepState(now)
-            for gang, unit in _units(popped):
+            for gang, unit in _units(popped.items):
                 if gang:
                     self._schedule_gang_unit(gang, unit, state)
                 else:
@@ -158,11 +169,15 @@ class GangScheduler:
             self._schedule_ordinary(state)
             self._bind_ready(state)
             result.bound += state.bound
-            self.queue.done(state.verdicts, state.activate, state.failed, now)
+            carry = Carry(state.verdicts, state.activate, state.failed)
         self._flush_reports(now)
-        timer = self.store.next_timer()
-        wakeups = [t for t in (next_ready, timer) if t is not None]
+        if self.gangs.timers_changed:
+            self.gangs.timers_changed = False
+            self._next_timer = self.store.next_timer()
+        timer = self._next_timer
+        wakeups = [t for t in (popped.next_ready_at, timer) if t is not None]
         result.next_wakeup = min(wakeups) if wakeups else None
+        result.queue_pending = popped.pending
         return result
 
     # -- gangs ---------------------------------------------------------------------------------------
@@ -302,17 +317,17 @@ class GangScheduler:
         return True
 
     def _skip_reserved(self, unit: list[Popped], state: _StepState) -> list[Popped]:
-        """Pods the queue hands out again after a restart may already be reserved or bound: keep them."""
-        existing = self.store.get_pods([item.pod.key for item in unit])
-        if not existing:
-            return unit
+        """Pods the queue hands out again (after a restart, or a stale re-add) may already be reserved or
+        bound; memory mirrors Redis for both, so this costs no round trip."""
         out = []
         for item in unit:
-            rec = existing.get(item.pod.key)
-            if rec is None:
-                out.append(item)
+            key = item.pod.key
+            if key in self.bound:
+                state.verdicts.append(Verdict(item, Outcome.BOUND))
+            elif key in self.assumed:
+                state.verdicts.append(Verdict(item, Outcome.ASSUMED))
             else:
-                state.verdicts.append(Verdict(item, Outcome.BOUND if rec.state == "bound" else Outcome.ASSUMED))
+                out.append(item)
         return out
 
     def _min_resources_shortfall(self, spec: GangSpec) -> str:
@@ -385,6 +400,7 @@ class GangScheduler:
             item = items[res.pod_key]
             if res.status == binder_pb2.BIND_STATUS_BOUND:
                 self.assumed.pop(res.pod_key, None)
+                self.bound.add(res.pod_key)
                 if a.gang:
                     bound_by_gang[a.gang].append(res.pod_key)
                 state.verdicts.append(Verdict(item, Outcome.BOUND))
@@ -408,8 +424,9 @@ class GangScheduler:
             self.gangs.bound(gang, keys, state.now)
 
     # -- timeouts ------------------------------------------------------------------------------------
-    def _expire_timers(self, now: float) -> None:
-        due = [g for g in self.store.due_timers(now) if self.gangs.status(g) != GangStatus.SATISFIED]
+    def _expire_timers(self, now: float, carry: Carry) -> None:
+        due_all, self._next_timer = self.store.timers(now)
+        due = [g for g in due_all if self.gangs.status(g) != GangStatus.SATISFIED]
         if not due:
             return
         expired: set[str] = set()
@@ -436,8 +453,8 @@ class GangScheduler:
                     self._report(key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"},
                                  event="GangTimeout")
                     to_remove.append(key)
-        self.queue.remove(to_remove)
-        self.queue.move_all("gang-timeout-released-capacity", now)
+        carry.remove.extend(to_remove)
+        carry.move_all = True  # the released capacity may fit others
 
     def _timeout_message(self, gang: str) -> str:
         return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s with "

@@ -81,6 +81,24 @@ class SimResult:
     samples: list[dict[str, float]] = field(default_factory=list)
 
 
+@dataclass
+class _Due:
+    """What became due at one instant, sent to the scheduler with one Step."""
+
+    nodes: list[NodeInfo] = field(default_factory=list)
+    gangs: list[GangSpec] = field(default_factory=list)
+    pods: list[PodInfo] = field(default_factory=list)
+    bound: list[PodInfo] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def no_events(self) -> bool:
+        return not (self.nodes or self.gangs or self.bound or self.finished or self.deleted)
+
+    def only_finishes(self) -> bool:
+        return not (self.nodes or self.gangs or self.bound or self.deleted or self.pods)
+
+
 class Simulation:
     def __init__(self, workload: Workload, queue: QueueClient, scheduler: SchedulerClient, client: redis.Redis,
                  keys: Keys, options: SimOptions,
@@ -105,6 +123,8 @@ class Simulation:
         self._seq = itertools.count()
         self._bind_cursor = 0
         self.steps = 0
+        self.running = 0
+        self.bound_count = 0
         self.samples: list[dict[str, float]] = []
 
     # -- event timeline --------------------------------------------------------------------------
@@ -118,11 +138,19 @@ class Simulation:
         now = 0.0
         until_reached = False
         last_progress = 0.0
+        idle = False  # the queue held nothing and no timer was due after the last step
+        deferred: list[str] = []
         while True:
-            self._apply_due(now)
-            step = self._step(now)
-            self._read_bindings(now)
-            self._sample(now)
+            due = self._collect_due(now)
+            due.finished = deferred + due.finished
+            if idle and due.only_finishes():
+                # Nothing waits for capacity: freeing it can wait until the next step that needs it.
+                deferred = due.finished
+            else:
+                deferred = []
+                step = self._step(now, due)
+                idle = step.queue_pending == 0 and not step.next_wakeup
+                self._read_bindings(now)
             if self.opt.progress and time.monotonic() - last_progress > 0.5:
                 last_progress = time.monotonic()
                 self._print_progress(now, wall0)
@@ -146,47 +174,37 @@ class Simulation:
         return self._result(now, time.monotonic() - wall0, until_reached)
 
     # -- applying events -------------------------------------------------------------------------
-    def _apply_due(self, now: float) -> None:
-        nodes: list[NodeInfo] = []
-        new_pods: list[PodInfo] = []
-        bound_pods: list[PodInfo] = []
-        finished: list[str] = []
+    def _collect_due(self, now: float) -> "_Due":
+        due = _Due()
         gang_objects_added = False
         while self._events and self._events[0][0] <= now:
             _, _, kind, payload = heapq.heappop(self._events)
             if kind == "finish":
-                track = self.pods[payload]
-                track.finished_at = now
-                finished.append(payload)
+                self.pods[payload].finished_at = now
+                self.running -= 1
+                due.finished.append(payload)
                 continue
             obj: WorkloadObject = payload
             if obj.kind == "Node":
                 node = self._intake(obj, lambda o: parse_node(o.obj))
                 if node is not None:
-                    nodes.append(node)
+                    due.nodes.append(node)
             elif obj.kind in ("PodGroup", "ConfigMap"):
                 if obj.kind == "ConfigMap" and not GangResolver.is_gang_object(obj.obj):
                     continue  # an ordinary ConfigMap
                 try:
                     self.resolver.add_object(obj.obj, created_at=obj.at)
-                    gang_objects_added = True
                 except IntakeError as exc:
                     self.errors.append(f"{obj.origin}: {exc}")
-                    gang_objects_added = True  # its pods now resolve to the error
+                gang_objects_added = True  # valid or not, its waiting pods now resolve differently
             elif obj.kind == "Pod":
                 pod = self._admit_pod(obj)
                 if pod is not None:
-                    (bound_pods if pod.node_name else new_pods).append(pod)
+                    (due.bound if pod.node_name else due.pods).append(pod)
         if gang_objects_added:
-            new_pods.extend(self._reresolve_waiting())
-        gangs = self._specs_to_send(new_pods + bound_pods)
-        self._call(lambda s: s.apply(now, nodes=nodes, gangs=gangs, finished=finished, bound=bound_pods))
-        for p in bound_pods:
-            self._record_bind(p.key, p.node_name, now)
-        if new_pods:
-            resp = self.queue.add(new_pods, now)
-            for problem in resp.rejected:
-                self.errors.append(f"queue refused {problem}")
+            due.pods.extend(self._reresolve_waiting(due))
+        due.gangs = self._specs_to_send(due.pods + due.bound)
+        return due
 
     def _intake(self, obj: WorkloadObject, parse: Callable[[WorkloadObject], Any]) -> Any:
         try:
@@ -235,7 +253,7 @@ class Simulation:
             pod.gang = ""  # kube-scheduler alone knows no gangs
         return pod
 
-    def _reresolve_waiting(self) -> list[PodInfo]:
+    def _reresolve_waiting(self, due: "_Due") -> list[PodInfo]:
         """Pods parked for a missing PodGroup/ConfigMap: resolve again, resend those that changed."""
         out = []
         waiting, self.waiting = self.waiting, {}
@@ -247,7 +265,7 @@ class Simulation:
                 pod = self.parsed[key]
                 resolved = self._resolve(pod, track)
                 if resolved is None:
-                    self.queue.remove([key])  # its gang object turned out invalid
+                    due.deleted.append(key)  # its gang object turned out invalid: out of the queue
                 elif not track.waiting_for:
                     out.append(resolved)
         return out
@@ -275,9 +293,16 @@ class Simulation:
             self.scheduler = self.recover_scheduler()
             return fn(self.scheduler)
 
-    def _step(self, now: float) -> Any:
+    def _step(self, now: float, due: "_Due") -> Any:
         self.steps += 1
-        return self._call(lambda s: s.step(now))
+        events = None
+        if not due.no_events():
+            events = SchedulerClient.events(now, nodes=due.nodes, gangs=due.gangs, finished=due.finished,
+                                            deleted=due.deleted, bound=due.bound)
+        step = self._call(lambda s: s.step(now, events, due.pods))
+        for p in due.bound:
+            self._record_bind(p.key, p.node_name, now)
+        return step
 
     # -- bindings and the pods' lives ------------------------------------------------------------------
     def _read_bindings(self, now: float) -> None:
@@ -292,6 +317,7 @@ class Simulation:
         if track is None or track.bound_at is not None:
             return
         track.node, track.bound_at = node, at
+        self.bound_count += 1
         if not track.gang:
             self._start(track, at)
             return
@@ -308,20 +334,14 @@ class Simulation:
 
     def _start(self, track: PodTrack, at: float) -> None:
         track.started_at = at
+        self.running += 1
         if track.duration is not None:
             self._push(at + track.duration, "finish", track.key)
 
     # -- progress and results --------------------------------------------------------------------------
-    def _sample(self, now: float) -> None:
-        bound = sum(1 for t in self.pods.values() if t.bound_at is not None and t.finished_at is None)
-        if not self.samples or self.samples[-1]["t"] != now:
-            self.samples.append({"t": now, "running": float(bound)})
-        else:
-            self.samples[-1]["running"] = float(bound)
-
     def _print_progress(self, now: float, wall0: float, final: bool = False) -> None:
         seen = len(self.pods)
-        bound = sum(1 for t in self.pods.values() if t.bound_at is not None)
+        bound = self.bound_count
         wall = max(time.monotonic() - wall0, 1e-9)
         end = "\n" if final else "\r"
         sys.stderr.write(f"\rvirtual {now:10.1f}s  pods seen {seen:6d}  bound {bound:6d}  "

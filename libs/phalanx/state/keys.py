@@ -31,6 +31,27 @@ from dataclasses import dataclass
 FIELD_SEP = "\x1f"
 
 
+# Key names relative to the base, for the `cmds` of lua/txn.lua (which prepends the base itself).
+def rel_gang(key: str) -> str:
+    return f"gang:{key}"
+
+
+def rel_gang_assumed(key: str) -> str:
+    return f"gang:{key}:assumed"
+
+
+def rel_gang_bound(key: str) -> str:
+    return f"gang:{key}:bound"
+
+
+def rel_gang_rounds(key: str) -> str:
+    return f"gang:{key}:rounds"
+
+
+REL_TIMERS = "timers"
+REL_SIM_BINDS = "sim:binds"
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "phalanx"
@@ -64,20 +85,20 @@ class Keys:
         return f"{self.base}:gangs"
 
     def gang(self, key: str) -> str:
-        return f"{self.base}:gang:{key}"
+        return f"{self.base}:{rel_gang(key)}"
 
     def gang_assumed(self, key: str) -> str:
-        return f"{self.base}:gang:{key}:assumed"
+        return f"{self.base}:{rel_gang_assumed(key)}"
 
     def gang_bound(self, key: str) -> str:
-        return f"{self.base}:gang:{key}:bound"
+        return f"{self.base}:{rel_gang_bound(key)}"
 
     def gang_rounds(self, key: str) -> str:
-        return f"{self.base}:gang:{key}:rounds"
+        return f"{self.base}:{rel_gang_rounds(key)}"
 
     @property
     def timers(self) -> str:
-        return f"{self.base}:timers"
+        return f"{self.base}:{REL_TIMERS}"
 
     @property
     def bind_lock(self) -> str:
@@ -89,7 +110,7 @@ class Keys:
 
     @property
     def sim_binds(self) -> str:
-        return f"{self.base}:sim:binds"
+        return f"{self.base}:{REL_SIM_BINDS}"
 
     @property
     def sim_annotations(self) -> str:

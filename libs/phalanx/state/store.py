@@ -281,6 +281,14 @@ class StateStore:
     def due_timers(self, now: float) -> list[str]:
         return list(self.redis.zrangebyscore(self.keys.timers, "-inf", now))
 
+    def timers(self, now: float) -> tuple[list[str], float | None]:
+        """(gangs whose wait has expired by `now`, the earliest deadline of all) in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(self.keys.timers, "-inf", now)
+        pipe.zrange(self.keys.timers, 0, 0, withscores=True)
+        due, first = pipe.execute()
+        return list(due), (float(first[0][1]) if first else None)
+
     def next_timer(self) -> float | None:
         first = self.redis.zrange(self.keys.timers, 0, 0, withscores=True)
         return float(first[0][1]) if first else None

@@ -24,9 +24,13 @@ from opentelemetry.trace import Span
 _TRACER_NAME = "phalanx"
 
 
+def tracing_enabled() -> bool:
+    return os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+
+
 def setup_tracing(service_name: str) -> None:
     """Installs a tracer provider unless one is already installed (tests install an in-memory one)."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+    if not tracing_enabled():
         return
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return

@@ -107,21 +107,45 @@ class PopRequest(_message.Message):
     MAX_PODS_FIELD_NUMBER: _builtins.int
     NOW_FIELD_NUMBER: _builtins.int
     WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    ADD_FIELD_NUMBER: _builtins.int
+    MOVE_ALL_FIELD_NUMBER: _builtins.int
     max_pods: _builtins.int
     """soft limit: a gang is never split"""
     now: _builtins.float
     wait_seconds: _builtins.float
     """long-poll for work when the active sub-queue is empty"""
+    move_all: _builtins.bool
+    """a cluster event happened (see MoveAll)"""
+    @_builtins.property
+    def done(self) -> Global___DoneRequest:
+        """Carried with the pop to save round trips; applied in this order before popping:
+        verdicts on the previous pop
+        """
+
+    @_builtins.property
+    def remove(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """pods to forget"""
+
+    @_builtins.property
+    def add(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]:
+        """pods to enqueue"""
+
     def __init__(
         self,
         *,
         max_pods: _builtins.int = ...,
         now: _builtins.float = ...,
         wait_seconds: _builtins.float = ...,
+        done: Global___DoneRequest | None = ...,
+        remove: _abc.Iterable[_builtins.str] | None = ...,
+        add: _abc.Iterable[_objects_pb2.Pod] | None = ...,
+        move_all: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_pods", b"max_pods", "now", b"now", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add", b"add", "done", b"done", "max_pods", b"max_pods", "move_all", b"move_all", "now", b"now", "remove", b"remove", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -133,19 +157,29 @@ class PopResponse(_message.Message):
 
     PODS_FIELD_NUMBER: _builtins.int
     NEXT_READY_AT_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    REJECTED_FIELD_NUMBER: _builtins.int
     next_ready_at: _builtins.float
     """earliest backoff expiry, 0 when none"""
+    pending: _builtins.int
+    """pods the queue still holds (any sub-queue, in flight included)"""
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]: ...
+    @_builtins.property
+    def rejected(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """carried pods refused, as in AddResponse"""
+
     def __init__(
         self,
         *,
         pods: _abc.Iterable[_objects_pb2.Pod] | None = ...,
         next_ready_at: _builtins.float = ...,
+        pending: _builtins.int = ...,
+        rejected: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_ready_at", b"next_ready_at", "pods", b"pods"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_ready_at", b"next_ready_at", "pending", b"pending", "pods", b"pods", "rejected", b"rejected"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -90,15 +90,27 @@ class StepRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NOW_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    PODS_ADDED_FIELD_NUMBER: _builtins.int
     now: _builtins.float
+    @_builtins.property
+    def events(self) -> Global___ClusterEvents:
+        """applied first (saves a round trip per step)"""
+
+    @_builtins.property
+    def pods_added(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]:
+        """handed to the queue with the step's first pop"""
+
     def __init__(
         self,
         *,
         now: _builtins.float = ...,
+        events: Global___ClusterEvents | None = ...,
+        pods_added: _abc.Iterable[_objects_pb2.Pod] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["now", b"now"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "now", b"now", "pods_added", b"pods_added"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -111,20 +123,24 @@ class StepResponse(_message.Message):
     PODS_ATTEMPTED_FIELD_NUMBER: _builtins.int
     PODS_BOUND_FIELD_NUMBER: _builtins.int
     NEXT_WAKEUP_FIELD_NUMBER: _builtins.int
+    QUEUE_PENDING_FIELD_NUMBER: _builtins.int
     pods_attempted: _builtins.int
     pods_bound: _builtins.int
     next_wakeup: _builtins.float
     """0 when nothing is pending in time"""
+    queue_pending: _builtins.int
+    """pods still in the queue after the step"""
     def __init__(
         self,
         *,
         pods_attempted: _builtins.int = ...,
         pods_bound: _builtins.int = ...,
         next_wakeup: _builtins.float = ...,
+        queue_pending: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_wakeup", b"next_wakeup", "pods_attempted", b"pods_attempted", "pods_bound", b"pods_bound"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_wakeup", b"next_wakeup", "pods_attempted", b"pods_attempted", "pods_bound", b"pods_bound", "queue_pending", b"queue_pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
