@@ -61,8 +61,15 @@ def context_from_traceparent(traceparent: str) -> context.Context | None:
 
 @contextmanager
 def child_span(name: str, traceparent: str, attributes: dict[str, Any] | None = None) -> Iterator[Span]:
-    """A span under the trace named by `traceparent` (a new trace when it is empty)."""
+    """A span in the gang's trace named by `traceparent` (a new trace when it is empty). When the current
+    span already belongs to that trace (a gRPC server span of a call made for this gang), the new span
+    nests under it, so the tree shows the hop; otherwise it hangs off the gang's root."""
     ctx = context_from_traceparent(traceparent)
+    current = trace.get_current_span().get_span_context()
+    if ctx is not None and current.is_valid:
+        wanted = trace.get_current_span(ctx).get_span_context()
+        if wanted.trace_id == current.trace_id:
+            ctx = None  # nest under the current span
     with tracer().start_as_current_span(name, context=ctx, attributes=attributes or {}) as span:
         yield span
 
