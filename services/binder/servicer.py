@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import grpc
 
 from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import LockTimeout
 from phalanx.clock import Clock
+from phalanx.rpc.stream_call import serve_stream
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
 
 
@@ -33,6 +36,10 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return binder_pb2.BindResponse(results=results, fence=fence)
+
+    def BindStream(self, requests: Iterator[binder_pb2.BindRequest],
+                   context: grpc.ServicerContext) -> Iterator[binder_pb2.BindResponse]:
+        return serve_stream(self.Bind)(requests, context)
 
     def Report(self, request: binder_pb2.ReportRequest, context: grpc.ServicerContext) -> binder_pb2.ReportResponse:
         self.backend.report(list(request.pods), list(request.gangs), self.clock.now(request.now))

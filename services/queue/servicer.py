@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import grpc
 
 from phalanx.clock import Clock
 from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
+from phalanx.rpc.stream_call import serve_stream
 from phalanx.telemetry.tracing import start_root
 from phalanx.v1 import queue_pb2, queue_pb2_grpc
 
@@ -68,15 +71,23 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0,
                                      pending=len(self.queue), rejected=rejected)
 
+    def PopStream(self, requests: Iterator[queue_pb2.PopRequest],
+                  context: grpc.ServicerContext) -> Iterator[queue_pb2.PopResponse]:
+        return serve_stream(self.Pop)(requests, context)
+
     def Done(self, request: queue_pb2.DoneRequest, context: grpc.ServicerContext) -> queue_pb2.DoneResponse:
         self._done(request, self.clock.now(request.now), context)
         return queue_pb2.DoneResponse()
 
     def _done(self, request: queue_pb2.DoneRequest, now: float, context: grpc.ServicerContext) -> None:
+        # Validate the whole request first: a refused request must change nothing.
         for i, res in enumerate(request.results):
-            outcome = _OUTCOMES.get(res.outcome)
-            if outcome is None:
+            if res.outcome not in _OUTCOMES:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"results[{i}].outcome: unknown value {res.outcome}")
+            if not res.pod.name or not res.pod.namespace:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"results[{i}].pod: namespace and name are required")
+        for res in request.results:
+            outcome = _OUTCOMES[res.outcome]
             pod = res.pod
             self.queue.done(f"{pod.namespace}/{pod.name}", outcome, now, payload=pod, priority=pod.priority,
                             created_at=pod.created_at, gang=pod.gang, gang_created_at=pod.gang_created_at)

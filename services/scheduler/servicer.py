@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 
+from collections.abc import Iterator
+
 import grpc
 
 from phalanx.clock import Clock
+from phalanx.rpc.stream_call import serve_stream
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
 from phalanx.scheduling.ports import Carry, Popped, QueuePort, Verdict
@@ -50,6 +53,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.StepResponse(pods_attempted=r.attempted, pods_bound=r.bound,
                                           next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0,
                                           queue_pending=r.queue_pending)
+
+    def StepStream(self, requests: Iterator[scheduler_pb2.StepRequest],
+                   context: grpc.ServicerContext) -> Iterator[scheduler_pb2.StepResponse]:
+        return serve_stream(self.Step)(requests, context)
 
     @staticmethod
     def _validate(ev: scheduler_pb2.ClusterEvents, context: grpc.ServicerContext, prefix: str) -> None:

@@ -101,13 +101,13 @@ def test_gang_path_is_one_trace_across_services(tmp_path: Path, services: tuple[
     assert len(dispatch) == 1
     bind = [s for s in in_trace if s.name == "phalanx.binder.bind_batch"]
     assert len(bind) == 1 and bind[0].attributes["phalanx.pods"] == 3
-    # bind_batch -> server span of Binder.Bind -> client span -> dispatch_bind -> the gang's root
+    # bind_batch (binder) -> dispatch_bind (scheduler) -> the gang's root (queue): the hops carry the
+    # trace in the messages, as the queue is asynchronous and the hot paths are streams.
     chain = []
     span = bind[0]
     while span.parent is not None and span.parent.span_id in by_id:
         span = by_id[span.parent.span_id]
         chain.append(span.name)
-    assert chain == ["server /phalanx.v1.Binder/Bind", "client /phalanx.v1.Binder/Bind",
-                     "phalanx.scheduler.dispatch_bind", "phalanx.queue.enqueue"], names
+    assert chain == ["phalanx.scheduler.dispatch_bind", "phalanx.queue.enqueue"], names
     # Health checks stay out of traces.
     assert not any("Health" in s.name for s in spans)

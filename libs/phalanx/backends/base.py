@@ -21,6 +21,8 @@ class BindFailure:
 
 class ClusterBackend(Protocol):
     name: str
+    # True when bind() only adds writes to the commit: the whole bind is then one atomic, locked script.
+    transactional: bool
 
     def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         """Binds pods; returns failures by pod key. May add writes to `commit` to make them atomic with it."""

@@ -18,6 +18,7 @@ from phalanx.v1 import binder_pb2
 
 class SimulatedBackend:
     name = "simulated"
+    transactional = True
 
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client

@@ -1,7 +1,9 @@
 """Binds a batch under the bind mutex: a satisfied gang (or GangGroup) at once, or ordinary pods.
 
 Sequence, all under the lock: check that every pod is still reserved where the scheduler put it; write
-the bindings through the backend; commit `bound` to Redis with the lock's fencing token.
+the bindings through the backend; commit `bound` to Redis with the lock's fencing token. On a backend
+whose writes live in Redis (the embedded cluster) the whole sequence is one Lua script that takes and
+releases the mutex itself: one round trip per batch instead of four.
 - all_or_nothing (a gang's first bind): if any pod's reservation is gone, the whole batch is rolled back
   (every reservation released) and nothing is written to the cluster.
 - Otherwise, and for cluster write failures once the gang is satisfied: only the failed pod is released.
@@ -10,6 +12,8 @@ the bindings through the backend; commit `bound` to Redis with the lock's fencin
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections import defaultdict
 
 from phalanx.backends.base import BindFailure, ClusterBackend
@@ -38,11 +42,52 @@ class BatchBinder:
         gangs = sorted({a.gang for a in assignments if a.gang})
         with child_span("phalanx.binder.bind_batch", trace,
                         {"phalanx.pods": len(assignments), "phalanx.gangs": ",".join(gangs),
-                         "phalanx.all_or_nothing": all_or_nothing}) as span, self.lock.hold() as fence:
+                         "phalanx.all_or_nothing": all_or_nothing}) as span:
+            fast = self._bind_in_one_script(assignments, now) if self.backend.transactional else None
+            if fast is not None:
+                results, fence = fast
+            else:
+                with self.lock.hold() as fence:
+                    results = self._bind_locked(assignments, all_or_nothing, now, fence)
             span.set_attribute("phalanx.fence", fence)
-            results = self._bind_locked(assignments, all_or_nothing, now, fence)
             span.set_attribute("phalanx.bound", sum(1 for r in results if r.status == BOUND))
             return results, fence
+
+    def _bind_in_one_script(self, assignments: list[binder_pb2.Assignment],
+                            now: float) -> tuple[list[binder_pb2.BindResult], int] | None:
+        """The common case on a backend whose writes live in Redis: take the mutex, check every
+        reservation, write every binding and release the mutex in one script. None when any check
+        fails: the careful path below then sorts out which pods failed and what to roll back."""
+        txn = Txn(lock=[uuid.uuid4().hex, self.lock.lease_ms],
+                  expect=[[a.pod_key, "assumed", a.node] for a in assignments])
+        failures = self.backend.bind(assignments, now, txn)
+        if failures:  # a transactional backend reports none; be safe if one ever does
+            return None
+        self._commit_bound(txn, assignments, now)
+        deadline = time.monotonic() + 30.0
+        delay = 0.0005
+        while True:
+            ok, reason, fence = self.store.apply_fenced(txn)
+            if ok:
+                return [binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND) for a in assignments], fence
+            if reason != "locked" or time.monotonic() > deadline:
+                return None
+            time.sleep(delay)  # another binder holds the mutex
+            delay = min(delay * 2, 0.05)
+
+    @staticmethod
+    def _commit_bound(commit: Txn, bound: list[binder_pb2.Assignment], now: float) -> None:
+        """The state changes of binding `bound`: pods become bound, their gangs satisfied."""
+        by_gang: dict[str, list[str]] = defaultdict(list)
+        for a in bound:
+            commit.set_state.append([a.pod_key, "bound"])
+            if a.gang:
+                by_gang[a.gang].append(a.pod_key)
+        for gang, keys in by_gang.items():
+            commit.cmd("SREM", rel_gang_assumed(gang), *keys)
+            commit.cmd("SADD", rel_gang_bound(gang), *keys)
+            commit.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
+            commit.cmd("ZREM", REL_TIMERS, gang)
 
     def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
                      fence: int) -> list[binder_pb2.BindResult]:
@@ -67,23 +112,17 @@ class BatchBinder:
         todo = [a for a in assignments if a.pod_key not in problems]
         commit = Txn(fence=fence)
         failures: dict[str, BindFailure] = self.backend.bind(todo, now, commit) if todo else {}
-        bound_by_gang: dict[str, list[str]] = defaultdict(list)
+        bound: list[binder_pb2.Assignment] = []
         for a in todo:
             failure = failures.get(a.pod_key)
             if failure is None:
-                commit.set_state.append([a.pod_key, "bound"])
-                if a.gang:
-                    bound_by_gang[a.gang].append(a.pod_key)
+                bound.append(a)
                 results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
             else:
                 commit.release.append(a.pod_key)
                 status = GONE if failure.gone else FAILED
                 results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=failure.message)
-        for gang, keys in bound_by_gang.items():
-            commit.cmd("SREM", rel_gang_assumed(gang), *keys)
-            commit.cmd("SADD", rel_gang_bound(gang), *keys)
-            commit.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
-            commit.cmd("ZREM", REL_TIMERS, gang)
+        self._commit_bound(commit, bound, now)
         ok, reason = self.store.apply(commit)
         if not ok:
             # Fenced out: a newer lock holder exists, so nothing of this batch was recorded as bound.
@@ -95,7 +134,9 @@ class BatchBinder:
                    problems: dict[str, str], fence: int) -> list[binder_pb2.BindResult]:
         first = next(iter(problems.items()))
         log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)
-        txn = Txn(fence=fence, release=[a.pod_key for a in assignments if a.pod_key in records])
+        # Only reservations are undone: a pod already bound runs in the cluster and keeps its capacity.
+        txn = Txn(fence=fence, release=[a.pod_key for a in assignments
+                                        if getattr(records.get(a.pod_key), "state", None) == "assumed"])
         self.store.apply(txn)
         out = []
         for a in assignments:

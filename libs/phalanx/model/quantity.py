@@ -22,16 +22,27 @@ class QuantityError(ValueError):
     pass
 
 
+_MAX_MILLI = 2**63 - 1  # quantities travel as int64 milli-units (numpy, protobuf)
+
+
+def _checked(value: object, milli: int) -> int:
+    if milli < 0:
+        raise QuantityError(f"{value!r} is negative")
+    if milli > _MAX_MILLI:
+        raise QuantityError(f"{value!r} is too large")
+    return milli
+
+
 def parse_quantity(value: object) -> int:
     """Return the quantity in milli-units, rounded up as Kubernetes does for sub-milli precision."""
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
-        return value * 1000
+        return _checked(value, value * 1000)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a quantity")
-        return math.ceil(Decimal(repr(value)) * 1000)
+        return _checked(value, math.ceil(Decimal(repr(value)) * 1000))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
     match = _QUANTITY.match(value.strip())
@@ -44,7 +55,7 @@ def parse_quantity(value: object) -> int:
         raise QuantityError(f"{value!r} is not a quantity") from exc
     if amount < 0:
         raise QuantityError(f"{value!r} is negative")
-    return math.ceil(amount * 1000)
+    return _checked(value, math.ceil(amount * 1000))
 
 
 def parse_resource_list(raw: object, where: str) -> Resources:

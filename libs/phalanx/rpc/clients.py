@@ -6,6 +6,7 @@ from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
 from phalanx.rpc.server import channel
+from phalanx.rpc.stream_call import StreamCaller
 from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.v1 import objects_pb2, binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
@@ -26,6 +27,7 @@ class QueueClient:
         self.channel = channel(address)
         self.stub = queue_pb2_grpc.QueueStub(self.channel)
         self.timeout = timeout
+        self._pop = StreamCaller(self.stub.PopStream)
 
     def add(self, pods: list[PodInfo], now: float) -> queue_pb2.AddResponse:
         return self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now), timeout=self.timeout)
@@ -37,7 +39,7 @@ class QueueClient:
             req.remove.extend(carry.remove)
             req.add.extend(pod_to_pb(item.pod, item.trace) for item in carry.add)
             req.move_all = carry.move_all
-        resp = self.stub.Pop(req, timeout=self.timeout + wait_seconds)
+        resp = self.stub.Pop(req, timeout=self.timeout + wait_seconds) if wait_seconds else self._pop.call(req)
         items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
         return PopResult(items, resp.next_ready_at or None, resp.pending)
 
@@ -60,6 +62,10 @@ class QueueClient:
         return self.stub.Stats(queue_pb2.StatsRequest(now=now), timeout=self.timeout)
 
     def close(self) -> None:
+        for attr in ("_pop", "_bind", "_step"):
+            caller = getattr(self, attr, None)
+            if caller is not None:
+                caller.close()
         self.channel.close()
 
 
@@ -82,17 +88,22 @@ class BinderClient:
         self.channel = channel(address)
         self.stub = binder_pb2_grpc.BinderStub(self.channel)
         self.timeout = timeout
+        self._bind = StreamCaller(self.stub.BindStream)
 
     def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
              trace: str) -> list[binder_pb2.BindResult]:
         req = binder_pb2.BindRequest(assignments=assignments, all_or_nothing=all_or_nothing, now=now,
                                      trace_parent=trace)
-        return list(self.stub.Bind(req, timeout=self.timeout).results)
+        return list(self._bind.call(req).results)
 
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
         self.stub.Report(binder_pb2.ReportRequest(pods=pods, gangs=gangs, now=now), timeout=self.timeout)
 
     def close(self) -> None:
+        for attr in ("_pop", "_bind", "_step"):
+            caller = getattr(self, attr, None)
+            if caller is not None:
+                caller.close()
         self.channel.close()
 
 
@@ -102,6 +113,7 @@ class SchedulerClient:
         self.channel = channel(address)
         self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)
         self.timeout = timeout
+        self._step = StreamCaller(self.stub.StepStream)
 
     @staticmethod
     def events(now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
@@ -126,10 +138,14 @@ class SchedulerClient:
         req = scheduler_pb2.StepRequest(now=now, pods_added=[pod_to_pb(p) for p in pods])
         if events is not None:
             req.events.CopyFrom(events)
-        return self.stub.Step(req, timeout=self.timeout)
+        return self._step.call(req)
 
     def list_gangs(self) -> list[scheduler_pb2.GangStatus]:
         return list(self.stub.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=self.timeout).gangs)
 
     def close(self) -> None:
+        for attr in ("_pop", "_bind", "_step"):
+            caller = getattr(self, attr, None)
+            if caller is not None:
+                caller.close()
         self.channel.close()

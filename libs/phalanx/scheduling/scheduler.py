@@ -22,7 +22,7 @@ from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, QueuePort, Verdict
 from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import PodRecord, StateStore, Txn
-from phalanx.telemetry.tracing import child_span
+from phalanx.telemetry.tracing import child_span, nested_traceparent
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,13 @@ class GangScheduler:
         self._reported: dict[str, str] = {}
         self._next_timer: float | None = None
         self._pod_reports: list[binder_pb2.PodReport] = []
+        # Gang reports (PodGroup status and Events): the last (phase, message) sent per gang, when the
+        # scheduler first tried each gang, and the last reason a pod of it could not be placed (so a
+        # timeout message still names the missing resource).
+        self._gang_reports: list[binder_pb2.GangReport] = []
+        self._gang_reported: dict[str, tuple[str, str]] = {}
+        self._first_attempt: dict[str, float] = {}
+        self._last_failure: dict[str, str] = {}
 
     # -- start-up --------------------------------------------------------------------------------
     def recover(self, now: float) -> None:
@@ -79,6 +86,7 @@ class GangScheduler:
         records = self.store.load_pods()
         self.assumed = {k: r for k, r in records.items() if r.state == "assumed"}
         self.bound = {k for k, r in records.items() if r.state == "bound"}
+        self._next_timer = self.store.next_timer()
         released = self.queue.release_in_flight()
         log.info("recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
                  len(self.snapshot), len(self.gangs.specs), len(self.assumed), released)
@@ -141,6 +149,9 @@ class GangScheduler:
             self.store.must_apply(txn)
             self.bound.update(entry[0] for entry in txn.reserve)
             self.snapshot.load_used(self.store.load_used())
+            for p in pods:  # memory mirrors the SADD above, so gang counts include them
+                if p.gang and p.key in self.bound:
+                    self.gangs.record(p.gang).bound.add(p.key)
 
     def _forget_assumed(self, key: str) -> None:
         r = self.assumed.pop(key, None)
@@ -208,7 +219,9 @@ class GangScheduler:
             if shortfall:
                 msg = f"{self.gangs.describe(gang)}; {shortfall}"
                 span.set_attribute("phalanx.result", "min-resources")
+                self._last_failure[gang] = shortfall
                 self._reject(unit, Outcome.UNSCHEDULABLE, msg, state)
+                self._report_gang(gang, "Pending", "FailedScheduling", msg, state.now, unschedulable=True)
                 return
             for attempt in range(2):
                 if self._try_gang_unit(gang, unit, state, span):
@@ -264,6 +277,7 @@ class GangScheduler:
             state.verdicts.append(Verdict(item, Outcome.BACKOFF, msg))
         for item, why in unplaceable:
             msg = f"{self.gangs.describe(gang)}; {item.pod.name}: {why}"
+            self._last_failure[gang] = f"{item.pod.name}: {why}"
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg))
             self._report(item.pod.key, msg)
         if placed:
@@ -278,6 +292,7 @@ class GangScheduler:
                 waiting = f"{self.gangs.describe(gang)}; waiting for the other gangs of its group"
             for item, _ in placed:
                 self._report(item.pod.key, waiting)
+            self._report_gang(gang, "Scheduling", "GangWaiting", waiting, state.now)
         return True
 
     def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int]],
@@ -289,6 +304,7 @@ class GangScheduler:
         previously = [k for k in self.gangs.record(gang).assumed if k in self.assumed]
         message = (f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; "
                    f"Strict mode released the gang's reservations")
+        self._last_failure[gang] = f"{failed_item.pod.name}: {why}"
         for item in unit:
             self.gangs.mark_tried(gang, item.pod.key, txn)
         if placed or previously:  # pods reached the wait stage before the failure: the gang's wait runs
@@ -312,6 +328,7 @@ class GangScheduler:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message))
             self._report(item.pod.key, message)
         state.failed.append(gang)
+        self._report_gang(gang, "Pending", "FailedScheduling", message, state.now, unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
         return True
@@ -392,7 +409,7 @@ class GangScheduler:
 
     def _dispatch(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, state: _StepState,
                   trace: str, items: dict[str, Popped]) -> None:
-        results = self.binder.bind(assignments, all_or_nothing, state.now, trace)
+        results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
         by_key = {a.pod_key: a for a in assignments}
         bound_by_gang: dict[str, list[str]] = defaultdict(list)
         for res in results:
@@ -421,10 +438,19 @@ class GangScheduler:
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, res.message))
                 self._report(res.pod_key, f"binding failed: {res.message}")
         for gang, keys in bound_by_gang.items():
+            first = self.gangs.record(gang).satisfied_at is None
             self.gangs.bound(gang, keys, state.now)
+            if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
+                rec = self.gangs.record(gang)
+                self._report_gang(gang, "Scheduled", "GangScheduled",
+                                  f"gang {gang}: {len(rec.bound)}/{self._min(gang)} pods bound", state.now)
 
     # -- timeouts ------------------------------------------------------------------------------------
     def _expire_timers(self, now: float, carry: Carry) -> None:
+        # Every timer is set by this scheduler (the binder only clears them), so the earliest deadline
+        # known here is a safe lower bound: before it, nothing can be due and Redis need not be asked.
+        if self._next_timer is None or now < self._next_timer:
+            return
         due_all, self._next_timer = self.store.timers(now)
         due = [g for g in due_all if self.gangs.status(g) != GangStatus.SATISFIED]
         if not due:
@@ -453,13 +479,17 @@ class GangScheduler:
                     self._report(key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"},
                                  event="GangTimeout")
                     to_remove.append(key)
+            self._report_gang(gang, "Failed", "GangTimeout", self._timeout_message(gang), now, unschedulable=True,
+                              pod_key=pods[0] if pods else "")
         carry.remove.extend(to_remove)
         carry.move_all = True  # the released capacity may fit others
 
     def _timeout_message(self, gang: str) -> str:
+        last = self._last_failure.get(gang)
+        why = f"last failure: {last}" if last else "too few of its pods were created"
         return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s with "
-                f"{self.gangs.placed_count(gang)}/{self._min(gang)} pods placed; it will not be scheduled again "
-                f"until its pods are recreated")
+                f"{self.gangs.placed_count(gang)}/{self._min(gang)} pods placed ({why}); it will not be scheduled "
+                f"again until its pods are recreated")
 
     def _min(self, gang: str) -> int | str:
         spec = self.gangs.specs.get(gang)
@@ -482,10 +512,26 @@ class GangScheduler:
             pod_key=pod_key, annotations=annotations or {}, unschedulable_message=message,
             event_reason=event, event_message=message))
 
+    def _report_gang(self, gang: str, phase: str, reason: str, message: str, now: float,
+                     unschedulable: bool = False, pod_key: str = "") -> None:
+        """Queues a gang-level report (PodGroup status, an Event); unchanged ones are not sent again."""
+        if self._gang_reported.get(gang) == (phase, message):
+            return
+        self._gang_reported[gang] = (phase, message)
+        spec = self.gangs.specs.get(gang)
+        rec = self.gangs.record(gang)
+        started = rec.first_wait if rec.first_wait is not None else self._first_attempt.setdefault(gang, now)
+        members = sorted(rec.bound | rec.assumed)
+        self._gang_reports.append(binder_pb2.GangReport(
+            gang_key=gang, phase=phase, scheduled=len(rec.bound), message=message,
+            source=spec.source if spec is not None else "", event_reason=reason, unschedulable=unschedulable,
+            schedule_start_time=started, pod_key=pod_key or (members[0] if members else "")))
+
     def _flush_reports(self, now: float) -> None:
-        if self._pod_reports:
+        if self._pod_reports or self._gang_reports:
             reports, self._pod_reports = self._pod_reports, []
-            self.binder.report(reports, [], now)
+            gangs, self._gang_reports = self._gang_reports, []
+            self.binder.report(reports, gangs, now)
 
     # -- introspection -------------------------------------------------------------------------------
     def gang_statuses(self) -> list[dict[str, object]]:

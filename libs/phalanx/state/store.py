@@ -25,6 +25,7 @@ class Txn:
     """A transaction for lua/txn.lua; `cmds` address keys by their suffix under the key base."""
 
     fence: int | None = None
+    lock: list[Any] | None = None  # [token, lease_ms]: hold the bind mutex for the script's length
     expect: list[list[str]] = field(default_factory=list)
     release: list[str] = field(default_factory=list)
     reserve: list[list[Any]] = field(default_factory=list)
@@ -43,6 +44,8 @@ class Txn:
                 body[name] = value
         if self.fence is not None:
             body["fence"] = self.fence
+        if self.lock is not None:
+            body["lock"] = self.lock
         return json.dumps(body, separators=(",", ":"))
 
     def empty(self) -> bool:
@@ -138,11 +141,17 @@ class StateStore:
 
     # -- transactions ----------------------------------------------------------------------------
     def apply(self, txn: Txn) -> tuple[bool, str]:
-        if txn.empty() and txn.fence is None:
-            return True, ""
+        ok, reason, _ = self.apply_fenced(txn)
+        return ok, reason
+
+    def apply_fenced(self, txn: Txn) -> tuple[bool, str, int]:
+        """Like apply; also returns the fencing token a `txn.lock` took (0 without one)."""
+        if txn.empty() and txn.fence is None and txn.lock is None:
+            return True, "", 0
         result = self._txn(keys=[], args=[self.keys.base, txn.payload()])
-        ok = int(result[0]) == 1
-        return ok, "" if ok else str(result[1])
+        if int(result[0]) == 1:
+            return True, "", int(result[1])
+        return False, str(result[1]), 0
 
     def must_apply(self, txn: Txn) -> None:
         ok, reason = self.apply(txn)

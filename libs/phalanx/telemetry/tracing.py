@@ -74,6 +74,17 @@ def child_span(name: str, traceparent: str, attributes: dict[str, Any] | None = 
         yield span
 
 
+def nested_traceparent(traceparent: str) -> str:
+    """The traceparent to hand to the next hop: the current span's when it belongs to the same trace
+    (so the next service's spans nest under it), else `traceparent` itself."""
+    current = trace.get_current_span()
+    ctx = context_from_traceparent(traceparent)
+    if ctx is not None and current.get_span_context().is_valid:
+        if trace.get_current_span(ctx).get_span_context().trace_id == current.get_span_context().trace_id:
+            return traceparent_of(current)
+    return traceparent
+
+
 def start_root(name: str, attributes: dict[str, Any] | None = None) -> str:
     """Opens and ends a span that starts a new trace; returns its traceparent for later children."""
     span = tracer().start_span(name, context=context.Context(), attributes=attributes or {})

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17phalanx/v1/binder.proto\x12\nphalanx.v1\"F\n\nAssignment\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0c\n\x04gang\x18\x04 \x01(\t\"u\n\x0b\x42indRequest\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.Assignment\x12\x16\n\x0e\x61ll_or_nothing\x18\x02 \x01(\x08\x12\x0b\n\x03now\x18\x03 \x01(\x01\x12\x14\n\x0ctrace_parent\x18\x04 \x01(\t\"V\n\nBindResult\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.phalanx.v1.BindStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\"F\n\x0c\x42indResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.BindResult\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x03\"\xd9\x01\n\tPodReport\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.phalanx.v1.PodReport.AnnotationsEntry\x12\x1d\n\x15unschedulable_message\x18\x03 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x04 \x01(\t\x12\x15\n\revent_message\x18\x05 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\nGangReport\x12\x10\n\x08gang_key\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x11\n\tscheduled\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\"h\n\rReportRequest\x12#\n\x04pods\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodReport\x12%\n\x05gangs\x18\x02 \x03(\x0b\x32\x16.phalanx.v1.GangReport\x12\x0b\n\x03now\x18\x03 \x01(\x01\"\x10\n\x0eReportResponse*\x8b\x01\n\nBindStatus\x12\x1b\n\x17\x42IND_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42IND_STATUS_BOUND\x10\x01\x12\x16\n\x12\x42IND_STATUS_FAILED\x10\x02\x12\x1b\n\x17\x42IND_STATUS_ROLLED_BACK\x10\x03\x12\x14\n\x10\x42IND_STATUS_GONE\x10\x04\x32\x84\x01\n\x06\x42inder\x12\x39\n\x04\x42ind\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse\x12?\n\x06Report\x12\x19.phalanx.v1.ReportRequest\x1a\x1a.phalanx.v1.ReportResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17phalanx/v1/binder.proto\x12\nphalanx.v1\"F\n\nAssignment\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0c\n\x04gang\x18\x04 \x01(\t\"u\n\x0b\x42indRequest\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.Assignment\x12\x16\n\x0e\x61ll_or_nothing\x18\x02 \x01(\x08\x12\x0b\n\x03now\x18\x03 \x01(\x01\x12\x14\n\x0ctrace_parent\x18\x04 \x01(\t\"V\n\nBindResult\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.phalanx.v1.BindStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\"F\n\x0c\x42indResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.BindResult\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x03\"\xd9\x01\n\tPodReport\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.phalanx.v1.PodReport.AnnotationsEntry\x12\x1d\n\x15unschedulable_message\x18\x03 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x04 \x01(\t\x12\x15\n\revent_message\x18\x05 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x02\n\nGangReport\x12\x10\n\x08gang_key\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x11\n\tscheduled\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x06 \x01(\t\x12\x15\n\runschedulable\x18\x07 \x01(\x08\x12\x1b\n\x13schedule_start_time\x18\x08 \x01(\x01\x12\x0f\n\x07pod_key\x18\t \x01(\t\x12\x12\n\nhas_counts\x18\n \x01(\x08\x12\x0f\n\x07running\x18\x0b \x01(\x05\x12\x11\n\tsucceeded\x18\x0c \x01(\x05\x12\x0e\n\x06\x66\x61iled\x18\r \x01(\x05\"h\n\rReportRequest\x12#\n\x04pods\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodReport\x12%\n\x05gangs\x18\x02 \x03(\x0b\x32\x16.phalanx.v1.GangReport\x12\x0b\n\x03now\x18\x03 \x01(\x01\"\x10\n\x0eReportResponse*\x8b\x01\n\nBindStatus\x12\x1b\n\x17\x42IND_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42IND_STATUS_BOUND\x10\x01\x12\x16\n\x12\x42IND_STATUS_FAILED\x10\x02\x12\x1b\n\x17\x42IND_STATUS_ROLLED_BACK\x10\x03\x12\x14\n\x10\x42IND_STATUS_GONE\x10\x04\x32\xc9\x01\n\x06\x42inder\x12\x39\n\x04\x42ind\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse\x12?\n\x06Report\x12\x19.phalanx.v1.ReportRequest\x1a\x1a.phalanx.v1.ReportResponse\x12\x43\n\nBindStream\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PODREPORT_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_BINDSTATUS']._serialized_start=818
-  _globals['_BINDSTATUS']._serialized_end=957
+  _globals['_BINDSTATUS']._serialized_start=998
+  _globals['_BINDSTATUS']._serialized_end=1137
   _globals['_ASSIGNMENT']._serialized_start=39
   _globals['_ASSIGNMENT']._serialized_end=109
   _globals['_BINDREQUEST']._serialized_start=111
@@ -47,12 +47,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PODREPORT']._serialized_end=608
   _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_start=558
   _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_end=608
-  _globals['_GANGREPORT']._serialized_start=610
-  _globals['_GANGREPORT']._serialized_end=691
-  _globals['_REPORTREQUEST']._serialized_start=693
-  _globals['_REPORTREQUEST']._serialized_end=797
-  _globals['_REPORTRESPONSE']._serialized_start=799
-  _globals['_REPORTRESPONSE']._serialized_end=815
-  _globals['_BINDER']._serialized_start=960
-  _globals['_BINDER']._serialized_end=1092
+  _globals['_GANGREPORT']._serialized_start=611
+  _globals['_GANGREPORT']._serialized_end=871
+  _globals['_REPORTREQUEST']._serialized_start=873
+  _globals['_REPORTREQUEST']._serialized_end=977
+  _globals['_REPORTRESPONSE']._serialized_start=979
+  _globals['_REPORTRESPONSE']._serialized_end=995
+  _globals['_BINDER']._serialized_start=1140
+  _globals['_BINDER']._serialized_end=1341
 # @@protoc_insertion_point(module_scope)

@@ -213,16 +213,46 @@ Global___PodReport: _TypeAlias = PodReport  # noqa: Y015
 
 @_typing.final
 class GangReport(_message.Message):
+    """A gang's progress, written to its PodGroup's status (in the PodGroup's own API group) and as an Event."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     GANG_KEY_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
     SCHEDULED_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    EVENT_REASON_FIELD_NUMBER: _builtins.int
+    UNSCHEDULABLE_FIELD_NUMBER: _builtins.int
+    SCHEDULE_START_TIME_FIELD_NUMBER: _builtins.int
+    POD_KEY_FIELD_NUMBER: _builtins.int
+    HAS_COUNTS_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
     gang_key: _builtins.str
     phase: _builtins.str
+    """Phalanx's phase: Pending | Scheduling | Scheduled | Running | Finished | Failed; "" leaves it as it is.
+    Each backend maps it onto the vocabulary of the gang's API group (e.g. Volcano: Inqueue, Completed).
+    """
     scheduled: _builtins.int
+    """pods bound"""
     message: _builtins.str
+    source: _builtins.str
+    """the declaration form, e.g. "podgroup/scheduling.x-k8s.io" """
+    event_reason: _builtins.str
+    """e.g. GangWaiting, GangScheduled, FailedScheduling; "" for no Event"""
+    unschedulable: _builtins.bool
+    """the gang cannot be placed now (Volcano: condition Unschedulable)"""
+    schedule_start_time: _builtins.float
+    """when the scheduler first tried the gang (unix seconds); 0: unknown"""
+    pod_key: _builtins.str
+    """a pod of the gang: the Event's object when it has no PodGroup"""
+    has_counts: _builtins.bool
+    """running, succeeded and failed below are set (from pod phases)"""
+    running: _builtins.int
+    succeeded: _builtins.int
+    failed: _builtins.int
     def __init__(
         self,
         *,
@@ -230,10 +260,19 @@ class GangReport(_message.Message):
         phase: _builtins.str = ...,
         scheduled: _builtins.int = ...,
         message: _builtins.str = ...,
+        source: _builtins.str = ...,
+        event_reason: _builtins.str = ...,
+        unschedulable: _builtins.bool = ...,
+        schedule_start_time: _builtins.float = ...,
+        pod_key: _builtins.str = ...,
+        has_counts: _builtins.bool = ...,
+        running: _builtins.int = ...,
+        succeeded: _builtins.int = ...,
+        failed: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang_key", b"gang_key", "message", b"message", "phase", b"phase", "scheduled", b"scheduled"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_reason", b"event_reason", "failed", b"failed", "gang_key", b"gang_key", "has_counts", b"has_counts", "message", b"message", "phase", b"phase", "pod_key", b"pod_key", "running", b"running", "schedule_start_time", b"schedule_start_time", "scheduled", b"scheduled", "source", b"source", "succeeded", b"succeeded", "unschedulable", b"unschedulable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

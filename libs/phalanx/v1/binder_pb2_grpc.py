@@ -44,6 +44,11 @@ class BinderStub:
                 request_serializer=phalanx_dot_v1_dot_binder__pb2.ReportRequest.SerializeToString,
                 response_deserializer=phalanx_dot_v1_dot_binder__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.BindStream = channel.stream_stream(
+                '/phalanx.v1.Binder/BindStream',
+                request_serializer=phalanx_dot_v1_dot_binder__pb2.BindRequest.SerializeToString,
+                response_deserializer=phalanx_dot_v1_dot_binder__pb2.BindResponse.FromString,
+                _registered_method=True)
 
 
 class BinderServicer:
@@ -62,6 +67,13 @@ class BinderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BindStream(self, request_iterator, context):
+        """Bind as a stream of calls (the scheduler's hot path).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BinderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +86,11 @@ def add_BinderServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=phalanx_dot_v1_dot_binder__pb2.ReportRequest.FromString,
                     response_serializer=phalanx_dot_v1_dot_binder__pb2.ReportResponse.SerializeToString,
+            ),
+            'BindStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.BindStream,
+                    request_deserializer=phalanx_dot_v1_dot_binder__pb2.BindRequest.FromString,
+                    response_serializer=phalanx_dot_v1_dot_binder__pb2.BindResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +147,33 @@ class Binder:
             '/phalanx.v1.Binder/Report',
             phalanx_dot_v1_dot_binder__pb2.ReportRequest.SerializeToString,
             phalanx_dot_v1_dot_binder__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/phalanx.v1.Binder/BindStream',
+            phalanx_dot_v1_dot_binder__pb2.BindRequest.SerializeToString,
+            phalanx_dot_v1_dot_binder__pb2.BindResponse.FromString,
             options,
             channel_credentials,
             insecure,

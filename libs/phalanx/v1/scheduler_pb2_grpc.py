@@ -49,6 +49,11 @@ class SchedulerStub:
                 request_serializer=phalanx_dot_v1_dot_scheduler__pb2.ListGangsRequest.SerializeToString,
                 response_deserializer=phalanx_dot_v1_dot_scheduler__pb2.ListGangsResponse.FromString,
                 _registered_method=True)
+        self.StepStream = channel.stream_stream(
+                '/phalanx.v1.Scheduler/StepStream',
+                request_serializer=phalanx_dot_v1_dot_scheduler__pb2.StepRequest.SerializeToString,
+                response_deserializer=phalanx_dot_v1_dot_scheduler__pb2.StepResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -74,6 +79,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StepStream(self, request_iterator, context):
+        """Step as a stream of calls (the simulator's hot path).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +103,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ListGangs,
                     request_deserializer=phalanx_dot_v1_dot_scheduler__pb2.ListGangsRequest.FromString,
                     response_serializer=phalanx_dot_v1_dot_scheduler__pb2.ListGangsResponse.SerializeToString,
+            ),
+            'StepStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.StepStream,
+                    request_deserializer=phalanx_dot_v1_dot_scheduler__pb2.StepRequest.FromString,
+                    response_serializer=phalanx_dot_v1_dot_scheduler__pb2.StepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +191,33 @@ class Scheduler:
             '/phalanx.v1.Scheduler/ListGangs',
             phalanx_dot_v1_dot_scheduler__pb2.ListGangsRequest.SerializeToString,
             phalanx_dot_v1_dot_scheduler__pb2.ListGangsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StepStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/phalanx.v1.Scheduler/StepStream',
+            phalanx_dot_v1_dot_scheduler__pb2.StepRequest.SerializeToString,
+            phalanx_dot_v1_dot_scheduler__pb2.StepResponse.FromString,
             options,
             channel_credentials,
             insecure,

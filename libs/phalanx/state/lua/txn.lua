@@ -1,16 +1,31 @@
 -- One optimistic transaction over Phalanx's state: check, then apply, atomically.
--- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {fence?, expect?, release?, reserve?, set_state?, cmds?}.
--- Returns {1} on success, {0, reason} when a check fails (nothing is written then).
+-- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {lock?, fence?, expect?, release?, reserve?, set_state?, cmds?}.
+-- Returns {1, fence} on success (fence: the token this script's lock took, else 0), {0, reason} when a
+-- check fails (nothing is written then, except that a taken lock has advanced the fence).
+-- `lock` = {token, lease_ms}: take the bind mutex for the length of this script (busy: {0, "locked"}),
+-- advancing the fencing token as any acquisition does; used when every write of a bind is in here.
 local base = ARGV[1]
 local txn = cjson.decode(ARGV[2])
 local SEP = "\031"
 local K_NODES, K_CAP, K_USED = base .. ":nodes", base .. ":cap", base .. ":used"
 local K_PODS, K_STATE = base .. ":pods", base .. ":podstate"
+local K_LOCK, K_FENCE = base .. ":bind:lock", base .. ":bind:fence"
+
+local fence = 0
+if txn.lock then
+  if not redis.call("SET", K_LOCK, txn.lock[1], "NX", "PX", txn.lock[2]) then
+    return {0, "locked"}
+  end
+  fence = redis.call("INCR", K_FENCE)
+end
+local function unlock()
+  if txn.lock and redis.call("GET", K_LOCK) == txn.lock[1] then redis.call("DEL", K_LOCK) end
+end
 
 if txn.fence then
   local current = tonumber(redis.call("GET", base .. ":bind:fence") or "0")
   if current ~= tonumber(txn.fence) then
-    return {0, "fenced: lock token " .. tostring(txn.fence) .. " is stale (current " .. current .. ")"}
+    unlock(); return {0, "fenced: lock token " .. tostring(txn.fence) .. " is stale (current " .. current .. ")"}
   end
 end
 
@@ -18,14 +33,14 @@ end
 for _, e in ipairs(txn.expect or {}) do
   local state = redis.call("HGET", K_STATE, e[1])
   if e[2] == "absent" then
-    if state then return {0, "pod " .. e[1] .. " is already " .. state} end
+    if state then unlock(); return {0, "pod " .. e[1] .. " is already " .. state} end
   else
     if state ~= e[2] then
-      return {0, "pod " .. e[1] .. " is " .. (state or "absent") .. ", expected " .. e[2]}
+      unlock(); return {0, "pod " .. e[1] .. " is " .. (state or "absent") .. ", expected " .. e[2]}
     end
     if e[3] ~= nil and e[3] ~= "" then
       local rec = cjson.decode(redis.call("HGET", K_PODS, e[1]))
-      if rec.node ~= e[3] then return {0, "pod " .. e[1] .. " is on " .. rec.node .. ", expected " .. e[3]} end
+      if rec.node ~= e[3] then unlock(); return {0, "pod " .. e[1] .. " is on " .. rec.node .. ", expected " .. e[3]} end
     end
   end
 end
@@ -44,13 +59,15 @@ for _, pod in ipairs(txn.release or {}) do
     end
   end
 end
+local reserving = {}
 for _, r in ipairs(txn.reserve or {}) do
   local pod, node, requests = r[1], r[2], r[3]
-  if released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1 then
-    return {0, "pod " .. pod .. " is already reserved"}
+  if reserving[pod] or (released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1) then
+    unlock(); return {0, "pod " .. pod .. " is already reserved"}
   end
+  reserving[pod] = true
   if redis.call("HEXISTS", K_NODES, node) == 0 then
-    return {0, "node " .. node .. " does not exist"}
+    unlock(); return {0, "node " .. node .. " does not exist"}
   end
   for res, amount in pairs(requests) do
     local f = node .. SEP .. res
@@ -63,9 +80,17 @@ for f, d in pairs(delta) do
     local used = tonumber(redis.call("HGET", K_USED, f) or "0")
     if used + d > cap then
       local node, res = string.match(f, "^(.*)" .. SEP .. "(.*)$")
-      return {0, "conflict: node " .. node .. " has " .. (cap - used) .. " " .. res .. " free, needs " .. d}
+      unlock(); return {0, "conflict: node " .. node .. " has " .. (cap - used) .. " " .. res .. " free, needs " .. d}
     end
   end
+end
+
+-- Generic commands on keys under the base: {op, suffix, args...}; only these ops, only under the base.
+-- Checked before anything is written, so a refused command leaves no partial transaction behind.
+local ALLOWED = {HSET = true, HDEL = true, SADD = true, SREM = true, DEL = true, ZADD = true, ZREM = true,
+  RPUSH = true, HINCRBY = true, HSETNX = true}
+for _, c in ipairs(txn.cmds or {}) do
+  if not ALLOWED[c[1]] then return redis.error_reply("txn: command " .. tostring(c[1]) .. " is not allowed") end
 end
 
 -- Apply.
@@ -87,14 +112,11 @@ end
 for _, s in ipairs(txn.set_state or {}) do
   redis.call("HSET", K_STATE, s[1], s[2])
 end
--- Generic commands on keys under the base: {op, suffix, args...}; only these ops, only under the base.
-local ALLOWED = {HSET = true, HDEL = true, SADD = true, SREM = true, DEL = true, ZADD = true, ZREM = true,
-  RPUSH = true, HINCRBY = true, HSETNX = true}
 for _, c in ipairs(txn.cmds or {}) do
   local op, key = c[1], base .. ":" .. c[2]
-  if not ALLOWED[op] then return redis.error_reply("txn: command " .. tostring(op) .. " is not allowed") end
   local args = {}
   for i = 3, #c do args[#args + 1] = c[i] end
   redis.call(op, key, unpack(args))
 end
-return {1}
+unlock()
+return {1, fence}

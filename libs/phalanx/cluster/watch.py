@@ -1,0 +1,214 @@
+"""List-then-watch of one Kubernetes collection in a daemon thread, delivering raw JSON objects.
+
+What client-go's reflector does, for the few collections the scheduler needs:
+- list, remember every object's resourceVersion, then watch from the list's resourceVersion (with
+  bookmarks, so an idle watch still advances it);
+- a watch that ends (the server's timeout, a dropped connection) resumes from the last version seen;
+- 410 Gone (that version was compacted away) re-lists and diffs against what it knew: objects that vanished
+  meanwhile are delivered as DELETED, changed ones as MODIFIED, so no deletion is ever missed;
+- 404 on the list (a PodGroup CRD that is not installed) is logged once and retried slowly; it counts as
+  synced with no objects, so one missing API group does not hold the scheduler back.
+
+Objects are the API server's JSON (camelCase), which the intake reads directly: skipping the client's model
+deserialisation is faster and avoids its known mis-parses. List items come without kind/apiVersion, so the
+collection's are filled in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MODIFIED|DELETED, object)
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str  # for logs and for the sink, e.g. "pods", "podgroups.scheduling.x-k8s.io"
+    list_fn: Callable[..., Any]  # a kubernetes list function, e.g. CoreV1Api.list_node
+    kind: str
+    api_version: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: re-list."""
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _stub(collection: Collection, key: str) -> dict[str, Any]:
+    """What a DELETED event found by a re-list carries: the object's identity only."""
+    namespace, _, name = key.rpartition("/")
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"kind": collection.kind, "apiVersion": collection.api_version, "metadata": meta}
+
+
+class Watcher:
+    def __init__(self, collection: Collection, sink: Sink, stop: threading.Event, *, watch_timeout: int = 300,
+                 missing_retry: float = 30.0, max_backoff: float = 30.0, request_timeout: float = 60.0) -> None:
+        self.collection = collection
+        self.sink = sink
+        self.stop = stop
+        self.watch_timeout = watch_timeout
+        self.missing_retry = missing_retry
+        self.max_backoff = max_backoff
+        self.request_timeout = request_timeout
+        self.synced = threading.Event()  # set after the first list (or the first 404 of a missing collection)
+        self.relists = 0  # lists after the first: 410s and reconnections that lost their place
+        self._known: dict[str, str] = {}  # key -> resourceVersion of every object delivered and not deleted
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Watcher:
+        self._thread = threading.Thread(target=self._run, name=f"watch-{self.collection.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def interrupt(self) -> None:
+        """Unblocks a watch waiting for data (after `stop` is set): shuts its socket down."""
+        resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            import socket
+
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        from kubernetes.client.rest import ApiException
+
+        name = self.collection.name
+        version: str | None = None
+        backoff = 0.5
+        missing_logged = False
+        while not self.stop.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                    if self.synced.is_set():
+                        self.relists += 1
+                    self.synced.set()
+                    missing_logged = False
+                version = self._watch(version)
+                backoff = 0.5
+            except _Gone:
+                log.info("%s: resourceVersion %s expired; re-listing", name, version)
+                version = None
+            except ApiException as exc:
+                if self.stop.is_set():
+                    break
+                if exc.status == 404:  # the collection does not exist (CRD not installed, or removed)
+                    if not missing_logged:
+                        log.warning("%s: not served by the API server (CRD not installed?); retrying every %gs",
+                                    name, self.missing_retry)
+                        missing_logged = True
+                    self._replace([])
+                    self.synced.set()
+                    version = None
+                    self.stop.wait(self.missing_retry)
+                    continue
+                if exc.status == 410:
+                    version = None
+                    continue
+                log.warning("%s: %s %s; retrying in %.1fs", name, exc.status, exc.reason, backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception as exc:  # connection errors and the like: resume from where we were
+                if self.stop.is_set():
+                    break
+                log.warning("%s: watch interrupted (%s: %s); retrying in %.1fs", name, type(exc).__name__, exc,
+                            backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def _call(self, **extra: Any) -> Any:
+        c = self.collection
+        return c.list_fn(*c.args, **c.kwargs, **extra, _preload_content=False)
+
+    def _list(self) -> str:
+        resp = self._call(_request_timeout=self.request_timeout)
+        body = json.loads(resp.data)
+        items = body.get("items") or []
+        for item in items:
+            item.setdefault("kind", self.collection.kind)
+            item.setdefault("apiVersion", self.collection.api_version)
+        self._replace(items)
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        """Delivers the difference between what a (re-)list returned and what was known before it."""
+        fresh: dict[str, str] = {}
+        for obj in items:
+            key = object_key(obj)
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            fresh[key] = version
+            before = self._known.get(key)
+            if before is None:
+                self._deliver("ADDED", obj)
+            elif before != version:
+                self._deliver("MODIFIED", obj)
+        for key in self._known.keys() - fresh.keys():
+            self._deliver("DELETED", _stub(self.collection, key))
+        self._known = fresh
+
+    def _watch(self, version: str) -> str:
+        from kubernetes.client.rest import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
+
+        resp = self._call(watch=True, resource_version=version, allow_watch_bookmarks=True,
+                          timeout_seconds=self.watch_timeout, _request_timeout=(10, self.watch_timeout + 30))
+        self._resp = resp
+        try:
+            status = getattr(resp, "status", 200)
+            if not 200 <= status <= 299:
+                raise ApiException(status=status, reason=resp.data.decode(errors="replace")[:200])
+            for line in iter_resp_lines(resp):
+                if self.stop.is_set():
+                    break
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Gone()
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                new_version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    key = object_key(obj)
+                    if kind == "DELETED":
+                        self._known.pop(key, None)
+                    else:
+                        self._known[key] = new_version
+                    self._deliver(kind, obj)
+                version = new_version  # BOOKMARK: only the version advances
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+        return version
+
+    def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            self.sink(self.collection.name, kind, obj)
+        except Exception:  # the sink's problem must not kill the watch
+            log.exception("%s: handling a %s event failed", self.collection.name, kind)
