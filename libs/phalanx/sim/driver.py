@@ -31,6 +31,7 @@ from phalanx.intake.resolver import GangResolver
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.rpc.clients import QueueClient, SchedulerClient
+from phalanx.sim.series import SeriesRecorder
 from phalanx.sim.workload import Workload, WorkloadObject
 from phalanx.state.keys import Keys
 
@@ -78,7 +79,7 @@ class SimResult:
     conditions: dict[str, str]
     phalanx_annotations: dict[str, dict[str, str]]
     until_reached: bool
-    samples: list[dict[str, float]] = field(default_factory=list)
+    series: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,7 +126,7 @@ class Simulation:
         self.steps = 0
         self.running = 0
         self.bound_count = 0
-        self.samples: list[dict[str, float]] = []
+        self.series = SeriesRecorder()
 
     # -- event timeline --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -151,6 +152,7 @@ class Simulation:
                 step = self._step(now, due)
                 idle = step.queue_pending == 0 and not step.next_wakeup
                 self._read_bindings(now)
+            self.series.sample(now)
             if self.opt.progress and time.monotonic() - last_progress > 0.5:
                 last_progress = time.monotonic()
                 self._print_progress(now, wall0)
@@ -182,6 +184,7 @@ class Simulation:
             if kind == "finish":
                 self.pods[payload].finished_at = now
                 self.running -= 1
+                self.series.pod_finished(self.parsed[payload].requests)
                 due.finished.append(payload)
                 continue
             obj: WorkloadObject = payload
@@ -189,6 +192,7 @@ class Simulation:
                 node = self._intake(obj, lambda o: parse_node(o.obj))
                 if node is not None:
                     due.nodes.append(node)
+                    self.series.node_added(node.allocatable)
             elif obj.kind in ("PodGroup", "ConfigMap"):
                 if obj.kind == "ConfigMap" and not GangResolver.is_gang_object(obj.obj):
                     continue  # an ordinary ConfigMap
@@ -233,7 +237,10 @@ class Simulation:
         pod.created_at = obj.at
         track.duration = pod.duration
         self.parsed[pod.key] = pod
-        return self._resolve(pod, track)
+        resolved = self._resolve(pod, track)
+        if resolved is not None:
+            self.series.pod_arrived(pod.requests, track.gang, obj.at)
+        return resolved
 
     def _resolve(self, pod: PodInfo, track: PodTrack) -> PodInfo | None:
         res = self.resolver.resolve(pod)
@@ -318,6 +325,7 @@ class Simulation:
             return
         track.node, track.bound_at = node, at
         self.bound_count += 1
+        self.series.pod_bound(self.parsed[key].requests)
         if not track.gang:
             self._start(track, at)
             return
@@ -329,6 +337,7 @@ class Simulation:
         spec = self.resolver.gang(track.gang)
         if spec is not None and len(bound) >= spec.min_available:
             self.gang_started[track.gang] = at
+            self.series.gang_started(track.gang, at)
             for k in bound:
                 self._start(self.pods[k], at)
 
@@ -355,4 +364,4 @@ class Simulation:
         annotations = {k: json.loads(v) for k, v in self.redis.hgetall(self.keys.sim_annotations).items()}
         gangs = {k: s for k in sorted(self.gang_refs) if (s := self.resolver.gang(k)) is not None}
         return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
-                         timed_out, conditions, annotations, until_reached, self.samples)
+                         timed_out, conditions, annotations, until_reached, self.series.report())

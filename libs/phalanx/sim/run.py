@@ -54,7 +54,7 @@ def simulate(workload: Workload, options: SimOptions, endpoints: Endpoints | Non
         result = Simulation(workload, queue, scheduler, client, keys, options, recover).run()
         report = build_report(result)
         report["summary"]["schedulerRestarts"] = 0 if stack is None else _restarts(stack)
-        report["timeline"] = result.samples
+        report.update(result.series)
         return report
     finally:
         queue.close()

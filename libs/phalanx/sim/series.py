@@ -1,0 +1,130 @@
+"""Time series of a simulation, kept incrementally (O(1) per event) and sampled after every step.
+
+- allocation of each resource (cpu, memory, nvidia.com/gpu, ...) over virtual time, absolute and as a
+  share of the cluster's allocatable;
+- pending pods and pending gangs over time;
+- each gang's wait: from its first pod's arrival to the moment its minimum was bound;
+- the GPU allocation ratio as a function of arrived GPU demand (the FGD paper's metric: allocated GPU
+  over all GPUs, against the GPUs requested by all pods arrived so far over all GPUs).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+GPU = "nvidia.com/gpu"
+TRACKED = ("nvidia.com/gpu", "cpu", "memory")
+MAX_POINTS = 2000  # reports stay small on long traces; the last value of each bucket is kept
+
+
+@dataclass
+class SeriesRecorder:
+    capacity: dict[str, int] = field(default_factory=dict)
+    allocated: dict[str, int] = field(default_factory=dict)
+    arrived_gpu: int = 0
+    pending_pods: int = 0
+    pending_gangs: set[str] = field(default_factory=set)
+    gang_first_arrival: dict[str, float] = field(default_factory=dict)
+    gang_waits: dict[str, float] = field(default_factory=dict)
+    points: list[dict[str, float]] = field(default_factory=list)
+
+    # -- events ------------------------------------------------------------------------------------
+    def node_added(self, allocatable: dict[str, int]) -> None:
+        for r in TRACKED:
+            self.capacity[r] = self.capacity.get(r, 0) + allocatable.get(r, 0)
+
+    def pod_arrived(self, requests: dict[str, int], gang: str, at: float) -> None:
+        self.pending_pods += 1
+        self.arrived_gpu += requests.get(GPU, 0)
+        if gang:
+            self.gang_first_arrival.setdefault(gang, at)
+            if gang not in self.gang_waits:
+                self.pending_gangs.add(gang)
+
+    def pod_bound(self, requests: dict[str, int]) -> None:
+        self.pending_pods -= 1
+        for r in TRACKED:
+            self.allocated[r] = self.allocated.get(r, 0) + requests.get(r, 0)
+
+    def pod_finished(self, requests: dict[str, int]) -> None:
+        for r in TRACKED:
+            self.allocated[r] = self.allocated.get(r, 0) - requests.get(r, 0)
+
+    def gang_started(self, gang: str, at: float) -> None:
+        self.pending_gangs.discard(gang)
+        if gang not in self.gang_waits:
+            self.gang_waits[gang] = at - self.gang_first_arrival.get(gang, at)
+
+    def sample(self, now: float) -> None:
+        point = {"t": now, "pendingPods": float(self.pending_pods), "pendingGangs": float(len(self.pending_gangs)),
+                 "arrivedGpuDemand": self._ratio(self.arrived_gpu, GPU)}
+        for r in TRACKED:
+            point[f"allocated:{r}"] = float(self.allocated.get(r, 0))
+        if self.points and self.points[-1]["t"] == now:
+            self.points[-1] = point
+        else:
+            self.points.append(point)
+
+    def _ratio(self, value: int, resource: str) -> float:
+        cap = self.capacity.get(resource, 0)
+        return value / cap if cap else 0.0
+
+    # -- output ------------------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        points = _downsample(self.points, MAX_POINTS)
+        series: dict[str, Any] = {
+            "t": [p["t"] for p in points],
+            "pendingPods": [p["pendingPods"] for p in points],
+            "pendingGangs": [p["pendingGangs"] for p in points],
+            "arrivedGpuDemand": [round(p["arrivedGpuDemand"], 6) for p in points],
+            # Natural units (cores, bytes, GPUs), not the milli-units used inside.
+            "allocated": {r: [p[f"allocated:{r}"] / 1000 for p in points] for r in TRACKED if self.capacity.get(r)},
+            "allocatedRatio": {r: [round(p[f"allocated:{r}"] / self.capacity[r], 6) for p in points]
+                               for r in TRACKED if self.capacity.get(r)},
+            "capacity": {r: v / 1000 for r, v in self.capacity.items() if v},
+        }
+        waits = sorted(self.gang_waits.values())
+        return {
+            "series": series,
+            "gangWaits": [{"gang": g, "waitSeconds": w} for g, w in sorted(self.gang_waits.items())],
+            "gangWaitPercentiles": {f"p{q}": _percentile(waits, q) for q in (50, 90, 99)} if waits else {},
+            "gpuAllocationAtDemand": self.gpu_allocation_at((0.9, 1.0, 1.1, 1.3)),
+        }
+
+    def gpu_allocation_at(self, demands: tuple[float, ...]) -> dict[str, float | None]:
+        """GPU allocation ratio at the first sample where arrived GPU demand reached each level."""
+        xs = [p["arrivedGpuDemand"] for p in self.points]
+        out: dict[str, float | None] = {}
+        for d in demands:
+            i = bisect.bisect_left(_running_max(xs), d - 1e-9)
+            out[f"{d:g}"] = None if i >= len(xs) else round(self._ratio(int(self.points[i][f"allocated:{GPU}"]), GPU), 6)
+        return out
+
+
+def _running_max(xs: list[float]) -> list[float]:
+    out, best = [], float("-inf")
+    for x in xs:
+        best = max(best, x)
+        out.append(best)
+    return out
+
+
+def _percentile(sorted_values: list[float], q: int) -> float:
+    if not sorted_values:
+        return 0.0
+    k = (len(sorted_values) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def _downsample(points: list[dict[str, float]], limit: int) -> list[dict[str, float]]:
+    if len(points) <= limit:
+        return points
+    step = len(points) / limit
+    picked = [points[min(int((i + 1) * step) - 1, len(points) - 1)] for i in range(limit)]
+    if picked[0] is not points[0]:
+        picked[0] = points[0]
+    return picked
