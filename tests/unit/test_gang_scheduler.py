@@ -216,3 +216,42 @@ def test_restart_recovers_gang_progress_from_redis(h: Harness, store: StateStore
     assert sorted(h.bound()) == ["default/w0", "default/w1", "default/w2"]
     used = store.load_used()
     assert used[("n1", GPU)] == 3000
+
+
+def share_pod(name: str, share_milli: int, created: float = 0.0) -> PodInfo:
+    return PodInfo("default", name, uid=name, created_at=created,
+                   requests={"cpu": 100, "pods": 1000, "phalanx.dev/gpu-share": share_milli})
+
+
+def test_gpu_shares_are_placed_per_device_never_split_across_gpus(h: Harness) -> None:
+    # Two GPUs: three 60% shares cannot all fit (each GPU holds one), though 1.8 < 2 GPUs in aggregate.
+    h.sched.upsert_nodes([node("n1", gpus=2)])
+    h.queue.add([share_pod(f"s{i}", 600, created=i) for i in range(3)], 0)
+    h.sched.step(0)
+    assert sorted(h.bound()) == ["default/s0", "default/s1"]
+    assert h.conditions()["default/s2"] == "0/1 nodes are available: 1 node(s) had no GPU with 0.6 of it free"
+    used = h.store.load_used()
+    assert used[("n1", "phalanx.dev/gpu-device-0")] == 600 and used[("n1", "phalanx.dev/gpu-device-1")] == 600
+
+
+def test_a_share_fills_a_used_gpu_before_breaking_a_free_one(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=2)])
+    h.queue.add([share_pod("a", 500, created=0), share_pod("b", 300, created=1),
+                 pod("whole", gpus=1, created=2)], 0)
+    h.sched.step(0)
+    # Best fit put both shares on one device, so a whole GPU is still free for the last pod.
+    assert sorted(h.bound()) == ["default/a", "default/b", "default/whole"]
+    used = h.store.load_used()
+    devices = sorted(used.get(("n1", f"phalanx.dev/gpu-device-{i}"), 0) for i in range(2))
+    assert devices == [800, 1000]
+
+
+def test_a_whole_gpu_pod_does_not_take_a_device_a_share_uses(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=1)])
+    h.queue.add([share_pod("a", 100, created=0), pod("whole", gpus=1, created=1)], 0)
+    h.sched.step(0)
+    assert list(h.bound()) == ["default/a"]
+    h.sched.release_pods(["default/a"])
+    h.queue.queue.move_all(1)
+    h.sched.step(1)
+    assert "default/whole" in h.bound()

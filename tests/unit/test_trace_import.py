@@ -156,15 +156,30 @@ FRACTIONAL_ROWS = [
 ]
 
 
-def test_fractional_gpu_is_refused_naming_row_and_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pods = write(tmp_path, "pods.csv", POD_HEADER, FRACTIONAL_ROWS)
+def test_a_share_of_one_gpu_is_kept_exactly_as_a_gpu_share(tmp_path: Path) -> None:
+    docs = import_docs(tmp_path, FRACTIONAL_ROWS)
+    pods = pods_of(docs)
+    assert list(pods) == ["whole", "shared", "shared-2"]
+    whole = pods["whole"]["spec"]["containers"][0]["resources"]
+    assert whole["requests"]["nvidia.com/gpu"] == "1" and "phalanx.dev/gpu-share" not in whole["requests"]
+    for name, share in (("shared", "460m"), ("shared-2", "250m")):
+        res = pods[name]["spec"]["containers"][0]["resources"]
+        assert res["requests"]["phalanx.dev/gpu-share"] == share  # 0.46 of one GPU: not rounded
+        assert res["limits"]["phalanx.dev/gpu-share"] == share
+        assert "nvidia.com/gpu" not in res["requests"]
+
+
+def test_a_fractional_share_of_several_gpus_is_refused_naming_row_and_pod(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = FRACTIONAL_ROWS + ["multi,1000,1024,2,500,,LS,Running,3,10,3"]
+    pods = write(tmp_path, "pods.csv", POD_HEADER, rows)
     out = tmp_path / "out.yaml"
     code = run_cli(["trace", "import", "openb", "--nodes", str(default_nodes(tmp_path)), "--pods", str(pods),
                     "-o", str(out)])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("phalanx trace: ")
-    assert "line 3" in err and "'shared'" in err and "--skip-fractional" in err and "2 of 3" in err
+    assert "line 5" in err and "'multi'" in err and "--skip-fractional" in err and "500/1000 of each of 2" in err
     assert "Traceback" not in err
     assert not out.exists()
 
@@ -402,3 +417,8 @@ def test_real_default_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert sum(1 for d in docs if d["kind"] == "Node") == 1213
     assert sum(1 for d in docs if d["kind"] == "Pod") == 8152 - 3078
     assert "3078 fractional-GPU pods skipped" in capsys.readouterr().err
+    # Without --skip-fractional every pod is kept; the shares are exact.
+    full = openb.import_openb(nodes, pods, openb.ImportOptions())
+    assert len(full.workload.pods) == 8152 and full.skipped_fractional == 0
+    shares = [p.gpu_share_milli for p in full.workload.pods if p.gpu_share_milli]
+    assert len(shares) == 3078 and all(0 < s < 1000 for s in shares)

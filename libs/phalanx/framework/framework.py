@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from phalanx.framework.plugin import FilterPlugin, PodRequest, ScorePlugin
 from phalanx.framework.profile import Profile
 from phalanx.framework.registry import Registry
 from phalanx.framework.snapshot import Snapshot
-from phalanx.model.objects import PodInfo
+from phalanx.model.objects import PodInfo, Resources
 from phalanx.plugins import default_registries
 
 
@@ -19,6 +19,7 @@ from phalanx.plugins import default_registries
 class PlacementResult:
     node_index: int | None
     message: str = ""  # why no node fits, kube-scheduler style
+    requests: Resources = field(default_factory=dict)  # what the pod holds on the node (its own + assigned)
 
     @property
     def ok(self) -> bool:
@@ -32,6 +33,7 @@ class Framework:
         filters, scores = registries or default_registries()
         self.filters = [filters.create(name) for name in self.profile.filters]
         self.scores = [(scores.create(name), weight) for name, weight in self.profile.scores.items() if weight > 0]
+        self._assigners = [f for f in self.filters if hasattr(f, "assign")]
 
     def place(self, pod: PodInfo, snap: Snapshot) -> PlacementResult:
         if len(snap) == 0:
@@ -45,12 +47,21 @@ class Framework:
         candidates = np.flatnonzero(feasible)
         candidates = self._sample(candidates, len(snap))
         if not self.scores or len(candidates) == 1:
-            return PlacementResult(int(candidates[0]))
+            return self._chosen(req, snap, int(candidates[0]))
         total = np.zeros(len(candidates))
         for plugin, weight in self.scores:
             total += weight * plugin.score(req, snap, candidates)
         # argmax returns the first maximum: ties go to the lowest node name, so runs are reproducible.
-        return PlacementResult(int(candidates[int(np.argmax(total))]))
+        return self._chosen(req, snap, int(candidates[int(np.argmax(total))]))
+
+    def _chosen(self, req: PodRequest, snap: Snapshot, node_index: int) -> PlacementResult:
+        """Lets assigning plugins (GPU devices) add what the pod takes on the chosen node."""
+        held = req.pod.requests
+        for plugin in self._assigners:
+            extra = plugin.assign(req, snap, node_index)
+            if extra:
+                held = {**held, **extra}
+        return PlacementResult(node_index, requests=held)
 
     def _sample(self, candidates: np.ndarray, n_nodes: int) -> np.ndarray:
         pct = self.profile.percentage_of_nodes_to_score

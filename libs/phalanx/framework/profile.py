@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_FILTERS = ("NodeUnschedulable", "NodeSelector", "NodeAffinity", "TaintToleration", "NodeResourcesFit")
+DEFAULT_FILTERS = ("NodeUnschedulable", "NodeSelector", "NodeAffinity", "TaintToleration", "NodeResourcesFit",
+                   "GPUShare")
 
 
 @dataclass

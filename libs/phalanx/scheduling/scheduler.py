@@ -16,8 +16,9 @@ from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
 from phalanx.model.keys import KOORD_TIMEOUT
-from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
+from phalanx.plugins.gpu_share import with_gpu_devices
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, QueuePort, Verdict
 from phalanx.state.keys import rel_gang_bound
@@ -100,6 +101,7 @@ class GangScheduler:
 
     # -- cluster events --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: list[NodeInfo]) -> None:
+        nodes = [with_gpu_devices(n) for n in nodes]  # GPUs are placed device by device
         self.store.put_nodes(nodes)
         self.snapshot.upsert_nodes(nodes)
 
@@ -233,7 +235,7 @@ class GangScheduler:
     def _try_gang_unit(self, gang: str, unit: list[Popped], state: _StepState, span: object) -> bool:
         strict = self.gangs.strict(gang)
         txn = Txn()
-        placed: list[tuple[Popped, int]] = []
+        placed: list[tuple[Popped, int, Resources]] = []  # pod, node index, what it reserves there
         rejected: list[Popped] = []
         failure: tuple[Popped, str] | None = None
         unplaceable: list[tuple[Popped, str]] = []  # NonStrict failures: they touch no other pod
@@ -245,32 +247,32 @@ class GangScheduler:
             res = self.framework.place(item.pod, self.snapshot)
             if res.ok:
                 assert res.node_index is not None
-                self.snapshot.reserve(res.node_index, item.pod.requests)
-                placed.append((item, res.node_index))
+                self.snapshot.reserve(res.node_index, res.requests)
+                placed.append((item, res.node_index, res.requests))
                 continue
             failure = (item, res.message)
             if strict:
                 break
             unplaceable.append((item, res.message))
-        for item, i in placed:  # undo the local reservations; the commit below decides for real
-            self.snapshot.reserve(i, item.pod.requests, sign=-1)
+        for item, i, reqs in placed:  # undo the local reservations; the commit below decides for real
+            self.snapshot.reserve(i, reqs, sign=-1)
 
         if strict and failure is not None:
             return self._fail_strict_gang(gang, unit, placed, failure, txn, state, span, saved_rec)
 
-        for item, i in placed:
-            txn.reserve.append(self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name))
+        for item, i, reqs in placed:
+            txn.reserve.append(self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs))
         if placed:
-            self.gangs.assumed(gang, [item.pod.key for item, _ in placed], state.now, txn, unit[0].trace)
+            self.gangs.assumed(gang, [item.pod.key for item, _, _ in placed], state.now, txn, unit[0].trace)
         ok, reason = self.store.apply(txn)
         if not ok:
             log.info("gang %s: commit conflict (%s)", gang, reason)
             self.gangs.records[gang] = saved_rec
             return False
-        for item, i in placed:
-            self.snapshot.reserve(i, item.pod.requests)
+        for item, i, reqs in placed:
+            self.snapshot.reserve(i, reqs)
             self.assumed[item.pod.key] = PodRecord(item.pod.key, self.snapshot.nodes[i].name, gang,
-                                                   item.pod.requests, item.pod, "assumed")
+                                                   reqs, item.pod, "assumed")
             state.verdicts.append(Verdict(item, Outcome.ASSUMED))
         for item in rejected:
             msg = f"{self.gangs.describe(gang)}; already tried in this scheduling cycle"
@@ -290,12 +292,12 @@ class GangScheduler:
             waiting = f"{self.gangs.describe(gang)}; waiting for the rest of the gang"
             if len(self.gangs.group_of(gang)) > 1 and self.gangs.reached_minimum(gang):
                 waiting = f"{self.gangs.describe(gang)}; waiting for the other gangs of its group"
-            for item, _ in placed:
+            for item, _, _ in placed:
                 self._report(item.pod.key, waiting)
             self._report_gang(gang, "Scheduling", "GangWaiting", waiting, state.now)
         return True
 
-    def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int]],
+    def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int, Resources]],
                           failure: tuple[Popped, str], txn: Txn, state: _StepState, span: object,
                           saved_rec: object) -> bool:
         """Strict: one pod failed, so every assumed pod of the gang is released and the rest of the
@@ -363,35 +365,35 @@ class GangScheduler:
         if not state.ordinary:
             return
         items = self._skip_reserved(state.ordinary, state)
-        placed: list[tuple[Popped, int]] = []
+        placed: list[tuple[Popped, int, Resources]] = []
         for item in items:
             res = self.framework.place(item.pod, self.snapshot)
             if res.ok:
                 assert res.node_index is not None
-                self.snapshot.reserve(res.node_index, item.pod.requests)
-                placed.append((item, res.node_index))
+                self.snapshot.reserve(res.node_index, res.requests)
+                placed.append((item, res.node_index, res.requests))
             else:
                 state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, res.message))
                 self._report(item.pod.key, res.message)
         if not placed:
             return
-        txn = Txn(reserve=[self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name) for item, i in placed])
+        txn = Txn(reserve=[self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs)
+                           for item, i, reqs in placed])
         ok, reason = self.store.apply(txn)
         if not ok:
             log.info("ordinary pods: commit conflict (%s); retrying after backoff", reason)
-            for item, i in placed:
-                self.snapshot.reserve(i, item.pod.requests, sign=-1)
+            for item, i, reqs in placed:
+                self.snapshot.reserve(i, reqs, sign=-1)
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, f"commit conflict: {reason}"))
             self.snapshot.load_used(self.store.load_used())
             return
         assignments = []
-        for item, i in placed:
+        for item, i, reqs in placed:
             node = self.snapshot.nodes[i].name
-            self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, item.pod.requests, item.pod,
-                                                   "assumed")
+            self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, "assumed")
             assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
                                                      gang=item.pod.gang))
-        self._dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _ in placed})
+        self._dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed})
 
     # -- binding -------------------------------------------------------------------------------------
     def _bind_ready(self, state: _StepState) -> None:

@@ -159,9 +159,12 @@ class StateStore:
             raise TxnConflict(reason)
 
     @staticmethod
-    def reserve_entry(pod: PodInfo, node: str) -> list[Any]:
-        record = {"node": node, "gang": pod.gang, "requests": pod.requests, "pod": pod_to_json(pod)}
-        return [pod.key, node, pod.requests, json.dumps(record, separators=(",", ":"))]
+    def reserve_entry(pod: PodInfo, node: str, requests: dict[str, int] | None = None) -> list[Any]:
+        """`requests`: what the pod holds on that node, when placement added to its own requests
+        (e.g. the GPU devices chosen for it)."""
+        held = pod.requests if requests is None else requests
+        record = {"node": node, "gang": pod.gang, "requests": held, "pod": pod_to_json(pod)}
+        return [pod.key, node, held, json.dumps(record, separators=(",", ":"))]
 
     # -- nodes -----------------------------------------------------------------------------------
     def put_nodes(self, nodes: list[NodeInfo]) -> None:

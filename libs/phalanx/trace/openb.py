@@ -13,9 +13,12 @@ Inputs
   qos/pod_phase values are ignored; names must be unique.
 
 Fractional GPUs (0 < gpu_milli < 1000)
-  Phalanx has no GPU-sharing model yet, so such pods are refused (the error names the first row and
-  pod) unless ``--skip-fractional`` leaves them out; the number skipped is reported on stderr and in
-  the YAML header comment. (3078 of the 8152 pods of openb_pod_list_default are fractional.)
+  A pod sharing one GPU becomes ``phalanx.dev/gpu-share: <gpu_milli>m`` (e.g. 300m: 30% of one GPU),
+  which Phalanx places on a single device with that much free (libs/phalanx/plugins/gpu_share.py): no
+  rounding. ``--skip-fractional`` leaves such pods out instead (the number skipped is reported on stderr
+  and in the YAML header comment). A fractional share of several GPUs (num_gpu > 1 with gpu_milli <
+  1000) has no faithful form and is refused naming the row, unless skipped. (3078 of the 8152 pods of
+  openb_pod_list_default share one GPU; none shares several.)
 
 Durations
   ``simulation.phalanx.dev/duration`` = deletion_time - scheduled_time. Pods never scheduled in the
@@ -383,16 +386,20 @@ def _gpu_models(spec: str) -> tuple[str, ...]:
 
 
 def drop_fractional(table: PodTable, skip: bool) -> tuple[list[TracePod], int]:
-    """The whole-GPU and CPU pods, and how many fractional ones were left out; refuses them unless `skip`."""
+    """The pods to import and how many fractional ones were left out. Shares of one GPU are kept (they
+    become phalanx.dev/gpu-share) unless `skip`; a fractional share of several GPUs is refused."""
     fractional = [pod for pod in table.pods if pod.fractional]
-    if fractional and not skip:
-        first = fractional[0]
+    if skip:
+        return [pod for pod in table.pods if not pod.fractional], len(fractional)
+    multi = [pod for pod in fractional if pod.num_gpu > 1]
+    if multi:
+        first = multi[0]
         raise TraceError(
-            f"{table.path}: line {first.line}: pod {first.name!r} asks for {first.gpu_milli}/1000 of a GPU "
-            f"(gpu_milli={first.gpu_milli}); Phalanx has no GPU-sharing model yet. {len(fractional)} of "
-            f"{len(table.pods)} pods are fractional: re-run with --skip-fractional to leave them out"
+            f"{table.path}: line {first.line}: pod {first.name!r} asks for {first.gpu_milli}/1000 of each of "
+            f"{first.num_gpu} GPUs; a share of several GPUs has no faithful form (a share is of one GPU). "
+            f"{len(multi)} such pods: re-run with --skip-fractional to leave fractional pods out"
         )
-    return [pod for pod in table.pods if not pod.fractional], len(fractional)
+    return list(table.pods), 0
 
 
 # ---------------------------------------------------------------- arrivals
@@ -437,7 +444,7 @@ def _fgd_arrivals(pods: list[TracePod], arrival: Arrival, cluster_gpus: int, pat
     if target > 0 and not any(pod.num_gpu for pod in pods):
         raise TraceError(f"{path}: no GPU pods to sample, so the GPU demand can never reach {target:g} GPUs")
     rng = random.Random(arrival.seed)
-    picked = _sample_until(pods, rng, lambda pod: pod.num_gpu, target)
+    picked = _sample_until(pods, rng, lambda pod: pod.num_gpu * pod.gpu_milli / WHOLE_GPU_MILLI, target)
     rng.shuffle(picked)
     times_seen: dict[str, int] = {}
     arrived: list[Arrived] = []
@@ -549,7 +556,8 @@ def _pod_shape(item: Arrived, gang: GangRef | None, namespace: str) -> PodShape:
         arrival=item.at,
         cpu=f"{pod.cpu_milli}m",
         memory=f"{pod.memory_mib}Mi",
-        gpus=pod.num_gpu,
+        gpus=0 if pod.fractional else pod.num_gpu,
+        gpu_share_milli=pod.gpu_milli if pod.fractional else 0,
         gpu_models=pod.gpu_models,
         duration=item.duration,
         gang=gang,

@@ -34,6 +34,7 @@ from phalanx.model import keys
 BASE_TIME = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_SHARE_RESOURCE = "phalanx.dev/gpu-share"  # a share of one GPU; see libs/phalanx/plugins/gpu_share.py
 GPU_MODEL_LABEL = "phalanx.dev/gpu-model"
 DEFAULT_MAX_PODS = 110
 PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
@@ -80,6 +81,7 @@ class PodShape:
     cpu: str
     memory: str
     gpus: int = 0  # whole GPUs
+    gpu_share_milli: int = 0  # a share of one GPU, in thousandths (phalanx.dev/gpu-share)
     gpu_models: tuple[str, ...] = ()  # accepted phalanx.dev/gpu-model values; empty: any
     duration: float | None = None  # seconds it runs once started; None: never finishes
     gang: GangRef | None = None
@@ -190,6 +192,10 @@ def pod_object(pod: PodShape) -> dict[str, Any]:
         requests[GPU_RESOURCE] = str(pod.gpus)
         # Extended resources must have limits equal to requests in a valid Pod.
         container["resources"]["limits"] = {GPU_RESOURCE: str(pod.gpus)}
+    elif pod.gpu_share_milli:
+        share = f"{pod.gpu_share_milli}m"
+        requests[GPU_SHARE_RESOURCE] = share
+        container["resources"]["limits"] = {GPU_SHARE_RESOURCE: share}
     metadata: dict[str, Any] = {
         "name": pod.name,
         "namespace": pod.namespace,
