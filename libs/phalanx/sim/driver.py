@@ -80,6 +80,7 @@ class SimResult:
     phalanx_annotations: dict[str, dict[str, str]]
     until_reached: bool
     series: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 0
 
 
 @dataclass
@@ -125,6 +126,7 @@ class Simulation:
         self._bind_cursor = 0
         self.steps = 0
         self.running = 0
+        self.attempts = 0  # pods the scheduler tried, retries included
         self.bound_count = 0
         self.series = SeriesRecorder()
 
@@ -307,6 +309,7 @@ class Simulation:
             events = SchedulerClient.events(now, nodes=due.nodes, gangs=due.gangs, finished=due.finished,
                                             deleted=due.deleted, bound=due.bound)
         step = self._call(lambda s: s.step(now, events, due.pods))
+        self.attempts += step.pods_attempted
         for p in due.bound:
             self._record_bind(p.key, p.node_name, now)
         return step
@@ -364,4 +367,4 @@ class Simulation:
         annotations = {k: json.loads(v) for k, v in self.redis.hgetall(self.keys.sim_annotations).items()}
         gangs = {k: s for k in sorted(self.gang_refs) if (s := self.resolver.gang(k)) is not None}
         return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
-                         timed_out, conditions, annotations, until_reached, self.series.report())
+                         timed_out, conditions, annotations, until_reached, self.series.report(), self.attempts)

@@ -74,6 +74,7 @@ def build_report(r: SimResult) -> dict[str, Any]:
         "untilReached": r.until_reached,
         "wallSeconds": round(r.wall_seconds, 3),
         "steps": r.steps,
+        "schedulingAttempts": r.attempts,
         "errors": r.errors,
     }
     return {"pods": pods_out, "podGroups": groups_out, "summary": summary}

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -70,6 +70,16 @@ def _documents(text: str) -> list[str]:
                                                       for line in p.splitlines())]
 
 
+def _parse_documents(text: str) -> list[Callable[[], Any]]:
+    """One thunk per document. The whole stream is parsed at once when it is valid (fast); when it is
+    not, each document is parsed on its own, so one broken document does not hide the rest."""
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        return [lambda d=d: d for d in docs]  # type: ignore[misc]
+    except yaml.YAMLError:
+        return [lambda doc=doc: yaml.load(doc, Loader=_Loader) for doc in _documents(text)]  # type: ignore[misc]
+
+
 def load_workload(paths: list[str | Path]) -> Workload:
     w = Workload()
     stamped: list[tuple[WorkloadObject, float | None]] = []
@@ -79,10 +89,10 @@ def load_workload(paths: list[str | Path]) -> Workload:
         except OSError as exc:
             w.errors.append(f"{path}: cannot read: {exc.strerror or exc}")
             continue
-        for index, doc in enumerate(_documents(text), start=1):
+        for index, parsed in enumerate(_parse_documents(text), start=1):
             origin = f"{path}#{index}"
             try:
-                obj = yaml.load(doc, Loader=_Loader)
+                obj = parsed()
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 where = f" (line {mark.line + 1} of the document)" if mark is not None else ""

@@ -1,0 +1,295 @@
+"""A simulation report as one self-contained HTML page: tables, and plots drawn as inline SVG.
+
+Nothing is loaded from elsewhere (no script, font, stylesheet or image): the page is read on offline
+machines and clusters, and attached to CI runs. Every string from the report is escaped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from html import escape
+from typing import Any, Iterable, Sequence
+
+from phalanx.sim import units
+from phalanx.sim.compare import compare_rows
+from phalanx.sim.report_charts import (DEMAND_LEVELS, RESOURCE_NAMES, Run, allocation_chart, demand_chart,
+                                       pending_chart, t_max, wait_cdf_chart, wait_values)
+
+ROW_CAP = 200  # a trace replay has thousands of pods: the page stays small and the cut is said out loud
+REASON_CAP = 20
+
+SUMMARY_FIELDS = (
+    ("mode", "mode"),
+    ("podsTotal", "pods"),
+    ("podsBound", "pods bound"),
+    ("podsFinished", "pods finished"),
+    ("podsUnbound", "pods never bound"),
+    ("gangsTotal", "gangs"),
+    ("gangsBound", "gangs bound whole"),
+    ("partialGangs", "gangs partially bound (deadlock risk)"),
+    ("gangsTimedOut", "gangs timed out"),
+    ("virtualSeconds", "virtual time until quiet"),
+    ("untilReached", "stopped by --until"),
+    ("wallSeconds", "wall-clock time"),
+    ("steps", "simulation steps"),
+    ("schedulerRestarts", "scheduler restarts"),
+)
+DURATION_KEYS = {"virtualSeconds", "wallSeconds"}
+BOUND_PHASES = {"Running", "Finished"}
+
+CSS = """
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       margin: 24px auto; max-width: 1180px; padding: 0 16px; color: #212529; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+h3 { font-size: 14px; margin: 0 0 6px; color: #495057; }
+.lede { color: #495057; margin: 0 0 16px; }
+.cards { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
+.cards > div { flex: 0 1 auto; }
+.grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 20px; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #e9ecef; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+thead th { background: #f1f3f5; }
+tr.sub th { background: #f8f9fa; color: #495057; }
+.bad { color: #c92a2a; } .ok { color: #2b8a3e; } .note { color: #868e96; font-size: 12px; }
+.empty { color: #868e96; font-style: italic; border: 1px dashed #dee2e6; padding: 24px; text-align: center; }
+.errors li { color: #c92a2a; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+td.reason { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; word-break: break-word; }
+svg.chart { width: 100%; height: auto; display: block; }
+svg .tick { font-size: 11px; fill: #495057; } svg .axis { font-size: 12px; fill: #343a40; }
+svg .legend { font-size: 12px; fill: #212529; } svg text.marker { font-size: 10px; fill: #868e96; }
+footer { margin-top: 32px; color: #adb5bd; font-size: 12px; }
+"""
+
+
+# -- cells -----------------------------------------------------------------------------------------
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        return units.fmt_number(v)
+    if v is None:
+        return "–"
+    return str(v)
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return _value(seconds)
+    text = f"{units.fmt_number(seconds)} s"
+    if units.time_unit(abs(seconds)) is not units.SECOND:
+        text += f" ({units.fmt_duration(seconds)})"
+    return text
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{units.fmt_number(round(n, 1))} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _row(key: str, label: str, cell: str, css: str = "num") -> str:
+    return (f'<tr data-key="{escape(key)}"><th>{escape(label)}</th>'
+            f'<td class="{css}">{escape(cell)}</td></tr>')
+
+
+def _table(head: Sequence[str], body: Iterable[str], caption: str = "") -> str:
+    cap = f"<h3>{escape(caption)}</h3>" if caption else ""
+    cols = "".join(f"<th>{escape(h)}</th>" for h in head)
+    thead = f"<thead><tr>{cols}</tr></thead>" if head else ""
+    return f"{cap}<table>{thead}<tbody>{''.join(body)}</tbody></table>"
+
+
+def _capped(total: int, shown: int, what: str) -> str:
+    if total <= shown:
+        return ""
+    return f'<p class="note">Showing the first {shown} of {units.fmt_number(total)} {escape(what)}.</p>'
+
+
+# -- summary ---------------------------------------------------------------------------------------
+def summary_table(report: dict[str, Any]) -> str:
+    s = report.get("summary") or {}
+    rows = []
+    for key, label in SUMMARY_FIELDS:
+        if key in s:
+            rows.append(_row(key, label, _duration(s[key]) if key in DURATION_KEYS else _value(s[key])))
+    known = {k for k, _ in SUMMARY_FIELDS} | {"errors"}
+    rows += [_row(k, k, _value(v)) for k, v in s.items() if k not in known and not isinstance(v, (dict, list))]
+    rows.append(_row("errors", "errors", units.fmt_number(len(s.get("errors") or []))))
+    return _table([], rows, "Summary")
+
+
+def waits_table(report: dict[str, Any]) -> str:
+    pct = report.get("gangWaitPercentiles") or {}
+    if not pct:
+        return _table([], [_row("gangWaits", "gang waits", "no gang started", "")], "Gang wait")
+    rows = [_row(k, k, _duration(pct[k])) for k in ("p50", "p90", "p99") if k in pct]
+    rows.append(_row("gangsStarted", "gangs started", units.fmt_number(len(wait_values(report)))))
+    return _table([], rows, "Gang wait (first pod's arrival to min bound)")
+
+
+def demand_table(report: dict[str, Any]) -> str:
+    at = report.get("gpuAllocationAtDemand") or {}
+    if not (report.get("series") or {}).get("allocatedRatio", {}).get("nvidia.com/gpu"):
+        return _table([], [_row("gpuAllocationAtDemand", "GPU allocation", "no GPUs in this cluster", "")],
+                      "GPU allocation at arrived demand")
+    rows = []
+    for level in DEMAND_LEVELS:
+        v = at.get(level)
+        cell = "not reached" if not isinstance(v, (int, float)) else units.fmt_percent(v)
+        rows.append(_row(f"demand:{level}", f"at {units.fmt_percent(float(level))} arrived demand", cell))
+    return _table([], rows, "GPU allocation at arrived demand")
+
+
+def capacity_table(report: dict[str, Any]) -> str:
+    cap = (report.get("series") or {}).get("capacity") or {}
+    if not cap:
+        return ""
+    rows = []
+    for res, v in cap.items():
+        cell = _bytes(v) if res == "memory" else units.fmt_number(v) + (" cores" if res == "cpu" else "")
+        rows.append(_row(f"capacity:{res}", RESOURCE_NAMES.get(res, res), cell))
+    return _table([], rows, "Cluster capacity")
+
+
+def errors_list(report: dict[str, Any]) -> str:
+    errors = (report.get("summary") or {}).get("errors") or []
+    if not errors:
+        return ""
+    items = "".join(f"<li>{escape(str(e))}</li>" for e in errors[:ROW_CAP])
+    return f'<h3>Errors</h3><ul class="errors">{items}</ul>{_capped(len(errors), ROW_CAP, "errors")}'
+
+
+# -- tables of gangs and pods ----------------------------------------------------------------------
+def gangs_table(report: dict[str, Any]) -> str:
+    groups = [g for g in report.get("podGroups") or [] if isinstance(g, dict)]
+    if not groups:
+        return empty_note("no gangs")
+    waits = {w.get("gang"): w.get("waitSeconds") for w in report.get("gangWaits") or [] if isinstance(w, dict)}
+    # Gangs that did not bind whole come first: on a long replay they are the ones worth reading.
+    ordered = sorted(groups, key=lambda g: g.get("phase") in BOUND_PHASES)
+    rows = []
+    for g in ordered[:ROW_CAP]:
+        key = f"{g.get('namespace', '')}/{g.get('name', '')}"
+        css = "ok" if g.get("phase") in BOUND_PHASES else "bad"
+        wait = waits.get(key)
+        rows.append(
+            f"<tr><td>{escape(key)}</td><td class=\"{css}\">{escape(_value(g.get('phase')))}</td>"
+            f"<td class=\"num\">{escape(_value(g.get('bound')))}/{escape(_value(g.get('minMember')))}</td>"
+            f"<td class=\"num\">{escape(_value(g.get('pods')))}</td>"
+            f"<td>{'yes' if g.get('timedOut') else ''}</td>"
+            f"<td class=\"num\">{escape(_duration(wait)) if wait is not None else ''}</td></tr>")
+    head = ["gang", "phase", "bound/min", "pods", "timed out", "wait"]
+    return _table(head, rows) + _capped(len(groups), ROW_CAP, "gangs (those not bound whole first)")
+
+
+def unbound_pods(report: dict[str, Any]) -> str:
+    pods = [p for p in report.get("pods") or [] if isinstance(p, dict) and p.get("boundAt") is None]
+    if not pods:
+        return empty_note("every pod was bound")
+    reasons = Counter(str(p.get("reason") or "no reason recorded") for p in pods)
+    reason_rows = [f'<tr><td class="num">{units.fmt_number(n)}</td><td class="reason">{escape(r)}</td></tr>'
+                   for r, n in reasons.most_common(REASON_CAP)]
+    out = _table(["pods", "reason"], reason_rows, "By reason")
+    out += _capped(len(reasons), REASON_CAP, "distinct reasons")
+    rows = [f"<tr><td>{escape(str(p.get('namespace', '')))}/{escape(str(p.get('name', '')))}</td>"
+            f"<td class=\"reason\">{escape(str(p.get('reason') or ''))}</td></tr>" for p in pods[:ROW_CAP]]
+    out += _table(["pod", "reason"], rows, "Pods")
+    return out + _capped(len(pods), ROW_CAP, "unbound pods")
+
+
+def empty_note(message: str) -> str:
+    return f'<p class="empty">{escape(message)}</p>'
+
+
+# -- pages -----------------------------------------------------------------------------------------
+def _page(title: str, body: str) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n"
+            "<footer>Generated by phalanx. Self-contained: no scripts, fonts or network.</footer>\n"
+            "</body>\n</html>\n")
+
+
+def _lede(report: dict[str, Any]) -> str:
+    s = report.get("summary") or {}
+    if not s:
+        return ""
+    return (f'<p class="lede">mode {escape(_value(s.get("mode")))}: {escape(_value(s.get("podsBound")))}/'
+            f'{escape(_value(s.get("podsTotal")))} pods bound, {escape(_value(s.get("gangsBound")))}/'
+            f'{escape(_value(s.get("gangsTotal")))} gangs bound whole, over '
+            f'{escape(units.fmt_duration(float(s.get("virtualSeconds") or 0)))} of virtual time.</p>')
+
+
+def _section(heading: str, content: str) -> str:
+    return f"<section><h2>{escape(heading)}</h2>\n{content}\n</section>"
+
+
+def render_html(report: dict[str, Any], title: str) -> str:
+    runs = [Run("", report)]
+    cards = "".join(f"<div>{t}</div>" for t in (summary_table(report), waits_table(report), demand_table(report),
+                                               capacity_table(report)) if t)
+    body = [
+        f"<h1>{escape(title)}</h1>", _lede(report),
+        _section("Summary", f'<div class="cards">{cards}</div>{errors_list(report)}'),
+        _section("Allocation over virtual time",
+                 allocation_chart(runs, name="allocation", title="allocated share of the cluster over virtual time")),
+        '<div class="grid">',
+        _section("Pending over time", pending_chart(runs, name="pending", title="pending pods and gangs")),
+        _section("Gang wait (CDF)", wait_cdf_chart(runs, name="waits", title="gang wait distribution")),
+        _section("GPU allocation against arrived GPU demand",
+                 demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")),
+        "</div>",
+        _section("Gangs", gangs_table(report)),
+        _section("Unbound pods", unbound_pods(report)),
+    ]
+    return _page(title, "\n".join(body))
+
+
+def _compare_table(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> str:
+    rows = compare_rows(a, b, label_a, label_b)
+    head, body = rows[0], rows[1:]
+    extra = [("gang wait " + k, _duration((a.get("gangWaitPercentiles") or {}).get(k)),
+              _duration((b.get("gangWaitPercentiles") or {}).get(k))) for k in ("p50", "p90", "p99")]
+    for level in DEMAND_LEVELS:
+        cells = [(r.get("gpuAllocationAtDemand") or {}).get(level) for r in (a, b)]
+        texts = [units.fmt_percent(c) if isinstance(c, (int, float)) else "–" for c in cells]
+        extra.append((f"GPU allocation at {units.fmt_percent(float(level))} demand", texts[0], texts[1]))
+    # compare_rows ends with one row per gang; our rows go before that block, which can be long.
+    split = next((i for i, r in enumerate(body) if r == ("", "", "")), len(body))
+    body = body[:split] + extra + body[split:]
+    html_rows = []
+    for title, ca, cb in body[:ROW_CAP]:
+        if (title, ca, cb) == ("", "", ""):
+            continue
+        if title.startswith("gang: "):
+            html_rows.append(f'<tr class="sub"><th>{escape(title)}</th><th>{escape(ca)}</th><th>{escape(cb)}</th></tr>')
+            continue
+        html_rows.append(f'<tr><th>{escape(title)}</th><td class="num">{escape(ca)}</td>'
+                         f'<td class="num">{escape(cb)}</td></tr>')
+    return _table(list(head), html_rows) + _capped(len(body), ROW_CAP, "rows")
+
+
+def render_compare_html(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> str:
+    title = f"{label_a} vs {label_b}"
+    runs = [Run(label_a, a), Run(label_b, b, dash="6 3")]
+    x_max = t_max(runs)  # one time axis for both, so the side-by-side plots line up
+    side = "".join(
+        f"<div>{_section(f'Allocation: {run.label}', allocation_chart([run], name=f'allocation-{i}', title=run.label, x_max=x_max))}</div>"
+        for i, run in enumerate(runs))
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="lede">Two simulation reports side by side; in overlaid plots {escape(label_b)} is dashed.</p>',
+        _section("Summary", _compare_table(a, b, label_a, label_b)),
+        f'<div class="grid">{side}</div>',
+        '<div class="grid">',
+        _section("Pending over time", pending_chart(runs, name="pending", title="pending pods and gangs")),
+        _section("Gang wait (CDF)", wait_cdf_chart(runs, name="waits", title="gang wait distribution")),
+        _section("GPU allocation against arrived GPU demand",
+                 demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")),
+        "</div>",
+    ]
+    return _page(title, "\n".join(body))

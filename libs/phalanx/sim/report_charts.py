@@ -1,0 +1,154 @@
+"""The report's plots as SVG: each takes one or more runs so the compare page can overlay them.
+
+A run is (label, report dict, dash pattern or None). With one run the lines are named after what they
+show; with several, after the run too ("gang: pending pods").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Any, Sequence
+
+from phalanx.sim import units
+from phalanx.sim.svg_plot import Line, Marker, Scale, chart, count_scale, ratio_scale, time_scale
+
+GPU = "nvidia.com/gpu"
+RESOURCE_ORDER = (GPU, "cpu", "memory")
+RESOURCE_NAMES = {GPU: "GPU", "cpu": "CPU", "memory": "memory"}
+RESOURCE_COLORS = {GPU: "#e8590c", "cpu": "#1c7ed6", "memory": "#2f9e44"}
+RUN_COLORS = ("#e8590c", "#1c7ed6", "#2f9e44", "#ae3ec9")
+PENDING_PODS_COLOR = "#495057"
+PENDING_GANGS_COLOR = "#ae3ec9"
+DEMAND_LEVELS = ("0.9", "1", "1.1", "1.3")
+
+
+@dataclass
+class Run:
+    label: str
+    report: dict[str, Any]
+    dash: str | None = None
+
+
+def empty(message: str) -> str:
+    return f'<p class="empty">{escape(message)}</p>'
+
+
+def series_of(report: dict[str, Any]) -> dict[str, Any]:
+    s = report.get("series")
+    return s if isinstance(s, dict) else {}
+
+
+def _floats(values: Any) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    return [float(v) if isinstance(v, (int, float)) else float("nan") for v in values]
+
+
+def t_max(runs: Sequence[Run]) -> float:
+    ts = [t for r in runs for t in _floats(series_of(r.report).get("t")) if t == t]
+    return max(ts, default=0.0)
+
+
+def _name(runs: Sequence[Run], run: Run, what: str) -> str:
+    return what if len(runs) == 1 else f"{run.label}: {what}"
+
+
+def resources(report: dict[str, Any]) -> list[str]:
+    ratios = series_of(report).get("allocatedRatio") or {}
+    known = [r for r in RESOURCE_ORDER if r in ratios]
+    return known + sorted(r for r in ratios if r not in RESOURCE_ORDER)
+
+
+def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None) -> str:
+    lines: list[Line] = []
+    for run in runs:
+        s = series_of(run.report)
+        t = _floats(s.get("t"))
+        for i, res in enumerate(resources(run.report)):
+            color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
+            lines.append(Line(_name(runs, run, RESOURCE_NAMES.get(res, res)), t, _floats(s["allocatedRatio"][res]),
+                              color, dash=run.dash))
+    if not lines:
+        return empty("no allocation series in this report (no nodes, or a report without series)")
+    y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
+    x = time_scale(t_max(runs) if x_max is None else x_max)
+    return chart(lines, x, ratio_scale(y_max, "allocated, share of the cluster"), name=name, title=title,
+                 width=1100, height=380)
+
+
+def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
+    lines: list[Line] = []
+    for k, run in enumerate(runs):
+        s = series_of(run.report)
+        t = _floats(s.get("t"))
+        if not t:
+            continue
+        pods_color = PENDING_PODS_COLOR if len(runs) == 1 else RUN_COLORS[k % len(RUN_COLORS)]
+        lines.append(Line(_name(runs, run, "pending pods"), t, _floats(s.get("pendingPods")), pods_color,
+                          dash=run.dash))
+        if run.report.get("podGroups") or run.report.get("summary", {}).get("gangsTotal"):
+            lines.append(Line(_name(runs, run, "pending gangs"), t, _floats(s.get("pendingGangs")),
+                              PENDING_GANGS_COLOR, dash=run.dash, width=1.5))
+    if not lines:
+        return empty("no pending-count series in this report")
+    y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
+    return chart(lines, time_scale(t_max(runs)), count_scale(y_max, "pending"), name=name, title=title)
+
+
+def wait_values(report: dict[str, Any]) -> list[float]:
+    waits = report.get("gangWaits")
+    if not isinstance(waits, list):
+        return []
+    return sorted(float(w["waitSeconds"]) for w in waits
+                  if isinstance(w, dict) and isinstance(w.get("waitSeconds"), (int, float)))
+
+
+def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
+    """Share of gangs that waited at most x: stairs rising by 1/n at each gang's wait."""
+    lines: list[Line] = []
+    for k, run in enumerate(runs):
+        waits = wait_values(run.report)
+        if not waits:
+            continue
+        n = len(waits)
+        lines.append(Line(_name(runs, run, f"gangs started ({n})"), [0.0] + waits,
+                          [0.0] + [(i + 1) / n for i in range(n)], RUN_COLORS[k % len(RUN_COLORS)], dash=run.dash))
+    if not lines:
+        has_gangs = any(r.report.get("podGroups") or r.report.get("summary", {}).get("gangsTotal") for r in runs)
+        return empty("no gang ever started: no waits to show" if has_gangs else "no gangs")
+    markers: list[Marker] = []
+    if len(runs) == 1:
+        pct = runs[0].report.get("gangWaitPercentiles") or {}
+        markers = [Marker(float(v), k) for k, v in pct.items() if isinstance(v, (int, float))]
+    w_max = max(max(line.xs) for line in lines)
+    y = Scale(0.0, 1.0, "share of started gangs", [0, 0.25, 0.5, 0.75, 1.0], units.fmt_percent)
+    return chart(lines, time_scale(w_max, what="wait from first pod's arrival to min bound"), y,
+                 name=name, title=title, markers=markers)
+
+
+def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
+    """GPU allocation against arrived GPU demand (both over the cluster's GPUs), with y = x for reference."""
+    lines: list[Line] = []
+    for k, run in enumerate(runs):
+        s = series_of(run.report)
+        gpu = (s.get("allocatedRatio") or {}).get(GPU)
+        if not gpu:
+            continue
+        xs = _floats(s.get("arrivedGpuDemand"))
+        lines.append(Line(_name(runs, run, "GPU allocated"), xs, _floats(gpu),
+                          RUN_COLORS[k % len(RUN_COLORS)], step=False, dash=run.dash))
+    if not lines:
+        return empty("no GPUs in this cluster")
+    x_hi = max((x for line in lines for x in line.xs if x == x), default=0.0)
+    if x_hi <= 0:
+        return empty("no GPU demand arrived")
+    ref = min(1.0, x_hi)
+    lines.insert(0, Line("y = x (everything that arrived is allocated)", [0.0, ref], [0.0, ref], "#adb5bd",
+                         step=False, dash="5 4", width=1.2))
+    y_max = max(ref, max((y for line in lines[1:] for y in line.ys if y == y), default=0.0))
+    step = units.nice_step(x_hi)
+    x = Scale(0.0, x_hi, "arrived GPU demand, share of the cluster's GPUs", units.ticks(0.0, x_hi),
+              lambda v: f"{units.fmt_tick(v * 100, step * 100)}%")
+    markers = [Marker(float(d), units.fmt_percent(float(d))) for d in DEMAND_LEVELS]
+    return chart(lines, x, ratio_scale(y_max, "GPU allocated"), name=name, title=title, markers=markers)
