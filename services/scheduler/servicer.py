@@ -109,15 +109,19 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 satisfied_at=float(g["satisfied_at"]) if g["satisfied_at"] is not None else -1.0))  # type: ignore[arg-type]
         return scheduler_pb2.ListGangsResponse(gangs=out)
 
-    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.05) -> None:
-        """Real-clock mode: step continuously; sleep briefly when there was nothing to do."""
+    def run_forever(self, stop: threading.Event, idle_wait: float = 0.2) -> None:
+        """Real-clock mode: step continuously; when idle, long-poll the queue for the next pod (gang
+        timers still fire: the wait is short)."""
+        prefetched = None
         while not stop.is_set():
             try:
                 with self.lock:
-                    r = self.scheduler.step(self.clock.now())
+                    r = self.scheduler.step(self.clock.now(), prefetched=prefetched)
+                prefetched = None
+                if r.attempted == 0:
+                    # Outside the lock: cluster events must not wait behind an idle poll.
+                    prefetched = self.scheduler.wait_for_work(self.clock.now(), idle_wait)
             except Exception:  # keep serving: a failed step is retried, its state is in Redis
                 log.exception("scheduling step failed")
+                prefetched = None
                 stop.wait(1.0)
-                continue
-            if r.attempted == 0:
-                stop.wait(idle_sleep)

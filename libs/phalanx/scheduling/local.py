@@ -22,7 +22,7 @@ class LocalQueue:
             self.queue.add(p.key, priority=p.priority, created_at=p.created_at, gang=p.gang,
                            gang_created_at=p.gang_created_at, payload=Popped(p), now=now)
 
-    def pop(self, max_pods: int, now: float, carry: Carry | None = None) -> PopResult:
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
         if carry is not None:
             self.done(carry.verdicts, carry.activate, carry.failed, now)
             self.remove(carry.remove)

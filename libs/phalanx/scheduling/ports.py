@@ -46,7 +46,8 @@ class PopResult:
 
 
 class QueuePort(Protocol):
-    def pop(self, max_pods: int, now: float, carry: Carry | None = None) -> PopResult: ...
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None,
+            wait_seconds: float = 0.0) -> PopResult: ...
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
 

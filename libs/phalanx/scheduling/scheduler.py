@@ -20,7 +20,7 @@ from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
 from phalanx.plugins.gpu_share import with_gpu_devices
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.scheduling.ports import BinderPort, Carry, Popped, QueuePort, Verdict
+from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import PodRecord, StateStore, Txn
 from phalanx.telemetry.tracing import child_span, nested_traceparent
@@ -161,15 +161,19 @@ class GangScheduler:
             self.gangs.released(r.gang, [key])
 
     # -- the step ------------------------------------------------------------------------------------
-    def step(self, now: float, carry: Carry | None = None) -> StepResult:
+    def step(self, now: float, carry: Carry | None = None, prefetched: PopResult | None = None) -> StepResult:
         """Schedules until the queue has nothing runnable at `now`. `carry` holds queue updates from
-        cluster events; every pop carries the verdicts of the previous one."""
+        cluster events; every pop carries the verdicts of the previous one. `prefetched`: pods already
+        popped (by a long poll while idle) to start with."""
         result = StepResult()
         carry = carry or Carry()
         self._expire_timers(now, carry)
         while True:
-            popped = self.queue.pop(self.settings.pop_batch, now, carry)
-            carry = Carry()
+            if prefetched is not None:
+                popped, prefetched = prefetched, None  # the carry goes with the next pop
+            else:
+                popped = self.queue.pop(self.settings.pop_batch, now, carry)
+                carry = Carry()
             if not popped.items:
                 break
             result.attempted += len(popped.items)
@@ -182,7 +186,9 @@ class GangScheduler:
             self._schedule_ordinary(state)
             self._bind_ready(state)
             result.bound += state.bound
-            carry = Carry(state.verdicts, state.activate, state.failed)
+            carry.verdicts += state.verdicts
+            carry.activate += state.activate
+            carry.failed += state.failed
         self._flush_reports(now)
         if self.gangs.timers_changed:
             self.gangs.timers_changed = False
@@ -192,6 +198,12 @@ class GangScheduler:
         result.next_wakeup = min(wakeups) if wakeups else None
         result.queue_pending = popped.pending
         return result
+
+    def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
+        """Real-clock mode, while idle: a long poll on the queue, so a new pod is scheduled as soon as
+        it arrives rather than at the next tick. Returns what it popped (for `step`), or None."""
+        popped = self.queue.pop(self.settings.pop_batch, now, None, wait_seconds=timeout)
+        return popped if popped.items else None
 
     # -- gangs ---------------------------------------------------------------------------------------
     def _schedule_gang_unit(self, gang: str, unit: list[Popped], state: _StepState) -> None:
