@@ -135,9 +135,14 @@ class BatchBinder:
         first = next(iter(problems.items()))
         log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)
         # Only reservations are undone: a pod already bound runs in the cluster and keeps its capacity.
-        txn = Txn(fence=fence, release=[a.pod_key for a in assignments
-                                        if getattr(records.get(a.pod_key), "state", None) == "assumed"])
-        self.store.apply(txn)
+        held = [a.pod_key for a in assignments if getattr(records.get(a.pod_key), "state", None) == "assumed"]
+        ok, reason = self.store.apply(Txn(fence=fence, release=held))
+        if not ok:
+            # Fenced out mid-rollback. Releasing a reservation that is still only assumed is safe without
+            # the lock (nobody has bound it), so do that pod by pod; anything bound meanwhile stays.
+            log.warning("rollback fenced out (%s); releasing still-assumed pods one by one", reason)
+            for key in held:
+                self.store.apply(Txn(expect=[[key, "assumed", ""]], release=[key]))
         out = []
         for a in assignments:
             if a.pod_key in problems:

@@ -1,7 +1,7 @@
 """Time series of a simulation, kept incrementally (O(1) per event) and sampled after every step.
 
-- allocation of each resource (cpu, memory, nvidia.com/gpu, ...) over virtual time, absolute and as a
-  share of the cluster's allocatable;
+- allocation of each resource (cpu, memory, GPUs) over virtual time, absolute and as a share of the
+  cluster's allocatable; GPUs count whole GPUs and shares of one (phalanx.dev/gpu-share) alike;
 - pending pods and pending gangs over time;
 - each gang's wait: from its first pod's arrival to the moment its minimum was bound;
 - the GPU allocation ratio as a function of arrived GPU demand (the FGD paper's metric: allocated GPU
@@ -15,7 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 GPU = "nvidia.com/gpu"
+GPU_SHARE = "phalanx.dev/gpu-share"
 TRACKED = ("nvidia.com/gpu", "cpu", "memory")
+
+
+def _gpu_milli(requests: dict[str, int]) -> int:
+    """GPU demand of a pod in thousandths of a GPU: whole GPUs and a share of one count alike."""
+    return requests.get(GPU, 0) + requests.get(GPU_SHARE, 0)
+
+
+def _tracked(requests: dict[str, int]) -> dict[str, int]:
+    return {"nvidia.com/gpu": _gpu_milli(requests), "cpu": requests.get("cpu", 0),
+            "memory": requests.get("memory", 0)}
 MAX_POINTS = 2000  # reports stay small on long traces; the last value of each bucket is kept
 
 
@@ -37,7 +48,7 @@ class SeriesRecorder:
 
     def pod_arrived(self, requests: dict[str, int], gang: str, at: float) -> None:
         self.pending_pods += 1
-        self.arrived_gpu += requests.get(GPU, 0)
+        self.arrived_gpu += _gpu_milli(requests)
         if gang:
             self.gang_first_arrival.setdefault(gang, at)
             if gang not in self.gang_waits:
@@ -45,12 +56,12 @@ class SeriesRecorder:
 
     def pod_bound(self, requests: dict[str, int]) -> None:
         self.pending_pods -= 1
-        for r in TRACKED:
-            self.allocated[r] = self.allocated.get(r, 0) + requests.get(r, 0)
+        for r, v in _tracked(requests).items():
+            self.allocated[r] = self.allocated.get(r, 0) + v
 
     def pod_finished(self, requests: dict[str, int]) -> None:
-        for r in TRACKED:
-            self.allocated[r] = self.allocated.get(r, 0) - requests.get(r, 0)
+        for r, v in _tracked(requests).items():
+            self.allocated[r] = self.allocated.get(r, 0) - v
 
     def gang_started(self, gang: str, at: float) -> None:
         self.pending_gangs.discard(gang)

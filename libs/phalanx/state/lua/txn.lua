@@ -39,7 +39,9 @@ for _, e in ipairs(txn.expect or {}) do
       unlock(); return {0, "pod " .. e[1] .. " is " .. (state or "absent") .. ", expected " .. e[2]}
     end
     if e[3] ~= nil and e[3] ~= "" then
-      local rec = cjson.decode(redis.call("HGET", K_PODS, e[1]))
+      local raw = redis.call("HGET", K_PODS, e[1])
+      if not raw then unlock(); return {0, "pod " .. e[1] .. " has a state but no record"} end
+      local rec = cjson.decode(raw)
       if rec.node ~= e[3] then unlock(); return {0, "pod " .. e[1] .. " is on " .. rec.node .. ", expected " .. e[3]} end
     end
   end
@@ -90,7 +92,7 @@ end
 local ALLOWED = {HSET = true, HDEL = true, SADD = true, SREM = true, DEL = true, ZADD = true, ZREM = true,
   RPUSH = true, HINCRBY = true, HSETNX = true}
 for _, c in ipairs(txn.cmds or {}) do
-  if not ALLOWED[c[1]] then return redis.error_reply("txn: command " .. tostring(c[1]) .. " is not allowed") end
+  if not ALLOWED[c[1]] then unlock(); return redis.error_reply("txn: command " .. tostring(c[1]) .. " is not allowed") end
 end
 
 -- Apply.

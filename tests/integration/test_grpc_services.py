@@ -1,0 +1,235 @@
+"""The three services as real processes on loopback ports, checked with plain gRPC stubs."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from phalanx.sim.services import ServiceProcess, Stack
+from phalanx.v1 import (
+    binder_pb2,
+    binder_pb2_grpc,
+    objects_pb2,
+    queue_pb2,
+    queue_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 10.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack.launch(log_dir=tmp_path_factory.mktemp("grpc-services"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def channels(stack: Stack) -> Iterator[dict[str, grpc.Channel]]:
+    chans = {svc.name: grpc.insecure_channel(svc.address) for svc in (stack.queue, stack.binder, stack.scheduler)}
+    yield chans
+    for ch in chans.values():
+        ch.close()
+
+
+@pytest.fixture
+def queue(channels: dict[str, grpc.Channel]) -> queue_pb2_grpc.QueueStub:
+    return queue_pb2_grpc.QueueStub(channels["queue"])
+
+
+@pytest.fixture
+def binder(channels: dict[str, grpc.Channel]) -> binder_pb2_grpc.BinderStub:
+    return binder_pb2_grpc.BinderStub(channels["binder"])
+
+
+@pytest.fixture
+def scheduler(channels: dict[str, grpc.Channel]) -> scheduler_pb2_grpc.SchedulerStub:
+    return scheduler_pb2_grpc.SchedulerStub(channels["scheduler"])
+
+
+def invalid(call: grpc.UnaryUnaryMultiCallable, request: object) -> str:
+    with pytest.raises(grpc.RpcError) as exc:
+        call(request, timeout=TIMEOUT)
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT, exc.value
+    return exc.value.details()
+
+
+# -- health -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, service", [
+    ("queue", "phalanx.v1.Queue"), ("binder", "phalanx.v1.Binder"), ("scheduler", "phalanx.v1.Scheduler")])
+def test_health_reports_serving(channels: dict[str, grpc.Channel], name: str, service: str) -> None:
+    stub = health_pb2_grpc.HealthStub(channels[name])
+    for svc in ("", service):
+        resp = stub.Check(health_pb2.HealthCheckRequest(service=svc), timeout=TIMEOUT)
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.Check(health_pb2.HealthCheckRequest(service="phalanx.v1.Nope"), timeout=TIMEOUT)
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+# -- the binder -------------------------------------------------------------------------------------
+
+def assignment(pod_key: str, node: str = "n1") -> binder_pb2.Assignment:
+    return binder_pb2.Assignment(pod_key=pod_key, node=node)
+
+
+@pytest.mark.parametrize("assignments, field, detail", [
+    ([assignment("nonsense")], "assignments[0]", "pod_key='nonsense'"),
+    ([assignment("a/b/c")], "assignments[0]", "pod_key='a/b/c'"),
+    ([assignment("ns/ok"), assignment("ns/p", node="")], "assignments[1]", "node=''"),
+    ([assignment("ns/p"), assignment("ns/q"), assignment("ns/p", node="n2")], "assignments[2]",
+     "pod ns/p appears twice"),
+])
+def test_binder_rejects_bad_assignments(binder: binder_pb2_grpc.BinderStub, assignments: list, field: str,
+                                        detail: str) -> None:
+    message = invalid(binder.Bind, binder_pb2.BindRequest(assignments=assignments, now=1.0))
+    assert message.startswith(f"{field}:") and detail in message
+    # Still serving: a valid call goes through (a pod never reserved is reported gone, not an error).
+    resp = binder.Bind(binder_pb2.BindRequest(assignments=[assignment("ns/never-reserved")], now=1.0),
+                       timeout=TIMEOUT)
+    assert [r.status for r in resp.results] == [binder_pb2.BIND_STATUS_GONE]
+    assert resp.fence >= 1
+
+
+# -- the queue --------------------------------------------------------------------------------------
+
+def test_queue_add_reports_pods_without_a_name(queue: queue_pb2_grpc.QueueStub) -> None:
+    before = queue.Stats(queue_pb2.StatsRequest(now=1.0), timeout=TIMEOUT)
+    resp = queue.Add(queue_pb2.AddRequest(pods=[
+        objects_pb2.Pod(namespace="add", name="ok"),
+        objects_pb2.Pod(namespace="add"),
+        objects_pb2.Pod(name="no-namespace"),
+        objects_pb2.Pod(namespace="add", name="bad-gang", gang="nogang"),
+    ], now=1.0), timeout=TIMEOUT)
+    assert resp.added == 1
+    assert len(resp.rejected) == 3
+    assert resp.rejected[0].startswith("pods[1]:") and "name" in resp.rejected[0]
+    assert resp.rejected[1].startswith("pods[2]:") and "namespace" in resp.rejected[1]
+    assert resp.rejected[2].startswith("pods[3] add/bad-gang:") and "'nogang'" in resp.rejected[2]
+    after = queue.Stats(queue_pb2.StatsRequest(now=1.0), timeout=TIMEOUT)
+    assert after.active == before.active + 1
+
+
+def test_queue_done_with_an_unknown_outcome_changes_nothing(queue: queue_pb2_grpc.QueueStub) -> None:
+    queue.Add(queue_pb2.AddRequest(pods=[objects_pb2.Pod(namespace="done", name="p")], now=2.0), timeout=TIMEOUT)
+    popped = queue.Pop(queue_pb2.PopRequest(max_pods=1000, now=2.0), timeout=TIMEOUT)
+    assert "done/p" in {f"{p.namespace}/{p.name}" for p in popped.pods}
+    in_flight = queue.Stats(queue_pb2.StatsRequest(now=2.0), timeout=TIMEOUT).in_flight
+    assert in_flight >= 1
+    ok = queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done", name="p"), outcome=queue_pb2.OUTCOME_ASSUMED)
+    for bad, field in (
+        (queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done", name="x"), outcome=42), "results[1].outcome"),
+        (queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done", name="x")), "results[1].outcome"),
+        (queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done"), outcome=queue_pb2.OUTCOME_BACKOFF),
+         "results[1].pod"),
+    ):
+        message = invalid(queue.Done, queue_pb2.DoneRequest(results=[ok, bad], now=2.0))
+        assert message.startswith(f"{field}:")
+        # The refused request applied nothing, not even its valid first result.
+        assert queue.Stats(queue_pb2.StatsRequest(now=2.0), timeout=TIMEOUT).in_flight == in_flight
+    queue.Done(queue_pb2.DoneRequest(results=[ok], now=2.0), timeout=TIMEOUT)
+    assert queue.Stats(queue_pb2.StatsRequest(now=2.0), timeout=TIMEOUT).in_flight == in_flight - 1
+
+
+def test_queue_pop_hands_out_whole_gangs(queue: queue_pb2_grpc.QueueStub) -> None:
+    queue.Pop(queue_pb2.PopRequest(max_pods=10_000, now=3.0), timeout=TIMEOUT)  # drain other tests' pods
+    pods = [objects_pb2.Pod(namespace="pop", name=f"w{i}", gang="pop/g", created_at=3.0, gang_created_at=3.0)
+            for i in range(4)]
+    queue.Add(queue_pb2.AddRequest(pods=pods, now=3.0), timeout=TIMEOUT)
+    resp = queue.Pop(queue_pb2.PopRequest(max_pods=1, now=3.0), timeout=TIMEOUT)
+    assert [p.name for p in resp.pods] == ["w0", "w1", "w2", "w3"]
+
+
+# -- the scheduler ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("events, field", [
+    (scheduler_pb2.ClusterEvents(nodes_upserted=[objects_pb2.Node(name="n1"), objects_pb2.Node()]),
+     "nodes_upserted[1].name"),
+    (scheduler_pb2.ClusterEvents(gangs_upserted=[objects_pb2.Gang(namespace="ns", name="g", min_available=0)]),
+     "gangs_upserted[0] ns/g: min_available"),
+    (scheduler_pb2.ClusterEvents(gangs_upserted=[objects_pb2.Gang(name="g", min_available=1)]),
+     "gangs_upserted[0]: namespace and name"),
+])
+def test_scheduler_rejects_bad_cluster_events(scheduler: scheduler_pb2_grpc.SchedulerStub,
+                                              events: scheduler_pb2.ClusterEvents, field: str) -> None:
+    message = invalid(scheduler.ApplyClusterEvents, events)
+    assert message.startswith(field)
+    # Nothing of the refused request was applied: n1 of the first case is unknown to the scheduler.
+    scheduler.ApplyClusterEvents(scheduler_pb2.ClusterEvents(
+        gangs_upserted=[objects_pb2.Gang(namespace="ok", name="g", min_available=2, total_number=2)], now=1.0),
+        timeout=TIMEOUT)
+    assert "ok/g" in {g.key for g in scheduler.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=TIMEOUT).gangs}
+
+
+def test_scheduler_step_binds_a_gang_end_to_end(scheduler: scheduler_pb2_grpc.SchedulerStub,
+                                                queue: queue_pb2_grpc.QueueStub) -> None:
+    queue.Pop(queue_pb2.PopRequest(max_pods=10_000, now=10.0), timeout=TIMEOUT)  # other tests' pods stay aside
+    node = objects_pb2.Node(name="e2e-node", allocatable={"cpu": 8000, "pods": 110_000})
+    gang = objects_pb2.Gang(namespace="e2e", name="g", min_available=2, total_number=2, wait_seconds=30)
+    pods = [objects_pb2.Pod(namespace="e2e", name=f"w{i}", gang="e2e/g", requests={"cpu": 1000, "pods": 1000},
+                            duration=-1) for i in range(2)]
+    resp = scheduler.Step(scheduler_pb2.StepRequest(
+        now=10.0, events=scheduler_pb2.ClusterEvents(nodes_upserted=[node], gangs_upserted=[gang], now=10.0),
+        pods_added=pods), timeout=30)
+    assert resp.pods_bound == 2
+    status = {g.key: g for g in scheduler.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=TIMEOUT).gangs}
+    assert status["e2e/g"].satisfied and status["e2e/g"].bound == 2
+
+
+# -- shutdown ---------------------------------------------------------------------------------------
+
+def test_sigterm_stops_each_service_gracefully(tmp_path: Path) -> None:
+    s = Stack.launch(log_dir=tmp_path)
+    try:
+        # A long-poll in progress when the queue gets SIGTERM still gets its answer.
+        outcome: list[object] = []
+        with grpc.insecure_channel(s.queue.address) as ch:
+            stub = queue_pb2_grpc.QueueStub(ch)
+            stub.Stats(queue_pb2.StatsRequest(), timeout=TIMEOUT)  # connected
+            poll = threading.Thread(target=lambda: outcome.append(_pop_or_error(stub)))
+            poll.start()
+            time.sleep(0.3)
+            for svc in (s.scheduler, s.binder, s.queue):
+                assert _terminate(svc) == 0, svc.log_tail()
+            poll.join(timeout=10)
+        assert len(outcome) == 1 and isinstance(outcome[0], queue_pb2.PopResponse), outcome
+    finally:
+        s.stop()
+
+
+def _pop_or_error(stub: queue_pb2_grpc.QueueStub) -> object:
+    try:
+        return stub.Pop(queue_pb2.PopRequest(max_pods=1, now=1.0, wait_seconds=1.5), timeout=TIMEOUT)
+    except grpc.RpcError as exc:
+        return exc
+
+
+def _terminate(svc: ServiceProcess) -> int:
+    assert svc.proc is not None and svc.proc.poll() is None
+    started = time.monotonic()
+    svc.proc.send_signal(signal.SIGTERM)
+    code = svc.proc.wait(timeout=8)
+    assert time.monotonic() - started < 8
+    return code
+
+
+@pytest.mark.parametrize("module", ["phalanx_queue", "phalanx_binder", "phalanx_scheduler"])
+def test_service_help(module: str) -> None:
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: phalanx-{module.split('_')[1]}")
+    assert "--listen" in out.stdout and "--clock" in out.stdout
