@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo test test-unit test-integration protos check-protos clean
+.PHONY: setup demo test test-unit test-integration protos check-protos clean bench-replay bench bench-quick
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -35,6 +35,15 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
 
+## scheduler_perf-style benchmark through the three services and Redis (minutes); results kept in bench/.
+bench: $(STAMP)
+	$(VENV)/bin/phalanx bench --output bench/results.json --table bench/results.txt
+
+## A short run of small shapes (CI smoke, under a minute).
+bench-quick: $(STAMP)
+	@mkdir -p $(OUT)
+	$(VENV)/bin/phalanx bench --quick --output $(OUT)/bench-quick.json
+
 ## Regenerates the committed protobuf code; check-protos fails if it is stale.
 protos: $(STAMP)
 	PATH=$(VENV)/bin:$$PATH scripts/gen-protos.sh
@@ -44,3 +53,8 @@ check-protos: $(STAMP)
 
 clean:
 	rm -rf $(OUT) .pytest_cache
+
+## Issue-3 benchmark: replay the openb GPU trace (speed, linear growth) and the FGD experiment.
+bench-replay: $(STAMP)
+	@mkdir -p bench
+	$(VENV)/bin/phalanx replay-bench --output bench/replay.json | tee bench/replay.txt

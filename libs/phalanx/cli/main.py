@@ -90,14 +90,44 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_replay_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("replay-bench", help="replay the openb GPU trace: speed, and the FGD paper's experiment",
+                       description="Replays the Alibaba openb trace through the services (whole and its first "
+                                   "25%%/50%%, for speed) and runs the FGD experiment (GPU allocation at 90-130%% "
+                                   "arrived demand) for several seeds; prints a table and writes JSON.")
+    p.add_argument("--traces", help="folder holding openb_node_list_gpu_node.csv and openb_pod_list_default.csv "
+                                    "(default: ../shared/traces/alibaba-gpu-v2023 next to the repository)")
+    p.add_argument("--seeds", type=int, default=3, help="FGD experiment seeds (the paper used 10)")
+    p.add_argument("--quick", action="store_true", help="a quarter of the trace, one short FGD run (smoke test)")
+    p.add_argument("--output", "-o", default="bench/replay.json", help="JSON results (default bench/replay.json)")
+    p.set_defaults(func=_run_replay_bench)
+
+
+def _run_replay_bench(args: argparse.Namespace) -> int:
+    from phalanx.sim import replay_bench
+
+    traces = Path(args.traces) if args.traces else replay_bench.default_traces()
+    try:
+        results = replay_bench.run(traces, args.seeds, args.quick, Path(args.output) if args.output else None)
+    except FileNotFoundError as exc:
+        print(f"phalanx replay-bench: {exc}", file=sys.stderr)
+        return 2
+    print(replay_bench.table(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phalanx", description="Phalanx: all-or-nothing gang scheduling")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
     _add_compare(sub)
+    _add_replay_bench(sub)
     from phalanx.trace.cli import add_trace_commands
 
     add_trace_commands(sub)
+    from phalanx.bench.cli import add_bench_command
+
+    add_bench_command(sub)
     return parser
 
 
