@@ -49,10 +49,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         with self.lock:
             carry = self._apply(request.events, now) if request.HasField("events") else Carry()
             carry.add = [Popped(pod_from_pb(p), p.trace_parent) for p in request.pods_added]
-            r = self.scheduler.step(now, carry)
+            later = [(self.clock.now(i.now), [Popped(pod_from_pb(p), p.trace_parent) for p in i.pods_added],
+                      list(i.pods_finished)) for i in request.later]
+            r = self.scheduler.step(now, carry, later=later)
         return scheduler_pb2.StepResponse(pods_attempted=r.attempted, pods_bound=r.bound,
                                           next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0,
-                                          queue_pending=r.queue_pending)
+                                          queue_pending=r.queue_pending, instants_done=r.instants_done, now=r.now)
 
     def StepStream(self, requests: Iterator[scheduler_pb2.StepRequest],
                    context: grpc.ServicerContext) -> Iterator[scheduler_pb2.StepResponse]:

@@ -134,8 +134,13 @@ class SchedulerClient:
         self.stub.ApplyClusterEvents(ev, timeout=self.timeout)
 
     def step(self, now: float, events: scheduler_pb2.ClusterEvents | None = None,
-             pods: list[PodInfo] = ()) -> scheduler_pb2.StepResponse:  # type: ignore[assignment]
-        req = scheduler_pb2.StepRequest(now=now, pods_added=[pod_to_pb(p) for p in pods])
+             pods: list[PodInfo] = (),  # type: ignore[assignment]
+             later: list[tuple[float, list[PodInfo], list[str]]] = ()  # type: ignore[assignment]
+             ) -> scheduler_pb2.StepResponse:
+        req = scheduler_pb2.StepRequest(now=now, pods_added=[pod_to_pb(p) for p in pods],
+                                        later=[scheduler_pb2.Instant(now=t, pods_added=[pod_to_pb(p) for p in ps],
+                                                                     pods_finished=fin)
+                                               for t, ps, fin in later])
         if events is not None:
             req.events.CopyFrom(events)
         return self._step.call(req)

@@ -83,6 +83,16 @@ class SimResult:
     attempts: int = 0
 
 
+MAX_LATER_INSTANTS = 256  # instants sent ahead with one step (bounded: the unused ones are re-admitted)
+
+
+@dataclass
+class _Instant:
+    at: float
+    pods: list[PodInfo] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+
 @dataclass
 class _Due:
     """What became due at one instant, sent to the scheduler with one Step."""
@@ -129,6 +139,7 @@ class Simulation:
         self.attempts = 0  # pods the scheduler tried, retries included
         self.bound_count = 0
         self.series = SeriesRecorder()
+        self._waiting_durations: dict[str, float] = {}  # gang pods arrived, not started: their run times
 
     # -- event timeline --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -151,10 +162,12 @@ class Simulation:
                 deferred = due.finished
             else:
                 deferred = []
-                step = self._step(now, due)
+                later = self._gather_later(now, due)
+                step = self._step(now, due, later)
+                self._put_back(later[step.instants_done:])
+                now = max(now, step.now)
                 idle = step.queue_pending == 0 and not step.next_wakeup
                 self._read_bindings(now)
-            self.series.sample(now)
             if self.opt.progress and time.monotonic() - last_progress > 0.5:
                 last_progress = time.monotonic()
                 self._print_progress(now, wall0)
@@ -184,10 +197,14 @@ class Simulation:
         while self._events and self._events[0][0] <= now:
             _, _, kind, payload = heapq.heappop(self._events)
             if kind == "finish":
-                self.pods[payload].finished_at = now
-                self.running -= 1
-                self.series.pod_finished(self.parsed[payload].requests)
+                self._note_finished(payload, now)
                 due.finished.append(payload)
+                continue
+            if kind == "finished":  # noted already, sent back from a run of instants the step did not take
+                due.finished.append(payload)
+                continue
+            if kind == "admitted":  # likewise, a pod admitted already
+                due.pods.append(payload)
                 continue
             obj: WorkloadObject = payload
             if obj.kind == "Node":
@@ -211,6 +228,78 @@ class Simulation:
             due.pods.extend(self._reresolve_waiting(due))
         due.gangs = self._specs_to_send(due.pods + due.bound)
         return due
+
+    def _note_finished(self, key: str, now: float) -> None:
+        self.pods[key].finished_at = now
+        self.running -= 1
+        self.series.pod_finished(self.parsed[key].requests, now)
+
+    def _gather_later(self, now: float, due: "_Due") -> list[_Instant]:
+        """The instants after `now` at which only pods arrive or finish, for the scheduler to run in
+        the same step while the cluster stays quiet. The run ends before any other kind of event, and
+        before the earliest moment a pod bound in it could finish (its finish is not known yet)."""
+        horizon = min((now + p.duration for p in due.pods if p.duration is not None), default=float("inf"))
+        if self._waiting_durations:  # a gang's earlier pods may start in the run too
+            horizon = min(horizon, now + min(self._waiting_durations.values()))
+        out: list[_Instant] = []
+        while self._events and len(out) < MAX_LATER_INSTANTS:
+            at = self._events[0][0]
+            if at >= horizon or (self.opt.until is not None and at > self.opt.until):
+                break
+            batch = []
+            while self._events and self._events[0][0] == at:
+                batch.append(heapq.heappop(self._events))
+            if not all(self._simple(kind, payload) for _, _, kind, payload in batch):
+                for entry in batch:
+                    heapq.heappush(self._events, entry)
+                break
+            inst = _Instant(at)
+            for _, _, kind, payload in batch:
+                if kind == "finish":
+                    self._note_finished(payload, at)
+                    inst.finished.append(payload)
+                elif kind == "finished":
+                    inst.finished.append(payload)
+                elif kind == "admitted":
+                    inst.pods.append(payload)
+                else:
+                    pod = self._admit_pod(payload)
+                    if pod is not None:
+                        inst.pods.append(pod)
+            if self._declares_gang(inst.pods):
+                # Declaring a gang is a cluster event (it retries unschedulable pods): it gets its own step.
+                self._put_back([inst])
+                break
+            for p in inst.pods:
+                if p.duration is not None:
+                    horizon = min(horizon, at + p.duration)
+            out.append(inst)
+        return out
+
+    def _declares_gang(self, pods: list[PodInfo]) -> bool:
+        if self.opt.mode != "gang":
+            return False
+        for key in {self.pods[p.key].gang for p in pods} - {""}:
+            spec = self.resolver.gang(key)
+            if spec is not None and self.sent_specs.get(key) != spec:
+                return True
+        return False
+
+    @staticmethod
+    def _simple(kind: str, payload: Any) -> bool:
+        """An event a quiet run of instants can take: a pod arriving unbound, or a pod finishing."""
+        if kind in ("finish", "finished", "admitted"):
+            return True
+        obj: WorkloadObject = payload
+        return obj.kind == "Pod" and not (obj.obj.get("spec") or {}).get("nodeName")
+
+    def _put_back(self, instants: list[_Instant]) -> None:
+        """Instants the step did not run go back on the timeline, already admitted and noted."""
+        for inst in instants:
+            for key in inst.finished:
+                self._push(inst.at, "finished", key)
+            for pod in inst.pods:
+                self._push(inst.at, "admitted", pod)
 
     def _intake(self, obj: WorkloadObject, parse: Callable[[WorkloadObject], Any]) -> Any:
         try:
@@ -242,6 +331,8 @@ class Simulation:
         resolved = self._resolve(pod, track)
         if resolved is not None:
             self.series.pod_arrived(pod.requests, track.gang, obj.at)
+            if track.gang and track.duration is not None:
+                self._waiting_durations[track.key] = track.duration
         return resolved
 
     def _resolve(self, pod: PodInfo, track: PodTrack) -> PodInfo | None:
@@ -302,13 +393,13 @@ class Simulation:
             self.scheduler = self.recover_scheduler()
             return fn(self.scheduler)
 
-    def _step(self, now: float, due: "_Due") -> Any:
+    def _step(self, now: float, due: "_Due", later: list[_Instant]) -> Any:
         self.steps += 1
         events = None
         if not due.no_events():
             events = SchedulerClient.events(now, nodes=due.nodes, gangs=due.gangs, finished=due.finished,
                                             deleted=due.deleted, bound=due.bound)
-        step = self._call(lambda s: s.step(now, events, due.pods))
+        step = self._call(lambda s: s.step(now, events, due.pods, [(i.at, i.pods, i.finished) for i in later]))
         self.attempts += step.pods_attempted
         for p in due.bound:
             self._record_bind(p.key, p.node_name, now)
@@ -328,7 +419,7 @@ class Simulation:
             return
         track.node, track.bound_at = node, at
         self.bound_count += 1
-        self.series.pod_bound(self.parsed[key].requests)
+        self.series.pod_bound(self.parsed[key].requests, at)
         if not track.gang:
             self._start(track, at)
             return
@@ -346,6 +437,7 @@ class Simulation:
 
     def _start(self, track: PodTrack, at: float) -> None:
         track.started_at = at
+        self._waiting_durations.pop(track.key, None)
         self.running += 1
         if track.duration is not None:
             self._push(at + track.duration, "finish", track.key)

@@ -32,51 +32,68 @@ MAX_POINTS = 2000  # reports stay small on long traces; the last value of each b
 
 @dataclass
 class SeriesRecorder:
+    """Records timestamped events; the series are folded from them at the end, so events may be
+    recorded out of order (the simulator learns of a run of quiet instants only after it ran)."""
+
     capacity: dict[str, int] = field(default_factory=dict)
-    allocated: dict[str, int] = field(default_factory=dict)
-    arrived_gpu: int = 0
-    pending_pods: int = 0
-    pending_gangs: set[str] = field(default_factory=set)
-    gang_first_arrival: dict[str, float] = field(default_factory=dict)
-    gang_waits: dict[str, float] = field(default_factory=dict)
+    events: list[tuple[float, int, str, Any]] = field(default_factory=list)
     points: list[dict[str, float]] = field(default_factory=list)
+    gang_waits: dict[str, float] = field(default_factory=dict)
 
     # -- events ------------------------------------------------------------------------------------
+    def _log(self, at: float, kind: str, data: Any) -> None:
+        self.events.append((at, len(self.events), kind, data))
+
     def node_added(self, allocatable: dict[str, int]) -> None:
         for r in TRACKED:
             self.capacity[r] = self.capacity.get(r, 0) + allocatable.get(r, 0)
 
     def pod_arrived(self, requests: dict[str, int], gang: str, at: float) -> None:
-        self.pending_pods += 1
-        self.arrived_gpu += _gpu_milli(requests)
-        if gang:
-            self.gang_first_arrival.setdefault(gang, at)
-            if gang not in self.gang_waits:
-                self.pending_gangs.add(gang)
+        self._log(at, "arrived", (_gpu_milli(requests), gang))
 
-    def pod_bound(self, requests: dict[str, int]) -> None:
-        self.pending_pods -= 1
-        for r, v in _tracked(requests).items():
-            self.allocated[r] = self.allocated.get(r, 0) + v
+    def pod_bound(self, requests: dict[str, int], at: float) -> None:
+        self._log(at, "bound", _tracked(requests))
 
-    def pod_finished(self, requests: dict[str, int]) -> None:
-        for r, v in _tracked(requests).items():
-            self.allocated[r] = self.allocated.get(r, 0) - v
+    def pod_finished(self, requests: dict[str, int], at: float) -> None:
+        self._log(at, "finished", _tracked(requests))
 
     def gang_started(self, gang: str, at: float) -> None:
-        self.pending_gangs.discard(gang)
-        if gang not in self.gang_waits:
-            self.gang_waits[gang] = at - self.gang_first_arrival.get(gang, at)
+        self._log(at, "started", gang)
 
-    def sample(self, now: float) -> None:
-        point = {"t": now, "pendingPods": float(self.pending_pods), "pendingGangs": float(len(self.pending_gangs)),
-                 "arrivedGpuDemand": self._ratio(self.arrived_gpu, GPU)}
-        for r in TRACKED:
-            point[f"allocated:{r}"] = float(self.allocated.get(r, 0))
-        if self.points and self.points[-1]["t"] == now:
-            self.points[-1] = point
-        else:
-            self.points.append(point)
+    def _fold(self) -> None:
+        """One point per distinct time, after every event at that time."""
+        allocated: dict[str, int] = {}
+        arrived_gpu = pending = 0
+        pending_gangs: set[str] = set()
+        first_arrival: dict[str, float] = {}
+        self.points, self.gang_waits = [], {}
+        for at, _, kind, data in sorted(self.events):
+            if kind == "arrived":
+                gpu, gang = data
+                pending += 1
+                arrived_gpu += gpu
+                if gang:
+                    first_arrival.setdefault(gang, at)
+                    if gang not in self.gang_waits:
+                        pending_gangs.add(gang)
+            elif kind == "bound":
+                pending -= 1
+                for r, v in data.items():
+                    allocated[r] = allocated.get(r, 0) + v
+            elif kind == "finished":
+                for r, v in data.items():
+                    allocated[r] = allocated.get(r, 0) - v
+            elif kind == "started":
+                pending_gangs.discard(data)
+                self.gang_waits.setdefault(data, at - first_arrival.get(data, at))
+            point = {"t": at, "pendingPods": float(pending), "pendingGangs": float(len(pending_gangs)),
+                     "arrivedGpuDemand": self._ratio(arrived_gpu, GPU)}
+            for r in TRACKED:
+                point[f"allocated:{r}"] = float(allocated.get(r, 0))
+            if self.points and self.points[-1]["t"] == at:
+                self.points[-1] = point
+            else:
+                self.points.append(point)
 
     def _ratio(self, value: int, resource: str) -> float:
         cap = self.capacity.get(resource, 0)
@@ -84,6 +101,7 @@ class SeriesRecorder:
 
     # -- output ------------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
+        self._fold()
         points = _downsample(self.points, MAX_POINTS)
         series: dict[str, Any] = {
             "t": [p["t"] for p in points],

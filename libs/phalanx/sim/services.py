@@ -86,14 +86,18 @@ class Stack:
     @classmethod
     def launch(cls, *, redis_url: str | None = None, prefix: str = "phalanx", default_wait: float = 600.0,
                profile: str | None = None, scheduler_env: dict[str, str] | None = None,
-               log_dir: Path | None = None) -> "Stack":
+               log_dir: Path | None = None, clock: str = "virtual",
+               env: dict[str, str] | None = None) -> "Stack":
+        """`clock="real"`: every service on the wall clock; the scheduler runs its own loop (long-polling
+        the queue when idle) and the simulated backend's bind log records wall time. `env`: extra
+        environment of all three services."""
         redis = None
         if redis_url is None:
             redis = RedisServer().start()
             redis_url = redis.url
         logs = log_dir or Path(tempfile.mkdtemp(prefix="phalanx-sim-"))
         logs.mkdir(parents=True, exist_ok=True)
-        common = ["--clock", "virtual", "--log-level", os.environ.get("PHALANX_LOG_LEVEL", "WARNING")]
+        common = ["--clock", clock, "--log-level", os.environ.get("PHALANX_LOG_LEVEL", "WARNING")]
         state = ["--redis-url", redis_url, "--redis-prefix", prefix]
         queue = ServiceProcess("queue", "phalanx_queue", [*common, "--unschedulable-flush", "0"], free_port(),
                                logs / "queue.log")
@@ -103,7 +107,11 @@ class Stack:
                       "--default-wait", str(default_wait)]
         if profile:
             sched_args += ["--profile", profile]
+        if clock == "real":  # cluster events come through the Scheduler API, as in virtual mode
+            sched_args += ["--backend", "simulated"]
         scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, free_port(), logs / "scheduler.log")
+        for svc in (queue, binder, scheduler):
+            svc.extra_env.update(env or {})
         stack = cls(redis_url, prefix, queue, binder, scheduler, redis, logs)
         try:
             queue.start(wait=False)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from phalanx.v1 import objects_pb2 as phalanx_dot_v1_dot_objects__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aphalanx/v1/scheduler.proto\x12\nphalanx.v1\x1a\x18phalanx/v1/objects.proto\"\xf0\x01\n\rClusterEvents\x12(\n\x0enodes_upserted\x18\x01 \x03(\x0b\x32\x10.phalanx.v1.Node\x12\x15\n\rnodes_removed\x18\x02 \x03(\t\x12(\n\x0egangs_upserted\x18\x03 \x03(\x0b\x32\x10.phalanx.v1.Gang\x12\x15\n\rgangs_removed\x18\x04 \x03(\t\x12\x15\n\rpods_finished\x18\x05 \x03(\t\x12\x14\n\x0cpods_deleted\x18\x06 \x03(\t\x12#\n\npods_bound\x18\x07 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x0b\n\x03now\x18\x08 \x01(\x01\"\x1c\n\x1a\x41pplyClusterEventsResponse\"j\n\x0bStepRequest\x12\x0b\n\x03now\x18\x01 \x01(\x01\x12)\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x19.phalanx.v1.ClusterEvents\x12#\n\npods_added\x18\x03 \x03(\x0b\x32\x0f.phalanx.v1.Pod\"f\n\x0cStepResponse\x12\x16\n\x0epods_attempted\x18\x01 \x01(\x05\x12\x12\n\npods_bound\x18\x02 \x01(\x05\x12\x13\n\x0bnext_wakeup\x18\x03 \x01(\x01\x12\x15\n\rqueue_pending\x18\x04 \x01(\x05\"\x12\n\x10ListGangsRequest\"\xb3\x01\n\nGangStatus\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x15\n\rmin_available\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ssumed\x18\x03 \x01(\x05\x12\r\n\x05\x62ound\x18\x04 \x01(\x05\x12\x11\n\tsatisfied\x18\x05 \x01(\x08\x12\x11\n\ttimed_out\x18\x06 \x01(\x08\x12\x15\n\rfirst_wait_at\x18\x07 \x01(\x01\x12\x14\n\x0csatisfied_at\x18\x08 \x01(\x01\x12\x0e\n\x06reason\x18\t \x01(\t\":\n\x11ListGangsResponse\x12%\n\x05gangs\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.GangStatus2\xae\x02\n\tScheduler\x12W\n\x12\x41pplyClusterEvents\x12\x19.phalanx.v1.ClusterEvents\x1a&.phalanx.v1.ApplyClusterEventsResponse\x12\x39\n\x04Step\x12\x17.phalanx.v1.StepRequest\x1a\x18.phalanx.v1.StepResponse\x12H\n\tListGangs\x12\x1c.phalanx.v1.ListGangsRequest\x1a\x1d.phalanx.v1.ListGangsResponse\x12\x43\n\nStepStream\x12\x17.phalanx.v1.StepRequest\x1a\x18.phalanx.v1.StepResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aphalanx/v1/scheduler.proto\x12\nphalanx.v1\x1a\x18phalanx/v1/objects.proto\"\xf0\x01\n\rClusterEvents\x12(\n\x0enodes_upserted\x18\x01 \x03(\x0b\x32\x10.phalanx.v1.Node\x12\x15\n\rnodes_removed\x18\x02 \x03(\t\x12(\n\x0egangs_upserted\x18\x03 \x03(\x0b\x32\x10.phalanx.v1.Gang\x12\x15\n\rgangs_removed\x18\x04 \x03(\t\x12\x15\n\rpods_finished\x18\x05 \x03(\t\x12\x14\n\x0cpods_deleted\x18\x06 \x03(\t\x12#\n\npods_bound\x18\x07 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x0b\n\x03now\x18\x08 \x01(\x01\"\x1c\n\x1a\x41pplyClusterEventsResponse\"\x8e\x01\n\x0bStepRequest\x12\x0b\n\x03now\x18\x01 \x01(\x01\x12)\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x19.phalanx.v1.ClusterEvents\x12#\n\npods_added\x18\x03 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\"\n\x05later\x18\x04 \x03(\x0b\x32\x13.phalanx.v1.Instant\"R\n\x07Instant\x12\x0b\n\x03now\x18\x01 \x01(\x01\x12#\n\npods_added\x18\x02 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x15\n\rpods_finished\x18\x03 \x03(\t\"\x8a\x01\n\x0cStepResponse\x12\x16\n\x0epods_attempted\x18\x01 \x01(\x05\x12\x12\n\npods_bound\x18\x02 \x01(\x05\x12\x13\n\x0bnext_wakeup\x18\x03 \x01(\x01\x12\x15\n\rqueue_pending\x18\x04 \x01(\x05\x12\x15\n\rinstants_done\x18\x05 \x01(\x05\x12\x0b\n\x03now\x18\x06 \x01(\x01\"\x12\n\x10ListGangsRequest\"\xb3\x01\n\nGangStatus\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x15\n\rmin_available\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ssumed\x18\x03 \x01(\x05\x12\r\n\x05\x62ound\x18\x04 \x01(\x05\x12\x11\n\tsatisfied\x18\x05 \x01(\x08\x12\x11\n\ttimed_out\x18\x06 \x01(\x08\x12\x15\n\rfirst_wait_at\x18\x07 \x01(\x01\x12\x14\n\x0csatisfied_at\x18\x08 \x01(\x01\x12\x0e\n\x06reason\x18\t \x01(\t\":\n\x11ListGangsResponse\x12%\n\x05gangs\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.GangStatus2\xae\x02\n\tScheduler\x12W\n\x12\x41pplyClusterEvents\x12\x19.phalanx.v1.ClusterEvents\x1a&.phalanx.v1.ApplyClusterEventsResponse\x12\x39\n\x04Step\x12\x17.phalanx.v1.StepRequest\x1a\x18.phalanx.v1.StepResponse\x12H\n\tListGangs\x12\x1c.phalanx.v1.ListGangsRequest\x1a\x1d.phalanx.v1.ListGangsResponse\x12\x43\n\nStepStream\x12\x17.phalanx.v1.StepRequest\x1a\x18.phalanx.v1.StepResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,16 +36,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLUSTEREVENTS']._serialized_end=309
   _globals['_APPLYCLUSTEREVENTSRESPONSE']._serialized_start=311
   _globals['_APPLYCLUSTEREVENTSRESPONSE']._serialized_end=339
-  _globals['_STEPREQUEST']._serialized_start=341
-  _globals['_STEPREQUEST']._serialized_end=447
-  _globals['_STEPRESPONSE']._serialized_start=449
-  _globals['_STEPRESPONSE']._serialized_end=551
-  _globals['_LISTGANGSREQUEST']._serialized_start=553
-  _globals['_LISTGANGSREQUEST']._serialized_end=571
-  _globals['_GANGSTATUS']._serialized_start=574
-  _globals['_GANGSTATUS']._serialized_end=753
-  _globals['_LISTGANGSRESPONSE']._serialized_start=755
-  _globals['_LISTGANGSRESPONSE']._serialized_end=813
-  _globals['_SCHEDULER']._serialized_start=816
-  _globals['_SCHEDULER']._serialized_end=1118
+  _globals['_STEPREQUEST']._serialized_start=342
+  _globals['_STEPREQUEST']._serialized_end=484
+  _globals['_INSTANT']._serialized_start=486
+  _globals['_INSTANT']._serialized_end=568
+  _globals['_STEPRESPONSE']._serialized_start=571
+  _globals['_STEPRESPONSE']._serialized_end=709
+  _globals['_LISTGANGSREQUEST']._serialized_start=711
+  _globals['_LISTGANGSREQUEST']._serialized_end=729
+  _globals['_GANGSTATUS']._serialized_start=732
+  _globals['_GANGSTATUS']._serialized_end=911
+  _globals['_LISTGANGSRESPONSE']._serialized_start=913
+  _globals['_LISTGANGSRESPONSE']._serialized_end=971
+  _globals['_SCHEDULER']._serialized_start=974
+  _globals['_SCHEDULER']._serialized_end=1276
 # @@protoc_insertion_point(module_scope)

@@ -92,6 +92,7 @@ class StepRequest(_message.Message):
     NOW_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
     PODS_ADDED_FIELD_NUMBER: _builtins.int
+    LATER_FIELD_NUMBER: _builtins.int
     now: _builtins.float
     @_builtins.property
     def events(self) -> Global___ClusterEvents:
@@ -101,20 +102,56 @@ class StepRequest(_message.Message):
     def pods_added(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]:
         """handed to the queue with the step's first pop"""
 
+    @_builtins.property
+    def later(self) -> _containers.RepeatedCompositeFieldContainer[Global___Instant]:
+        """Further instants at which only pods arrive (simulation). The step runs them too while the cluster
+        stays quiet, and says how many it ran; the rest must be sent again.
+        """
+
     def __init__(
         self,
         *,
         now: _builtins.float = ...,
         events: Global___ClusterEvents | None = ...,
         pods_added: _abc.Iterable[_objects_pb2.Pod] | None = ...,
+        later: _abc.Iterable[Global___Instant] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "now", b"now", "pods_added", b"pods_added"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "later", b"later", "now", b"now", "pods_added", b"pods_added"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StepRequest: _TypeAlias = StepRequest  # noqa: Y015
+
+@_typing.final
+class Instant(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NOW_FIELD_NUMBER: _builtins.int
+    PODS_ADDED_FIELD_NUMBER: _builtins.int
+    PODS_FINISHED_FIELD_NUMBER: _builtins.int
+    now: _builtins.float
+    @_builtins.property
+    def pods_added(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]: ...
+    @_builtins.property
+    def pods_finished(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """released at this instant, before its pods are scheduled"""
+
+    def __init__(
+        self,
+        *,
+        now: _builtins.float = ...,
+        pods_added: _abc.Iterable[_objects_pb2.Pod] | None = ...,
+        pods_finished: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["now", b"now", "pods_added", b"pods_added", "pods_finished", b"pods_finished"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Instant: _TypeAlias = Instant  # noqa: Y015
 
 @_typing.final
 class StepResponse(_message.Message):
@@ -124,12 +161,18 @@ class StepResponse(_message.Message):
     PODS_BOUND_FIELD_NUMBER: _builtins.int
     NEXT_WAKEUP_FIELD_NUMBER: _builtins.int
     QUEUE_PENDING_FIELD_NUMBER: _builtins.int
+    INSTANTS_DONE_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
     pods_attempted: _builtins.int
     pods_bound: _builtins.int
     next_wakeup: _builtins.float
     """0 when nothing is pending in time"""
     queue_pending: _builtins.int
     """pods still in the queue after the step"""
+    instants_done: _builtins.int
+    """how many of the request's `later` instants ran"""
+    now: _builtins.float
+    """the time the step ended at"""
     def __init__(
         self,
         *,
@@ -137,10 +180,12 @@ class StepResponse(_message.Message):
         pods_bound: _builtins.int = ...,
         next_wakeup: _builtins.float = ...,
         queue_pending: _builtins.int = ...,
+        instants_done: _builtins.int = ...,
+        now: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_wakeup", b"next_wakeup", "pods_attempted", b"pods_attempted", "pods_bound", b"pods_bound", "queue_pending", b"queue_pending"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instants_done", b"instants_done", "next_wakeup", b"next_wakeup", "now", b"now", "pods_attempted", b"pods_attempted", "pods_bound", b"pods_bound", "queue_pending", b"queue_pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
