@@ -185,6 +185,9 @@ class GangScheduler:
                 popped = self.queue.pop(self.settings.pop_batch, now, carry)
                 carry = Carry()
             if not popped.items:
+                if later and popped.pending == 0 and self._no_timer_before(later[0][0]):
+                    now = self._next_instant(now, later, carry, result)  # an instant with only finishes
+                    continue
                 break
             result.attempted += len(popped.items)
             state = _StepState(now)
@@ -200,12 +203,7 @@ class GangScheduler:
             carry.activate += state.activate
             carry.failed += state.failed
             if later and self._quiet_until(later[0][0], popped, state):
-                self._flush_reports(now)
-                now, carry.add, finished = later.pop(0)
-                if finished and self.release_pods(finished):
-                    carry.move_all = True  # as any freed capacity does (the queue is empty: a no-op)
-                result.instants_done += 1
-                self._expire_timers(now, carry)
+                now = self._next_instant(now, later, carry, result)
         self._flush_reports(now)
         if self.gangs.timers_changed:
             self.gangs.timers_changed = False
@@ -217,6 +215,24 @@ class GangScheduler:
         result.now = now
         return result
 
+    def _next_instant(self, now: float, later: list[tuple[float, list[Popped], list[str]]], carry: Carry,
+                      result: StepResult) -> float:
+        """Moves a quiet step on to the next of its `later` instants: its finishes free capacity, its pods
+        go to the queue with the next pop."""
+        self._flush_reports(now)
+        now, carry.add, finished = later.pop(0)
+        if finished and self.release_pods(finished):
+            carry.move_all = True  # as any freed capacity does (the queue is empty: a no-op)
+        result.instants_done += 1
+        self._expire_timers(now, carry)
+        return now
+
+    def _no_timer_before(self, instant: float) -> bool:
+        if self.gangs.timers_changed:
+            self.gangs.timers_changed = False
+            self._next_timer = self.store.next_timer()
+        return self._next_timer is None or self._next_timer > instant
+
     def _quiet_until(self, next_instant: float, popped: PopResult, state: _StepState) -> bool:
         """True when, once this round's verdicts reach the queue, nothing is left to do before
         `next_instant`: the queue held only what was popped, every popped pod leaves it, and no gang
@@ -225,10 +241,7 @@ class GangScheduler:
             return False
         if any(v.outcome not in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED) for v in state.verdicts):
             return False
-        if self.gangs.timers_changed:
-            self.gangs.timers_changed = False
-            self._next_timer = self.store.next_timer()
-        return self._next_timer is None or self._next_timer > next_instant
+        return self._no_timer_before(next_instant)
 
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
         """Real-clock mode, while idle: a long poll on the queue, so a new pod is scheduled as soon as

@@ -91,6 +91,11 @@ class _Instant:
     at: float
     pods: list[PodInfo] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
+    foreseen: list[str] = field(default_factory=list)  # finishes of pods bound earlier in the same run
+
+    @property
+    def releases(self) -> list[str]:
+        return self.finished + self.foreseen
 
 
 @dataclass
@@ -139,7 +144,8 @@ class Simulation:
         self.attempts = 0  # pods the scheduler tried, retries included
         self.bound_count = 0
         self.series = SeriesRecorder()
-        self._waiting_durations: dict[str, float] = {}  # gang pods arrived, not started: their run times
+        self._waiting_durations: dict[str, float] = {}  # pods arrived, not started: their run times
+        self._finished_early: set[str] = set()  # pods whose finish ran, foreseen, in a run of instants
 
     # -- event timeline --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -167,7 +173,12 @@ class Simulation:
                 self._put_back(later[step.instants_done:])
                 now = max(now, step.now)
                 idle = step.queue_pending == 0 and not step.next_wakeup
+                for inst in later[: step.instants_done]:
+                    self._finished_early.update(inst.foreseen)
                 self._read_bindings(now)
+                for inst in later[: step.instants_done]:
+                    for key in inst.foreseen:
+                        self._note_finished(key, inst.at)
             if self.opt.progress and time.monotonic() - last_progress > 0.5:
                 last_progress = time.monotonic()
                 self._print_progress(now, wall0)
@@ -236,14 +247,34 @@ class Simulation:
 
     def _gather_later(self, now: float, due: "_Due") -> list[_Instant]:
         """The instants after `now` at which only pods arrive or finish, for the scheduler to run in
-        the same step while the cluster stays quiet. The run ends before any other kind of event, and
-        before the earliest moment a pod bound in it could finish (its finish is not known yet)."""
-        horizon = min((now + p.duration for p in due.pods if p.duration is not None), default=float("inf"))
-        if self._waiting_durations:  # a gang's earlier pods may start in the run too
-            horizon = min(horizon, now + min(self._waiting_durations.values()))
+        the same step while the cluster stays quiet (so every pod is bound the instant it arrives).
+
+        A pod without a gang bound at t in such a run finishes at t + its duration: that finish is
+        added to the run as a foreseen event (kept only if the run gets that far). The run ends before
+        any other kind of event, and before a pod of a gang, whose start is not known yet, could end."""
+        horizon = float("inf")
+        foreseen: list[tuple[float, str]] = []  # (time, pod) finishes of pods bound in the run
+
+        def foresee(pods: list[PodInfo], at: float) -> None:
+            nonlocal horizon
+            for p in pods:
+                if p.duration is None:
+                    continue
+                if self.pods[p.key].gang:  # starts when its gang is complete: not known in advance
+                    horizon = min(horizon, at + p.duration)
+                else:
+                    heapq.heappush(foreseen, (at + p.duration, p.key))
+
+        foresee(due.pods, now)
+        # Pods that arrived before this step and have not started (waiting in the queue, or for their
+        # gang) may start at any instant of the run: it must end before the earliest could finish.
+        arriving = {p.key for p in due.pods}
+        earlier = [d for k, d in self._waiting_durations.items() if k not in arriving]
+        if earlier:
+            horizon = min(horizon, now + min(earlier))
         out: list[_Instant] = []
-        while self._events and len(out) < MAX_LATER_INSTANTS:
-            at = self._events[0][0]
+        while len(out) < MAX_LATER_INSTANTS and (self._events or foreseen):
+            at = min(self._events[0][0] if self._events else float("inf"), foreseen[0][0] if foreseen else float("inf"))
             if at >= horizon or (self.opt.until is not None and at > self.opt.until):
                 break
             batch = []
@@ -254,6 +285,8 @@ class Simulation:
                     heapq.heappush(self._events, entry)
                 break
             inst = _Instant(at)
+            while foreseen and foreseen[0][0] == at:
+                inst.foreseen.append(heapq.heappop(foreseen)[1])
             for _, _, kind, payload in batch:
                 if kind == "finish":
                     self._note_finished(payload, at)
@@ -270,9 +303,7 @@ class Simulation:
                 # Declaring a gang is a cluster event (it retries unschedulable pods): it gets its own step.
                 self._put_back([inst])
                 break
-            for p in inst.pods:
-                if p.duration is not None:
-                    horizon = min(horizon, at + p.duration)
+            foresee(inst.pods, at)
             out.append(inst)
         return out
 
@@ -294,7 +325,8 @@ class Simulation:
         return obj.kind == "Pod" and not (obj.obj.get("spec") or {}).get("nodeName")
 
     def _put_back(self, instants: list[_Instant]) -> None:
-        """Instants the step did not run go back on the timeline, already admitted and noted."""
+        """Instants the step did not run go back on the timeline, already admitted and noted; their
+        foreseen finishes are dropped (those pods' real binds, if any, will schedule them)."""
         for inst in instants:
             for key in inst.finished:
                 self._push(inst.at, "finished", key)
@@ -331,7 +363,7 @@ class Simulation:
         resolved = self._resolve(pod, track)
         if resolved is not None:
             self.series.pod_arrived(pod.requests, track.gang, obj.at)
-            if track.gang and track.duration is not None:
+            if track.duration is not None:
                 self._waiting_durations[track.key] = track.duration
         return resolved
 
@@ -399,7 +431,7 @@ class Simulation:
         if not due.no_events():
             events = SchedulerClient.events(now, nodes=due.nodes, gangs=due.gangs, finished=due.finished,
                                             deleted=due.deleted, bound=due.bound)
-        step = self._call(lambda s: s.step(now, events, due.pods, [(i.at, i.pods, i.finished) for i in later]))
+        step = self._call(lambda s: s.step(now, events, due.pods, [(i.at, i.pods, i.releases) for i in later]))
         self.attempts += step.pods_attempted
         for p in due.bound:
             self._record_bind(p.key, p.node_name, now)
@@ -439,7 +471,7 @@ class Simulation:
         track.started_at = at
         self._waiting_durations.pop(track.key, None)
         self.running += 1
-        if track.duration is not None:
+        if track.duration is not None and track.key not in self._finished_early:
             self._push(at + track.duration, "finish", track.key)
 
     # -- progress and results --------------------------------------------------------------------------
