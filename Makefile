@@ -52,10 +52,10 @@ bench-quick: $(STAMP)
 
 ## Regenerates the committed protobuf code; check-protos fails if it is stale.
 protos: $(STAMP)
-	PATH=$(VENV)/bin:$$PATH scripts/gen-protos.sh
+	PYTHON=$(PY) scripts/gen-protos.sh
 
 check-protos: $(STAMP)
-	PATH=$(VENV)/bin:$$PATH scripts/check-protos.sh
+	PYTHON=$(PY) scripts/check-protos.sh
 
 clean:
 	rm -rf $(OUT) .pytest_cache

@@ -4,5 +4,5 @@
 set -euo pipefail
 out="${1:-libs}"
 cd "$(dirname "$0")/.."
-python -m grpc_tools.protoc -Iprotos --python_out="$out" --grpc_python_out="$out" --mypy_out="$out" \
+"${PYTHON:-python3}" -m grpc_tools.protoc -Iprotos --python_out="$out" --grpc_python_out="$out" --mypy_out="$out" \
   protos/phalanx/v1/*.proto
