@@ -4,5 +4,8 @@
 set -euo pipefail
 out="${1:-libs}"
 cd "$(dirname "$0")/.."
-"${PYTHON:-python3}" -m grpc_tools.protoc -Iprotos --python_out="$out" --grpc_python_out="$out" --mypy_out="$out" \
+py="${PYTHON:-python3}"
+# protoc finds the mypy plugin (protoc-gen-mypy) beside the Python that has grpc_tools.
+PATH="$(dirname "$(command -v "$py")"):$PATH"
+"$py" -m grpc_tools.protoc -Iprotos --python_out="$out" --grpc_python_out="$out" --mypy_out="$out" \
   protos/phalanx/v1/*.proto
