@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -12,6 +14,7 @@ from phalanx.clock import Clock
 from phalanx.config import common_parser, env, redis_args, setup_logging
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import load_profile
+from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
@@ -21,6 +24,11 @@ from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import scheduler_pb2_grpc
 from phalanx_scheduler.faults import install_fault_hooks
 from phalanx_scheduler.servicer import SchedulerServicer
+
+if TYPE_CHECKING:
+    from phalanx.cluster.feed import ClusterFeed
+
+log = logging.getLogger("phalanx_scheduler")
 
 
 def build(args: argparse.Namespace) -> tuple[ServiceServer, SchedulerServicer]:
@@ -50,7 +58,26 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds a gang waits for its minimum when it declares no waiting time")
     p.add_argument("--pop-batch", type=int, default=int(env("POP_BATCH", "256")))
     p.add_argument("--dependency-timeout", type=float, default=60.0)
+    p.add_argument("--backend", choices=["simulated", "kubernetes"], default=env("BACKEND", "kubernetes"),
+                   help="kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: "
+                        "cluster events arrive through the Scheduler API (env PHALANX_BACKEND)")
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
+    p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
+                   help="the spec.schedulerName of the pods Phalanx schedules (env PHALANX_SCHEDULER_NAME)")
     return p
+
+
+def start_feed(args: argparse.Namespace, servicer: SchedulerServicer) -> ClusterFeed | None:
+    """Kubernetes mode on the wall clock: watch the cluster, after recover() has loaded Redis."""
+    if args.backend != "kubernetes" or args.clock != "real":
+        return None
+    from phalanx.cluster.client import api_client
+    from phalanx.cluster.feed import ClusterFeed, collections
+
+    scheduler = servicer.scheduler
+    feed = ClusterFeed(scheduler, servicer.lock, servicer.queue, scheduler.binder,  # type: ignore[arg-type]
+                       collections(api_client(args.kubeconfig)), scheduler_name=args.scheduler_name)
+    return feed.start()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,9 +87,18 @@ def main(argv: list[str] | None = None) -> None:
     server, servicer = build(args)
     server.start()
     stop = threading.Event()
+    feed = start_feed(args, servicer)
+    if feed is not None and not feed.wait_synced(args.dependency_timeout):  # the rebuild comes before scheduling
+        log.warning("the cluster feed has not synced after %gs; scheduling anyway", args.dependency_timeout)
     if args.clock == "real":
         threading.Thread(target=servicer.run_forever, args=(stop,), name="schedule-loop", daemon=True).start()
-    serve_until_signal(server, on_stop=stop.set)
+
+    def on_stop() -> None:
+        stop.set()
+        if feed is not None:
+            feed.stop()
+
+    serve_until_signal(server, on_stop=on_stop)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,331 @@
+"""The binder's side of a real cluster: bindings, pod conditions, annotations, Events and PodGroup status,
+written through the Kubernetes API.
+
+Binding goes through the pods/binding subresource, as kube-scheduler's does, with the pod's UID as a
+precondition (a pod deleted and recreated under the same name is not bound by mistake). Pods of a batch are
+bound concurrently. What an answer means:
+- 201: bound; a `Scheduled` Event follows, as kube-scheduler writes it.
+- 404, or 409 because the UID differs: the pod is gone. Not an error for the rest of its gang.
+- 409 otherwise: the pod is read back; already bound to the same node (our earlier attempt did succeed, its
+  answer was lost) counts as success, bound elsewhere is a failure.
+- 429, 5xx, timeouts, connection errors: retried with capped exponential backoff, a bounded number of times.
+
+Reports (conditions, annotations, Events, PodGroup status) are written by one background thread, in the
+order they came: scheduling does not wait for the API server, and a slow API server only delays messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from phalanx.backends.base import BindFailure
+from phalanx.cluster import podgroups
+from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
+from phalanx.state.store import Txn
+from phalanx.v1 import binder_pb2
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+_NORMAL_REASONS = {"Scheduled", "GangScheduled", "GangWaiting"}
+_MAX_EVENT_MESSAGE = 1024  # what the API server keeps of an Event's message
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6
+    initial_delay: float = 0.1
+    max_delay: float = 2.0
+    request_timeout: float = 15.0
+
+
+_Reports = tuple[list[binder_pb2.PodReport], list[binder_pb2.GangReport]]
+
+
+class _Retry(Exception):
+    """A transient answer: try again after the backoff."""
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+    transactional = False  # bindings are API calls made before the commit, not writes inside it
+
+    def __init__(self, api_client: Any, *, component: str = DEFAULT_SCHEDULER_NAME,
+                 retry: RetryPolicy | None = None, bind_workers: int = 8) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.component = component  # the Events' source, like kube-scheduler's "default-scheduler"
+        self.instance = socket.gethostname()[:128]
+        self.retry = retry or RetryPolicy()
+        self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="k8s-bind")
+        # Items: (pod reports, gang reports); a write to make (an Event); a threading.Event to set once
+        # everything before it is written; None: stop.
+        self._reports: queue.Queue[_Reports | Callable[[], None] | threading.Event | None] = queue.Queue()
+        self._reporter = threading.Thread(target=self._report_loop, name="k8s-report", daemon=True)
+        self._reporter.start()
+
+    @classmethod
+    def from_args(cls, args: Any) -> KubernetesBackend:
+        from phalanx.cluster.client import api_client
+
+        component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
+        return cls(api_client(getattr(args, "kubeconfig", "") or ""), component=component or DEFAULT_SCHEDULER_NAME)
+
+    def close(self) -> None:
+        self._reports.put(None)
+        self._reporter.join(5)
+        self._binders.shutdown(wait=True)
+
+    # -- binding ---------------------------------------------------------------------------------------
+    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+        outcomes = list(self._binders.map(self._bind_one, assignments))
+        return {a.pod_key: failure for a, failure in zip(assignments, outcomes) if failure is not None}
+
+    def _bind_one(self, a: binder_pb2.Assignment) -> BindFailure | None:
+        namespace, name = a.pod_key.split("/", 1)
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if a.uid:
+            meta["uid"] = a.uid  # precondition: only this incarnation of the pod
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": a.node}}
+        delay, last = self.retry.initial_delay, ""
+        for attempt in range(self.retry.attempts):
+            if attempt:
+                time.sleep(delay)
+                delay = min(delay * 2, self.retry.max_delay)
+            try:
+                # _preload_content=False: the answer is a Status, which the client mis-reads as a Binding.
+                self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
+                                                        _request_timeout=self.retry.request_timeout)
+            except Exception as exc:
+                try:
+                    failure = self._bind_error(a, exc)
+                except _Retry as retry:
+                    last = str(retry)
+                    continue
+                except Exception as unexpected:  # a failed pod, never a failed batch
+                    return BindFailure(f"binding {a.pod_key} to {a.node} failed: {unexpected}")
+                if failure is not None:
+                    return failure
+            # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
+            target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": a.uid}
+            self._reports.put(partial(self._event_safe, target, "Scheduled",
+                                      f"Successfully assigned {a.pod_key} to {a.node}"))
+            return None
+        return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}")
+
+    def _bind_error(self, a: binder_pb2.Assignment, exc: Exception) -> BindFailure | None:
+        """None: the pod is bound where we wanted it after all. Raises _Retry for transient errors."""
+        from kubernetes.client.rest import ApiException
+
+        if not isinstance(exc, ApiException):
+            if _transient(exc):
+                raise _Retry(f"{type(exc).__name__}: {exc}")
+            raise exc
+        if exc.status == 404:
+            return BindFailure(f"pod {a.pod_key} no longer exists", gone=True)
+        if exc.status == 409:
+            return self._after_conflict(a, _api_message(exc))
+        if exc.status == 429 or (exc.status or 0) >= 500:
+            raise _Retry(f"{exc.status} {_api_message(exc)}")
+        return BindFailure(f"binding {a.pod_key} to {a.node} was refused: {exc.status} {_api_message(exc)}")
+
+    def _after_conflict(self, a: binder_pb2.Assignment, message: str) -> BindFailure | None:
+        namespace, name = a.pod_key.split("/", 1)
+        try:
+            pod = self._read_pod(namespace, name)
+        except Exception as exc:
+            if _transient(exc):
+                raise _Retry(f"conflict ({message}); reading the pod failed: {exc}") from None
+            raise
+        if pod is None or (a.uid and (pod.get("metadata") or {}).get("uid") != a.uid):
+            return BindFailure(f"pod {a.pod_key} no longer exists (deleted or recreated)", gone=True)
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if node == a.node:
+            return None
+        if node:
+            return BindFailure(f"pod {a.pod_key} is already bound to {node}")
+        raise _Retry(f"conflict: {message}")
+
+    # -- reports ---------------------------------------------------------------------------------------
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        if pods or gangs:
+            self._reports.put((list(pods), list(gangs)))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Waits until every report handed in so far is written."""
+        done = threading.Event()
+        self._reports.put(done)
+        return done.wait(timeout)
+
+    def _report_loop(self) -> None:
+        while True:
+            item = self._reports.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            if callable(item):
+                item()
+                continue
+            pods, gangs = item
+            for p in pods:
+                try:
+                    self._report_pod(p)
+                except Exception as exc:  # best effort: the next report of the pod says it again
+                    log.warning("reporting on pod %s failed: %s", p.pod_key, exc)
+            for g in gangs:
+                try:
+                    self._report_gang(g)
+                except Exception as exc:
+                    log.warning("reporting on gang %s failed: %s", g.gang_key, exc)
+
+    def _report_pod(self, p: binder_pb2.PodReport) -> None:
+        namespace, name = p.pod_key.split("/", 1)
+        pod: dict[str, Any] | None = None
+        if p.annotations:
+            pod = self._patch_pod(namespace, name, {"metadata": {"annotations": dict(p.annotations)}})
+            if pod is None:
+                return
+        if p.unschedulable_message:
+            pod = pod or self._read_pod(namespace, name)
+            for _ in range(3):
+                if pod is None or (pod.get("spec") or {}).get("nodeName"):
+                    return  # gone, or bound since: the report is stale
+                if _scheduled_condition(pod) == ("False", "Unschedulable", p.unschedulable_message):
+                    if not p.annotations:
+                        return  # nothing new to say: no second condition write, no second Event
+                    break
+                if self._set_unschedulable(pod, p.unschedulable_message):
+                    break
+                pod = self._read_pod(namespace, name)  # it changed meanwhile (bound, perhaps): look again
+        if p.event_reason:
+            pod = pod or self._read_pod(namespace, name)
+            if pod is not None:
+                uid = (pod.get("metadata") or {}).get("uid", "")
+                self._event({"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
+                            p.event_reason, p.event_message or p.unschedulable_message)
+
+    def _report_gang(self, g: binder_pb2.GangReport) -> None:
+        namespace, _, name = g.gang_key.partition("/")
+        group = podgroups.group_of(g.source)
+        target: dict[str, Any] | None = None
+        if group is not None:
+            body = podgroups.status_patch(group, g, time.time())
+            obj = self._call_or_none(lambda: self.custom.patch_namespaced_custom_object_status(
+                group, podgroups.VERSIONS[group], namespace, podgroups.PLURAL, name, body,
+                _content_type=MERGE_PATCH, _preload_content=False))
+            if obj is not None:
+                target = {"apiVersion": podgroups.api_version(group), "kind": "PodGroup", "namespace": namespace,
+                          "name": name, "uid": (obj.get("metadata") or {}).get("uid", "")}
+        if not g.event_reason or not g.message:
+            return
+        if target is None and g.pod_key:  # no PodGroup: the Event goes on a pod of the gang
+            pod_namespace, pod_name = g.pod_key.split("/", 1)
+            pod = self._read_pod(pod_namespace, pod_name)
+            if pod is not None:
+                target = {"apiVersion": "v1", "kind": "Pod", "namespace": pod_namespace, "name": pod_name,
+                          "uid": (pod.get("metadata") or {}).get("uid", "")}
+        if target is not None:
+            self._event(target, g.event_reason, g.message)
+
+    # -- API calls -------------------------------------------------------------------------------------
+    def _call_or_none(self, call: Any) -> dict[str, Any] | None:
+        """The call's JSON answer; None when the object does not exist."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            resp = call()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)  # type: ignore[no-any-return]
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call_or_none(lambda: self.core.read_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=self.retry.request_timeout))
+
+    def _patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        return self._call_or_none(lambda: self.core.patch_namespaced_pod(
+            name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False,
+            _request_timeout=self.retry.request_timeout))
+
+    def _set_unschedulable(self, pod: dict[str, Any], message: str) -> bool:
+        """PodScheduled=False on the pod as it was read; False when it changed since (409).
+
+        The resourceVersion is a precondition: the binder binds pods concurrently with reporting, and an
+        unschedulable condition written just after a binding would overwrite the PodScheduled=True the
+        binding set."""
+        from kubernetes.client.rest import ApiException
+
+        meta = pod.get("metadata") or {}
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastProbeTime": None, "lastTransitionTime": podgroups.rfc3339(time.time())}
+        # Strategic merge: conditions merge by type, so the pod's other conditions are kept.
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": {"conditions": [condition]}}
+        try:
+            self._call_or_none(lambda: self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], body, _content_type=STRATEGIC_MERGE_PATCH,
+                _preload_content=False, _request_timeout=self.retry.request_timeout))
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def _event(self, target: dict[str, Any], reason: str, message: str) -> None:
+        stamp = podgroups.rfc3339(time.time())
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{target['name']}.{uuid.uuid4().hex[:16]}", "namespace": target["namespace"]},
+            "involvedObject": {k: v for k, v in target.items() if v},
+            "reason": reason, "message": message[:_MAX_EVENT_MESSAGE],
+            "type": "Normal" if reason in _NORMAL_REASONS else "Warning",
+            "source": {"component": self.component}, "reportingComponent": self.component,
+            "reportingInstance": self.instance, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        self.core.create_namespaced_event(target["namespace"], body, _preload_content=False,
+                                          _request_timeout=self.retry.request_timeout)
+
+    def _event_safe(self, target: dict[str, Any], reason: str, message: str) -> None:
+        try:
+            self._event(target, reason, message)
+        except Exception as exc:  # an Event is worth a log line, never a failed bind
+            log.warning("event %s on %s/%s failed: %s", reason, target["namespace"], target["name"], exc)
+
+
+def _scheduled_condition(pod: dict[str, Any]) -> tuple[str, str, str] | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return c.get("status", ""), c.get("reason", ""), c.get("message", "")
+    return None
+
+
+def _api_message(exc: Any) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def _transient(exc: Exception) -> bool:
+    import urllib3
+
+    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))

@@ -1,0 +1,542 @@
+"""The cluster feed: Kubernetes objects in, scheduler and queue calls out. Runs inside the scheduler process.
+
+It watches (watch.py) Nodes, all Pods, the PodGroups of every API group Phalanx reads, and ConfigMaps, and
+applies what changed in batches under the scheduler's lock:
+
+- Nodes: upsert_nodes when a node's scheduling-relevant content changed; remove_nodes on deletion, whose
+  reserved (not yet bound) pods go back to the queue.
+- PodGroups and gang ConfigMaps: into the GangResolver; pods that waited for one are resolved again, and a
+  changed spec of a gang already in use is sent with upsert_gangs.
+- Pods: every pod bound to a node holds capacity, whichever scheduler bound it (add_bound_pods, skipped
+  for the pods Phalanx already accounts for); finished (Succeeded/Failed) or deleted pods give it back
+  (release_pods). Phalanx's unbound pods (spec.schedulerName) are resolved to their gang and handed to the
+  queue; a pod whose declaration is refused is not scheduled and gets PodScheduled=False with the
+  refusal's text, through the binder's report path.
+
+Why all pods rather than a field selector: capacity needs other schedulers' bound pods, and the PodGroup
+counters (running/succeeded/failed) need the phases of finished pods, which a phase selector would hide.
+kube-scheduler keeps the same set in its cache.
+
+The first batch (everything the initial lists returned) is the rebuild: whatever Redis lacks (a lost or
+stale Redis) is recovered from the API server, and reservations of pods that no longer exist are released,
+so a lost Redis costs time, not correctness. Pods annotated as timed out are never queued again, so the
+timeout survives a lost Redis too.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from phalanx.cluster import podgroups
+from phalanx.cluster.watch import Collection, Watcher, object_key
+from phalanx.intake.errors import IntakeError
+from phalanx.intake.nodes import parse_node
+from phalanx.intake.pods import parse_pod, scheduler_name
+from phalanx.intake.resolver import GangResolver
+from phalanx.model.keys import KOORD_TIMEOUT
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.ports import Popped, Verdict
+from phalanx.scheduling.scheduler import GangScheduler
+from phalanx.state.store import TxnConflict
+from phalanx.v1 import binder_pb2
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("Succeeded", "Failed")
+_PHALANX_WRITTEN = (KOORD_TIMEOUT,)  # annotations Phalanx itself writes: not a change by the user
+_NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
+
+
+class FeedQueue(Protocol):
+    def add(self, pods: list[PodInfo], now: float) -> Any: ...
+
+    def remove(self, keys: list[str]) -> None: ...
+
+    def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
+
+    def move_all(self, event: str, now: float) -> None: ...
+
+
+class Reporter(Protocol):
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None: ...
+
+
+@dataclass
+class _Pod:
+    """What the feed remembers of one pod between events."""
+
+    uid: str
+    ours: bool
+    node: str = ""
+    phase: str = ""
+    gang: str = ""
+    queued: bool = False  # handed to the queue and not taken back
+    fingerprint: tuple[Any, ...] | None = None  # of what scheduling reads: a change means "queue it again"
+    info: PodInfo | None = None  # parsed, for resolving it again when its gang object changes
+
+
+@dataclass
+class _QueueOps:
+    """Queue calls not yet delivered."""
+
+    add: dict[str, PodInfo] = field(default_factory=dict)
+    remove: set[str] = field(default_factory=set)
+    verdicts: list[Verdict] = field(default_factory=list)
+    move_all: bool = False
+
+    def pending(self) -> bool:
+        return bool(self.add or self.remove or self.verdicts or self.move_all)
+
+
+@dataclass
+class _Batch:
+    """What one batch of events asks of the scheduler, the queue and the binder's report path."""
+
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    nodes_removed: set[str] = field(default_factory=set)
+    gangs: dict[str, GangSpec] = field(default_factory=dict)
+    changed_gangs: set[str] = field(default_factory=set)  # gang keys whose PodGroup/ConfigMap changed
+    released: set[str] = field(default_factory=set)
+    bound: dict[str, PodInfo] = field(default_factory=dict)
+    queue_add: dict[str, PodInfo] = field(default_factory=dict)
+    queue_remove: set[str] = field(default_factory=set)
+    reports: dict[str, str] = field(default_factory=dict)  # pod key -> why it is not scheduled
+    counted: set[str] = field(default_factory=set)  # gangs whose pods changed (for PodGroup counters)
+
+
+def collections(api_client: Any) -> list[Collection]:
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    out = [
+        Collection(_NODES, core.list_node, "Node", "v1"),
+        Collection(_PODS, core.list_pod_for_all_namespaces, "Pod", "v1"),
+        Collection(_CONFIGMAPS, core.list_config_map_for_all_namespaces, "ConfigMap", "v1"),
+    ]
+    for group, version in podgroups.VERSIONS.items():
+        out.append(Collection(f"{podgroups.PLURAL}.{group}", custom.list_cluster_custom_object, "PodGroup",
+                              f"{group}/{version}", args=(group, version, podgroups.PLURAL)))
+    return out
+
+
+class ClusterFeed:
+    def __init__(self, scheduler: GangScheduler, lock: threading.Lock, queue_client: FeedQueue, reporter: Reporter,
+                 sources: list[Collection], *, scheduler_name: str,
+                 now: Callable[[], float] = time.time, watch_timeout: int = 300, missing_retry: float = 30.0) -> None:
+        self.scheduler = scheduler
+        self.lock = lock
+        self.queue = queue_client
+        self.reporter = reporter
+        self.name = scheduler_name
+        self.now = now
+        self.resolver = GangResolver(default_wait_seconds=None)  # None: the scheduler applies its default
+        self.stop_event = threading.Event()
+        self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
+        self._events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
+        self._watchers = [Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout,
+                                  missing_retry=missing_retry) for c in sources]
+        self._nodes: dict[str, NodeInfo] = {}
+        self._pods: dict[str, _Pod] = {}
+        self._parked: dict[str, set[str]] = {}  # gang key -> our unbound pods waiting for its object
+        self._sent: dict[str, GangSpec] = {}  # gang specs the scheduler has
+        self._reported: dict[str, str] = {}  # pod key -> last message sent
+        self._counts: dict[str, tuple[int, int, int, int]] = {}
+        self._members: dict[str, set[str]] = {}  # gang key -> our pods resolved to it (for the counters)
+        self._queue_ops = _QueueOps()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> ClusterFeed:
+        for w in self._watchers:
+            w.start()
+        self._thread = threading.Thread(target=self._run, name="cluster-feed", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self.synced.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stop_event.set()
+        for w in self._watchers:
+            w.interrupt()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for w in self._watchers:
+            w.join(timeout)
+
+    def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
+        self._events.put((collection, kind, obj))
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set() and not all(w.synced.is_set() for w in self._watchers):
+            self.stop_event.wait(0.02)
+        first = True
+        while not self.stop_event.is_set():
+            batch = self._drain(block=not first)
+            if not batch and not first:
+                if self._queue_ops.pending():
+                    with self.lock:
+                        self._flush_queue(self.now())
+                    self.stop_event.wait(1.0)
+                continue
+            try:
+                self._apply(batch, initial=first)
+            except Exception:  # never let one bad batch stop the feed; later events correct the state
+                log.exception("cluster feed: applying %d events failed", len(batch))
+            if first:
+                first = False
+                self.synced.set()
+                log.info("cluster feed: rebuilt from the API server (%d nodes, %d pods)",
+                         len(self._nodes), len(self._pods))
+
+    def _drain(self, block: bool) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        if block:
+            try:
+                out.append(self._events.get(timeout=0.2))
+            except queue.Empty:
+                return out
+        while True:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                return out
+
+    # -- one batch ---------------------------------------------------------------------------------------
+    def _apply(self, events: list[tuple[str, str, dict[str, Any]]], initial: bool) -> None:
+        # Nodes first (bound pods need their node), then gang objects (pods resolve against them).
+        rank = {_NODES: 0, _PODS: 2}
+        b = _Batch()
+        with self.lock:
+            for collection, kind, obj in sorted(events, key=lambda e: rank.get(e[0], 1)):
+                try:
+                    if collection == _NODES:
+                        self._on_node(kind, obj, b)
+                    elif collection == _PODS:
+                        self._on_pod(kind, obj, b)
+                    else:
+                        self._on_gang_object(collection, kind, obj, b)
+                except Exception:
+                    log.exception("cluster feed: %s %s %s could not be handled", kind, collection, object_key(obj))
+            self._reresolve(b)
+            self._commit(b, initial)
+            gang_reports = self._gang_counts(b.counted)
+        self._send_reports(b.reports, gang_reports)
+
+    def _on_node(self, kind: str, obj: Mapping[str, Any], b: _Batch) -> None:
+        name = object_key(obj)
+        if kind == "DELETED":
+            self._nodes.pop(name, None)
+            b.nodes.pop(name, None)
+            b.nodes_removed.add(name)
+            return
+        try:
+            node = parse_node(obj)
+        except IntakeError as exc:
+            log.warning("cluster feed: %s; the node is not used", exc)
+            return
+        if self._nodes.get(name) == node:
+            return  # status heartbeats and the like: nothing scheduling reads
+        self._nodes[name] = node
+        b.nodes[name] = node
+        b.nodes_removed.discard(name)
+
+    def _on_gang_object(self, collection: str, kind: str, obj: Mapping[str, Any], b: _Batch) -> None:
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        if collection == _CONFIGMAPS:
+            ref_kind = "ConfigMap"
+            if kind != "DELETED" and not GangResolver.is_gang_object(obj):
+                kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
+        else:
+            ref_kind = f"PodGroup.{collection.partition('.')[2]}"
+        if kind == "DELETED":
+            key = self.resolver.remove_object(ref_kind, namespace, name)
+        else:
+            try:
+                key = self.resolver.add_object(obj, created_at=_created(obj))
+            except IntakeError as exc:  # recorded as invalid: its pods are refused with this text
+                log.warning("cluster feed: %s", exc)
+                key = f"{namespace}/{name}"
+        if key:
+            b.changed_gangs.add(key)
+
+    def _on_pod(self, kind: str, obj: Mapping[str, Any], b: _Batch) -> None:
+        key = object_key(obj)
+        prev = self._pods.get(key)
+        if kind == "DELETED":
+            self._forget(key, prev, b)
+            return
+        meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))
+        uid = meta.get("uid") or ""
+        if prev is not None and prev.uid and uid and prev.uid != uid:
+            self._forget(key, prev, b)  # deleted and recreated under the same name between two events
+            prev = None
+        state = prev or _Pod(uid, scheduler_name(obj) == self.name)
+        self._pods[key] = state
+        phase, node = status.get("phase") or "", spec.get("nodeName") or ""
+        was_finished, state.phase = state.phase in TERMINAL, phase
+        if state.ours and state.gang:
+            b.counted.add(state.gang)
+        if phase in TERMINAL:
+            if not was_finished:  # the kubelet stopped it: its resources are free
+                b.released.add(key)
+                b.bound.pop(key, None)
+                if state.ours and not state.gang:  # first seen finished (a restart): count it in its gang
+                    try:
+                        self._join_gang(key, parse_pod(obj), state, b)
+                    except IntakeError:
+                        pass
+            self._take_back(key, state, b)
+            return
+        if node:
+            if state.node != node:
+                state.node = node
+                self._on_bound(key, obj, state, b)
+            self._take_back(key, state, b)
+            return
+        if state.ours:
+            self._on_pending(key, obj, meta, state, b)
+
+    def _on_bound(self, key: str, obj: Mapping[str, Any], state: _Pod, b: _Batch) -> None:
+        try:
+            pod = parse_pod(obj)
+        except IntakeError as exc:
+            log.warning("cluster feed: %s; its resources are not counted", exc)
+            return
+        if state.ours:
+            self._join_gang(key, pod, state, b)
+        b.bound[key] = pod
+
+    def _join_gang(self, key: str, pod: PodInfo, state: _Pod, b: _Batch) -> None:
+        """Records which gang a pod that is past scheduling (bound or finished) belongs to."""
+        res = self.resolver.resolve(pod)
+        self._unpark(key, state.gang)
+        pod.gang = res.gang_key if not res.error else ""
+        self._set_gang(key, state, pod.gang, b)
+        if res.spec is not None:  # a rebuild after a lost Redis: the scheduler learns the gang too
+            self._send_spec(res.spec, b)
+
+    def _on_pending(self, key: str, obj: Mapping[str, Any], meta: Mapping[str, Any], state: _Pod, b: _Batch) -> None:
+        annotations = meta.get("annotations") or {}
+        if meta.get("deletionTimestamp") or annotations.get(KOORD_TIMEOUT) == "true":
+            # Being deleted, or its gang timed out: not scheduled again (until the user recreates it).
+            self._take_back(key, state, b)
+            return
+        try:
+            pod = parse_pod(obj)
+        except IntakeError as exc:
+            self._refuse(key, str(exc), state, b)
+            state.fingerprint = None
+            return
+        fingerprint = _fingerprint(pod)
+        if state.queued and state.fingerprint == fingerprint:
+            return  # our own writes (condition, annotations) or a change scheduling does not read
+        state.fingerprint, state.info = fingerprint, pod
+        self._resolve(key, replace(pod), state, b)
+
+    def _resolve(self, key: str, pod: PodInfo, state: _Pod, b: _Batch) -> None:
+        res = self.resolver.resolve(pod)
+        self._unpark(key, state.gang)
+        self._set_gang(key, state, res.gang_key, b)
+        if res.error or res.waiting_for:
+            if res.gang_key:  # a new or corrected PodGroup/ConfigMap resolves it again
+                self._parked.setdefault(res.gang_key, set()).add(key)
+            why = res.error or f"gang {res.gang_key}: {res.waiting_for}; the pod waits for it"
+            self._refuse(key, why, state, b)
+            return
+        pod.gang = res.gang_key
+        if res.spec is not None:
+            pod.gang_created_at = res.spec.created_at
+            self._send_spec(res.spec, b)
+        b.queue_add[key] = pod
+        b.queue_remove.discard(key)
+        state.queued = True
+
+    def _reresolve(self, b: _Batch) -> None:
+        for gang in sorted(b.changed_gangs):
+            spec = self.resolver.gang(gang)
+            if spec is not None and gang in self._sent:
+                self._send_spec(spec, b)  # a gang in use changed (or became invalid)
+            for key in sorted(self._parked.get(gang, ())):
+                state = self._pods.get(key)
+                if state is not None and state.info is not None and not state.node:
+                    self._resolve(key, replace(state.info), state, b)
+
+    def _send_spec(self, spec: GangSpec, b: _Batch) -> None:
+        if self._sent.get(spec.key) != spec:
+            self._sent[spec.key] = spec
+            b.gangs[spec.key] = spec
+
+    def _refuse(self, key: str, message: str, state: _Pod, b: _Batch) -> None:
+        self._take_back(key, state, b)
+        b.reports[key] = message
+
+    def _take_back(self, key: str, state: _Pod, b: _Batch) -> None:
+        b.queue_add.pop(key, None)
+        if state.queued:
+            b.queue_remove.add(key)
+            state.queued = False
+
+    def _forget(self, key: str, prev: _Pod | None, b: _Batch) -> None:
+        b.released.add(key)
+        b.bound.pop(key, None)
+        b.queue_add.pop(key, None)
+        b.reports.pop(key, None)
+        self._reported.pop(key, None)
+        if prev is None:
+            return
+        if prev.queued:
+            b.queue_remove.add(key)
+        self._unpark(key, prev.gang)
+        self._set_gang(key, prev, "", b)
+        self._pods.pop(key, None)
+
+    def _set_gang(self, key: str, state: _Pod, gang: str, b: _Batch) -> None:
+        for g in {state.gang, gang} - {""}:
+            b.counted.add(g)
+        if state.gang and state.gang != gang:
+            members = self._members.get(state.gang, set())
+            members.discard(key)
+            if not members:
+                self._members.pop(state.gang, None)
+        if gang:
+            self._members.setdefault(gang, set()).add(key)
+        state.gang = gang
+
+    def _unpark(self, key: str, gang: str) -> None:
+        waiting = self._parked.get(gang)
+        if waiting is not None:
+            waiting.discard(key)
+            if not waiting:
+                del self._parked[gang]
+
+    # -- applying it -------------------------------------------------------------------------------------
+    def _commit(self, b: _Batch, initial: bool) -> None:
+        s, now = self.scheduler, self.now()
+        move = False
+        if initial:  # what Redis holds but the API server no longer has (or has differently)
+            b.nodes_removed |= set(s.snapshot.index) - set(self._nodes)
+            b.released |= (set(s.assumed) | s.bound) - set(self._pods)
+            # "bound" in Redis but pending in the cluster (a stale Redis): schedule it afresh
+            b.released |= {k for k in s.bound if k in self._pods and not self._pods[k].node}
+        if b.nodes:
+            s.upsert_nodes(list(b.nodes.values()))
+            move = True
+        verdicts: list[Verdict] = []
+        if b.nodes_removed:
+            victims = s.remove_nodes(sorted(b.nodes_removed), now)
+            for r in victims:
+                s.bound.discard(r.key)
+            verdicts = [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
+                        for r in victims if r.state == "assumed" and r.key in self._pods]
+        if b.gangs:
+            s.upsert_gangs(list(b.gangs.values()))
+            move = True
+        released = sorted(k for k in b.released if k in s.assumed or k in s.bound)
+        if released and s.release_pods(released):
+            move = True
+        bound = [p for k, p in sorted(b.bound.items()) if k not in s.bound and k not in s.assumed]
+        if bound:
+            self._add_bound(bound)
+        ops = self._queue_ops
+        for key in b.queue_remove - b.queue_add.keys():
+            ops.add.pop(key, None)
+            ops.remove.add(key)
+        for key, pod in b.queue_add.items():
+            ops.remove.discard(key)
+            ops.add[key] = pod
+        ops.verdicts += verdicts
+        ops.move_all = ops.move_all or move
+        self._flush_queue(now)
+
+    def _flush_queue(self, now: float) -> None:
+        """Sends the queue what it must hear; what fails is kept and sent again later (the feed never
+        forgets a pod because the queue was briefly unreachable)."""
+        ops = self._queue_ops
+        try:
+            if ops.remove:
+                self.queue.remove(sorted(ops.remove))
+                ops.remove.clear()
+            if ops.add:
+                self.queue.add(list(ops.add.values()), now)
+                ops.add.clear()
+            if ops.verdicts:
+                self.queue.done(ops.verdicts, [], [], now)
+                ops.verdicts = []
+            if ops.move_all:
+                self.queue.move_all("cluster-changed", now)
+                ops.move_all = False
+        except Exception as exc:
+            log.warning("cluster feed: the queue did not answer (%s); retrying", exc)
+
+    def _add_bound(self, pods: list[PodInfo]) -> None:
+        try:
+            self.scheduler.add_bound_pods(pods)
+        except TxnConflict:
+            # Bound pods are facts, but one that over-commits its node (as Redis counts it) fails the whole
+            # transaction: record the others one by one.
+            for pod in pods:
+                try:
+                    self.scheduler.add_bound_pods([pod])
+                except TxnConflict as exc:
+                    log.warning("cluster feed: bound pod %s on %s not counted: %s", pod.key, pod.node_name, exc)
+
+    # -- reports -----------------------------------------------------------------------------------------
+    def _gang_counts(self, gangs: Iterable[str]) -> list[binder_pb2.GangReport]:
+        """PodGroup counters from pod phases, for gangs declared by a PodGroup whose counts changed."""
+        reports = []
+        for gang in sorted(gangs):
+            spec = self.resolver.gang(gang)
+            if spec is None or podgroups.group_of(spec.source) is None:
+                continue
+            members = [p for k in self._members.get(gang, ()) if (p := self._pods.get(k)) is not None]
+            counts = (sum(1 for p in members if p.node), sum(1 for p in members if p.phase == "Running"),
+                      sum(1 for p in members if p.phase == "Succeeded"), sum(1 for p in members if p.phase == "Failed"))
+            if self._counts.get(gang, (0, 0, 0, 0)) == counts:
+                continue
+            self._counts[gang] = counts
+            scheduled, running, succeeded, failed = counts
+            reports.append(binder_pb2.GangReport(
+                gang_key=gang, source=spec.source, scheduled=scheduled, has_counts=True, running=running,
+                succeeded=succeeded, failed=failed,
+                phase=podgroups.counts_phase(spec.min_available, running, succeeded, failed)))
+        return reports
+
+    def _send_reports(self, refusals: Mapping[str, str], gangs: list[binder_pb2.GangReport]) -> None:
+        fresh = {k: m for k, m in refusals.items() if self._reported.get(k) != m}
+        if not fresh and not gangs:
+            return
+        pods = [binder_pb2.PodReport(pod_key=k, unschedulable_message=m, event_reason="FailedScheduling",
+                                     event_message=m) for k, m in sorted(fresh.items())]
+        try:
+            self.reporter.report(pods, gangs, self.now())
+        except Exception as exc:  # the binder is down: these are retried when the pods change again
+            log.warning("cluster feed: reporting %d pods failed: %s", len(pods), exc)
+            return
+        self._reported.update(fresh)
+
+
+def _fingerprint(pod: PodInfo) -> tuple[Any, ...]:
+    annotations = tuple(sorted((k, v) for k, v in pod.annotations.items() if k not in _PHALANX_WRITTEN))
+    return (pod.uid, pod.priority, tuple(sorted(pod.requests.items())), pod.placement,
+            tuple(sorted(pod.labels.items())), annotations)
+
+
+def _created(obj: Mapping[str, Any]) -> float:
+    raw = (obj.get("metadata") or {}).get("creationTimestamp")
+    if isinstance(raw, str) and raw:
+        try:
+            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return time.time()

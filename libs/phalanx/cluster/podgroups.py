@@ -1,0 +1,94 @@
+"""The PodGroup APIs Phalanx reads and reports to, and the status each group's users expect to see.
+
+A gang's progress arrives as a GangReport in Phalanx's own phase vocabulary (Pending, Scheduling, Scheduled,
+Running, Finished, Failed); each API group gets it in its own words, so `kubectl get podgroups` and the
+tools built for scheduler-plugins or Volcano keep working unchanged:
+
+- scheduler-plugins (scheduling.x-k8s.io, scheduling.sigs.k8s.io): phase, scheduled, running, succeeded,
+  failed, scheduleStartTime.
+- Volcano (scheduling.volcano.sh): phase in Pending/Inqueue/Running/Completed/Unknown, and one condition,
+  Unschedulable (NotEnoughResources, NotEnoughTasks) or Scheduled; running, succeeded, failed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from phalanx.model import keys
+from phalanx.v1 import binder_pb2
+
+PLURAL = "podgroups"
+VERSIONS: dict[str, str] = {keys.GROUP_X_K8S: "v1alpha1", keys.GROUP_SIGS: "v1alpha1", keys.GROUP_VOLCANO: "v1beta1"}
+_SOURCE_PREFIX = "podgroup/"
+
+# Volcano has no "waiting" or "failed" phase: a waiting gang is admitted (Inqueue); a gang that cannot be
+# placed stays Pending, and its Unschedulable condition says why.
+_VOLCANO_PHASE = {
+    "Pending": "Pending", "Scheduling": "Inqueue", "Scheduled": "Running", "Running": "Running",
+    "Finished": "Completed", "Failed": "Pending",
+}
+VOLCANO_READY_REASON = "tasks in gang are ready to be scheduled"  # Volcano's own reason for Scheduled
+
+
+def group_of(source: str) -> str | None:
+    """The API group of a gang declared by a PodGroup ("podgroup/<group>"); None for the other forms."""
+    if not source.startswith(_SOURCE_PREFIX):
+        return None
+    group = source[len(_SOURCE_PREFIX):]
+    return group if group in VERSIONS else None
+
+
+def api_version(group: str) -> str:
+    return f"{group}/{VERSIONS[group]}"
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def counts_phase(min_available: int, running: int, succeeded: int, failed: int) -> str:
+    """The phase pod phases imply once the gang runs (scheduler-plugins' rules); "" when they imply none."""
+    if min_available <= 0:
+        return ""
+    if succeeded >= min_available:
+        return "Finished"
+    if failed and running + succeeded + failed >= min_available:
+        return "Failed"
+    if running + succeeded >= min_available:
+        return "Running"
+    return ""
+
+
+def status_patch(group: str, report: binder_pb2.GangReport, now: float) -> dict[str, Any]:
+    """A JSON merge patch for the status subresource of the gang's PodGroup in `group`."""
+    status: dict[str, Any] = {}
+    if group == keys.GROUP_VOLCANO:
+        if report.phase:
+            status["phase"] = _VOLCANO_PHASE.get(report.phase, "Unknown")
+        condition = _volcano_condition(report, now)
+        if condition is not None:
+            status["conditions"] = [condition]  # merge patch replaces the list: one current condition
+    else:
+        if report.phase:
+            status["phase"] = report.phase
+        status["scheduled"] = report.scheduled
+        if report.schedule_start_time > 0:
+            status["scheduleStartTime"] = rfc3339(report.schedule_start_time)
+    if report.has_counts:
+        status.update(running=report.running, succeeded=report.succeeded, failed=report.failed)
+    return {"status": status}
+
+
+def _volcano_condition(report: binder_pb2.GangReport, now: float) -> dict[str, Any] | None:
+    if report.phase == "Scheduled":
+        kind, reason = "Scheduled", VOLCANO_READY_REASON
+    elif report.unschedulable:
+        kind, reason = "Unschedulable", "NotEnoughResources"
+    elif report.phase == "Scheduling":
+        kind, reason = "Unschedulable", "NotEnoughTasks"  # placed pods wait for the rest of the gang
+    else:
+        return None
+    return {"type": kind, "status": "True", "reason": reason, "message": report.message,
+            "lastTransitionTime": rfc3339(now), "transitionID": str(uuid.uuid4())}

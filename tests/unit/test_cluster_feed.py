@@ -1,0 +1,141 @@
+"""The cluster feed's translation of watch events into scheduler and queue calls, with a real scheduler
+(and Redis) but events handed in directly instead of watched."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from phalanx.backends.simulated import SimulatedBackend
+from phalanx.binding.batch_binder import BatchBinder
+from phalanx.binding.lock import FencedLock
+from phalanx.cluster.feed import ClusterFeed
+from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
+from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
+from phalanx.scheduling.local import LocalBinder, LocalQueue
+from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.state.store import StateStore
+from phalanx.v1 import binder_pb2
+
+NAME = "phalanx"
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.pods: dict[str, str] = {}
+        self.gangs: list[binder_pb2.GangReport] = []
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        self.pods.update({p.pod_key: p.unschedulable_message for p in pods})
+        self.gangs.extend(gangs)
+
+
+def node(name: str, gpus: int = 4) -> tuple[str, str, dict[str, Any]]:
+    alloc = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return ("nodes", "ADDED", {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name},
+                               "status": {"allocatable": alloc}})
+
+
+def pod(name: str, *, node_name: str = "", annotations: dict[str, str] | None = None, phase: str = "Pending",
+        scheduler: str = NAME, kind: str = "ADDED", uid: str = "") -> tuple[str, str, dict[str, Any]]:
+    return ("pods", kind, {
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}", "annotations": annotations or {},
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"schedulerName": scheduler, "nodeName": node_name or None,
+                 "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": phase},
+    })
+
+
+def koord(gang: str, minimum: str = "2") -> dict[str, str]:
+    return {KOORD_NAME: gang, KOORD_MIN_AVAILABLE: minimum}
+
+
+class Harness:
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
+        self.reports = Reports()
+        self.start()
+
+    def start(self) -> None:
+        """A scheduler (recovered from Redis, as after a restart) with a fresh feed."""
+        backend = SimulatedBackend(self.store.redis, self.store.keys)
+        binder = LocalBinder(BatchBinder(self.store, backend, FencedLock(self.store.redis, self.store.keys)), backend)
+        self.sched = GangScheduler(self.store, self.queue, binder, settings=SchedulerSettings(default_wait_seconds=60))
+        self.sched.recover(0.0)
+        self.feed = ClusterFeed(self.sched, threading.Lock(), self.queue, self.reports, [], scheduler_name=NAME,
+                                now=lambda: 0.0)
+        self.first = True
+
+    def apply(self, *events: tuple[str, str, dict[str, Any]]) -> None:
+        self.feed._apply(list(events), initial=self.first)
+        self.first = False
+
+    def reserved(self) -> dict[str, str]:
+        return {k: r.state for k, r in self.store.load_pods().items()}
+
+
+@pytest.fixture
+def h(store: StateStore) -> Harness:
+    return Harness(store)
+
+
+def test_bound_pods_of_every_scheduler_hold_capacity_and_finished_ones_release_it(h: Harness) -> None:
+    h.apply(node("n1"), pod("mine", node_name="n1", annotations=koord("g", "1")),
+            pod("theirs", node_name="n1", scheduler="default-scheduler"),
+            pod("waiting", scheduler="default-scheduler"))
+    assert h.reserved() == {"ns/mine": "bound", "ns/theirs": "bound"}
+    assert h.store.load_gangs()["ns/g"].min_available == 1  # learned from the bound pod
+    h.apply(pod("theirs", node_name="n1", scheduler="default-scheduler", phase="Succeeded", kind="MODIFIED"),
+            pod("mine", node_name="n1", kind="DELETED"))
+    assert h.reserved() == {}
+
+
+def test_rebuild_releases_what_redis_holds_but_the_cluster_lost(h: Harness) -> None:
+    h.apply(node("n1"), node("n2"), pod("a", node_name="n1"), pod("b", node_name="n2"))
+    assert h.reserved() == {"ns/a": "bound", "ns/b": "bound"}
+    # The scheduler is down while b is deleted and n2 removed; a new one rebuilds from the lists.
+    h.start()
+    h.apply(node("n1"), pod("a", node_name="n1"))
+    assert h.reserved() == {"ns/a": "bound"}
+    assert set(h.sched.snapshot.index) == {"n1"}
+
+
+def test_pods_wait_for_their_podgroup_then_queue(h: Harness) -> None:
+    h.apply(node("n1"), pod("w0", annotations={VOLCANO_GROUP_NAME: "pg"}))
+    assert "does not exist yet" in h.reports.pods["ns/w0"]
+    assert h.queue.queue.pop(10, 0.0) == []
+    podgroup = {"kind": "PodGroup", "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "metadata": {"name": "pg", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"minMember": 1}}
+    h.apply(("podgroups.scheduling.volcano.sh", "ADDED", podgroup))
+    assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/w0"]
+    assert h.store.load_gangs()["ns/pg"].source == "podgroup/scheduling.volcano.sh"
+
+
+def test_refused_pods_are_reported_not_queued(h: Harness) -> None:
+    h.apply(node("n1"), pod("bad", annotations=koord("g", "abc")), pod("ok", annotations=koord("g2", "1")))
+    assert f"metadata.annotations[{KOORD_MIN_AVAILABLE}]" in h.reports.pods["ns/bad"]
+    assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/ok"]
+
+
+def test_timed_out_and_unchanged_pods_are_not_queued_again(h: Harness) -> None:
+    h.apply(node("n1"), pod("w0", annotations=koord("g", "1")))
+    assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/w0"]
+    h.apply(pod("w0", annotations=koord("g", "1"), kind="MODIFIED"))  # e.g. our own condition write
+    assert h.queue.queue.pop(10, 0.0) == []
+    h.apply(pod("w0", annotations={**koord("g", "1"), KOORD_TIMEOUT: "true"}, kind="MODIFIED"))
+    h.start()  # even a rebuild (a lost Redis) does not bring a timed-out pod back
+    h.apply(node("n1"), pod("w0", annotations={**koord("g", "1"), KOORD_TIMEOUT: "true"}))
+    assert h.queue.queue.pop(10, 0.0) == []
+
+
+def test_a_deleted_node_releases_its_pods(h: Harness) -> None:
+    h.apply(node("n1"), node("n2"), pod("a", node_name="n1"), pod("b", node_name="n2"))
+    h.apply(("nodes", "DELETED", {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"}}))
+    assert h.reserved() == {"ns/b": "bound"}
+    assert set(h.sched.snapshot.index) == {"n2"}

@@ -1,0 +1,111 @@
+"""The list-then-watch loop against a scripted list function: resume, bookmarks, 410 re-list with a diff,
+a missing collection."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from phalanx.cluster.watch import Collection, Watcher
+
+
+def obj(name: str, rv: str, namespace: str = "ns") -> dict[str, Any]:
+    return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name, "namespace": namespace,
+                                                            "resourceVersion": rv}}
+
+
+class Resp:
+    def __init__(self, body: dict[str, Any] | None = None, events: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        self.data = json.dumps(body or {}).encode()
+        self.status = 200
+        self._lines = [json.dumps(e).encode() + b"\n" for e in events]
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        yield from self._lines
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+class Script:
+    """A list function answering calls from a script; sets `stop` when the script runs out."""
+
+    def __init__(self, stop: threading.Event, answers: list[Any]) -> None:
+        self.stop = stop
+        self.answers = answers
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        if not self.answers:
+            self.stop.set()
+            return Resp()
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def run(answers: list[Any]) -> tuple[list[tuple[str, str, str]], Script, Watcher]:
+    stop = threading.Event()
+    script = Script(stop, answers)
+    seen: list[tuple[str, str, str]] = []
+
+    def sink(collection: str, kind: str, o: dict[str, Any]) -> None:
+        seen.append((kind, o["metadata"]["name"], o["metadata"].get("resourceVersion", "")))
+
+    watcher = Watcher(Collection("pods", script, "Pod", "v1"), sink, stop, missing_retry=0.01)
+    watcher.start()
+    watcher.join(5)
+    return seen, script, watcher
+
+
+def listing(rv: str, *items: dict[str, Any]) -> Resp:
+    bare = [{k: v for k, v in i.items() if k not in ("kind", "apiVersion")} for i in items]  # as lists send them
+    return Resp({"metadata": {"resourceVersion": rv}, "items": bare})
+
+
+def test_list_then_watch_resumes_from_the_last_version_and_relists_on_410() -> None:
+    seen, script, watcher = run([
+        listing("10", obj("a", "1"), obj("b", "2")),
+        Resp(events=[{"type": "MODIFIED", "object": obj("a", "11")},
+                     {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}}]),
+        Resp(events=[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}]),
+        listing("20", obj("a", "13"), obj("c", "14")),
+    ])
+    assert seen == [
+        ("ADDED", "a", "1"), ("ADDED", "b", "2"), ("MODIFIED", "a", "11"),
+        ("MODIFIED", "a", "13"), ("ADDED", "c", "14"), ("DELETED", "b", ""),  # the diff after the re-list
+    ]
+    watches = [c for c in script.calls if c.get("watch")]
+    assert [c["resource_version"] for c in watches] == ["10", "12", "20"]  # resumed after the bookmark
+    assert all(c["allow_watch_bookmarks"] for c in watches)
+    assert watcher.synced.is_set() and watcher.relists == 1
+
+
+def test_list_items_get_the_collections_kind() -> None:
+    stop = threading.Event()
+    kinds: list[str] = []
+    script = Script(stop, [listing("1", obj("a", "1"))])
+    watcher = Watcher(Collection("configmaps", script, "ConfigMap", "v1"),
+                      lambda c, k, o: kinds.append(o["kind"]), stop)
+    watcher.start()
+    watcher.join(5)
+    assert kinds == ["ConfigMap"]
+
+
+def test_a_missing_collection_counts_as_synced_and_is_retried() -> None:
+    seen, script, watcher = run([
+        ApiException(status=404, reason="Not Found"),
+        ApiException(status=404, reason="Not Found"),
+        listing("5", obj("a", "1")),  # the CRD got installed
+    ])
+    assert watcher.synced.is_set()
+    assert seen == [("ADDED", "a", "1")]
+    assert len([c for c in script.calls if not c.get("watch")]) == 3

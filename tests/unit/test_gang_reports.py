@@ -1,0 +1,88 @@
+"""The gang-level reports the scheduler sends the binder (PodGroup status, gang Events): when a gang starts
+waiting, binds, fails in Strict mode and times out; unchanged ones are not sent twice."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from phalanx.backends.simulated import SimulatedBackend
+from phalanx.binding.batch_binder import BatchBinder
+from phalanx.binding.lock import FencedLock
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
+from phalanx.scheduling.local import LocalBinder, LocalQueue
+from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.state.store import StateStore
+from phalanx.v1 import binder_pb2
+
+GPU = "nvidia.com/gpu"
+SOURCE = "podgroup/scheduling.x-k8s.io"
+
+
+class RecordingBinder(LocalBinder):
+    def __init__(self, binder: BatchBinder, backend: SimulatedBackend) -> None:
+        super().__init__(binder, backend)
+        self.gangs: list[binder_pb2.GangReport] = []
+
+    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        self.gangs.extend(gangs)
+        super().report(pods, gangs, now)
+
+
+@pytest.fixture
+def sched(store: StateStore) -> GangScheduler:
+    backend = SimulatedBackend(store.redis, store.keys)
+    binder = RecordingBinder(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
+    queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
+    s = GangScheduler(store, queue, binder, settings=SchedulerSettings(default_wait_seconds=60))
+    s.upsert_nodes([NodeInfo("n1", {"cpu": 64_000, "pods": 110_000, GPU: 2000})])
+    return s
+
+
+def pod(name: str, gang: str = "default/g") -> PodInfo:
+    return PodInfo("default", name, uid=name, requests={"cpu": 1000, "pods": 1000, GPU: 1000}, gang=gang)
+
+
+def reports(s: GangScheduler) -> list[binder_pb2.GangReport]:
+    return s.binder.gangs  # type: ignore[attr-defined, no-any-return]
+
+
+def test_waiting_then_scheduled(sched: GangScheduler) -> None:
+    sched.upsert_gangs([GangSpec("default", "g", 2, 2, wait_seconds=30, source=SOURCE)])
+    sched.queue.add([pod("a")], 10.0)  # type: ignore[attr-defined]
+    sched.step(10.0)
+    waiting = reports(sched)[-1]
+    assert (waiting.gang_key, waiting.phase, waiting.event_reason) == ("default/g", "Scheduling", "GangWaiting")
+    assert waiting.source == SOURCE and waiting.schedule_start_time == 10.0 and waiting.pod_key == "default/a"
+    sched.queue.add([pod("b")], 11.0)  # type: ignore[attr-defined]
+    sched.step(11.0)
+    done = reports(sched)[-1]
+    assert (done.phase, done.event_reason, done.scheduled) == ("Scheduled", "GangScheduled", 2)
+    assert done.schedule_start_time == 10.0  # when the gang first waited, not when it bound
+
+
+def test_strict_failure_and_timeout_name_the_missing_resource(sched: GangScheduler) -> None:
+    sched.upsert_gangs([GangSpec("default", "g", 3, 3, wait_seconds=5, source=SOURCE)])
+    sched.queue.add([pod(n) for n in "abc"], 0.0)  # type: ignore[attr-defined]
+    sched.step(0.0)
+    failed = reports(sched)[-1]
+    assert (failed.phase, failed.event_reason, failed.unschedulable) == ("Pending", "FailedScheduling", True)
+    assert "Insufficient nvidia.com/gpu" in failed.message
+    count = len(reports(sched))
+    sched.step(1.0)  # nothing new: nothing sent again
+    assert len(reports(sched)) == count
+    sched.step(5.0)
+    timeout = reports(sched)[-1]
+    assert (timeout.phase, timeout.event_reason, timeout.unschedulable) == ("Failed", "GangTimeout", True)
+    assert "timed out after waiting 5s" in timeout.message and "Insufficient nvidia.com/gpu" in timeout.message
+
+
+def test_gangs_without_a_source_still_report(sched: GangScheduler) -> None:
+    spec = GangSpec("default", "g", 1, 1, wait_seconds=30)
+    sched.upsert_gangs([replace(spec, source="koordinator-annotations")])
+    sched.queue.add([pod("a")], 0.0)  # type: ignore[attr-defined]
+    sched.step(0.0)
+    assert [(r.phase, r.source, r.pod_key) for r in reports(sched)] == [
+        ("Scheduled", "koordinator-annotations", "default/a")]
