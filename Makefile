@@ -26,10 +26,12 @@ demo: $(STAMP)
 	@echo
 	$(VENV)/bin/phalanx compare $(OUT)/demo-pod.json $(OUT)/demo-gang.json --labels "pod by pod" "gang"
 
-## Real etcd + kube-apiserver and helm for the API-server and chart tests, built from Go modules into a
+## Real etcd + kube-apiserver, helm and (when docker has no compose plugin) Docker Compose for the
+## API-server, chart and compose tests, built from Go modules into a
 ## cache outside the work tree (minutes on a new machine, instant afterwards). Without Go, those tests skip.
 tools:
-	@if command -v go >/dev/null 2>&1; then bash hack/build-k8s-binaries.sh >/dev/null && bash hack/build-helm.sh >/dev/null; \
+	@if command -v go >/dev/null 2>&1; then bash hack/build-k8s-binaries.sh >/dev/null && bash hack/build-helm.sh >/dev/null \
+	  && { docker compose version >/dev/null 2>&1 || bash hack/build-compose.sh >/dev/null; }; \
 	else echo "Go is missing: API-server and helm tests will be skipped" >&2; fi
 
 test: $(STAMP) tools
@@ -41,9 +43,11 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
 
-## scheduler_perf-style benchmark through the three services and Redis (minutes); results kept in bench/.
+## scheduler_perf-style benchmark through the three services and Redis (about 12 minutes: every workload
+## BENCH_REPEAT times, the median run kept); results kept in bench/.
+BENCH_REPEAT ?= 3
 bench: $(STAMP)
-	$(VENV)/bin/phalanx bench --output bench/results.json --table bench/results.txt
+	$(VENV)/bin/phalanx bench --repeat $(BENCH_REPEAT) --output bench/results.json --table bench/results.txt
 
 ## A short run of small shapes (CI smoke, under a minute).
 bench-quick: $(STAMP)

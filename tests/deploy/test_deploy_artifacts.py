@@ -4,7 +4,8 @@ What needs an external tool is skipped, with the reason, when the tool is missin
   * helm: ${PHALANX_TOOLS_CACHE:-~/.cache/phalanx/tools}/helm-<HELM_VERSION>/helm (built by
     hack/build-helm.sh), else `helm` on PATH, else $PHALANX_HELM.
   * docker compose: the docker CLI's compose plugin, else a standalone Compose v2 `docker-compose`
-    on PATH, else $PHALANX_DOCKER_COMPOSE. Only `config` is run: no Docker engine is needed.
+    on PATH, else one built by hack/build-compose.sh, else $PHALANX_DOCKER_COMPOSE. Only `config` is
+    run: no Docker engine is needed.
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ def find_compose() -> tuple[list[str] | None, str]:
     standalone = shutil.which("docker-compose")
     if standalone:
         tried.append([standalone])
+    # Built from its Go module by hack/build-compose.sh (make tools).
+    cache = Path(os.environ.get("PHALANX_TOOLS_CACHE") or Path.home() / ".cache" / "phalanx" / "tools")
+    for built in sorted(cache.glob("compose-v2.*/docker-compose"), reverse=True):
+        tried.append([str(built)])
+        standalone = standalone or str(built)
     for cmd in tried:
         try:
             out = _run([*cmd, "version", "--short"])
