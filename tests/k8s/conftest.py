@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_for
 import redis
 import yaml
 
@@ -64,17 +64,6 @@ def _served(custom: Any, group: str, version: str) -> bool:
         return True
     except ApiException:
         return False
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 # --- one test's view of the cluster ---------------------------------------------------------------------------

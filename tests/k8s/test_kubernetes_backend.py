@@ -7,12 +7,10 @@ absent); there is no kubelet, so pod phases are set by the tests where a kubelet
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from phalanx.model.keys import (
     CONFIGMAP_LABEL,
@@ -39,17 +37,6 @@ pytestmark = [
 
 GPU = "nvidia.com/gpu"
 BIND = 20.0  # seconds allowed for something to happen that needs only a few scheduling rounds
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 def test_gang_that_fits(cluster, phalanx) -> None:
