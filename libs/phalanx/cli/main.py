@@ -32,6 +32,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--mode", choices=["gang", "pod"], default="gang",
                    help="gang: all-or-nothing gangs; pod: ignore gangs, as kube-scheduler alone would")
     p.add_argument("--output", "-o", metavar="REPORT.json", help="write the JSON report here")
+    p.add_argument("--html", metavar="REPORT.html", help="write a self-contained HTML page with tables and plots")
+    p.add_argument("--png", metavar="REPORT.png", help="write the allocation-over-time plot as a PNG")
     p.add_argument("--default-wait", type=_duration_arg, default=600.0,
                    help="wait of gangs that declare none (default 600s)")
     p.add_argument("--profile", help="scheduling profile YAML (filters, score weights)")
@@ -49,6 +51,13 @@ def _run_simulate(args: argparse.Namespace) -> int:
     if any(external) and not all(external):
         print("phalanx simulate: --redis-url, --queue and --scheduler go together", file=sys.stderr)
         return 2
+    from phalanx.sim.outputs import OutputError, check_writable, write_report_files
+
+    try:
+        check_writable(args.output, args.html, args.png)  # before the run, not after 30 s of it
+    except OutputError as exc:
+        print(f"phalanx simulate: {exc}", file=sys.stderr)
+        return 2
     workload = load_workload(args.files)
     if not workload.objects:
         for e in workload.errors:
@@ -61,8 +70,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
     report = simulate(workload, options, endpoints, profile=args.profile)
     for line in summary_lines(report):
         print(line, file=sys.stderr)
-    if args.output:
-        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    title = f"phalanx simulate: {', '.join(Path(f).name for f in args.files)} ({args.mode} mode)"
+    try:
+        write_report_files(report, title, args.output, args.html, args.png)
+    except OutputError as exc:
+        print(f"phalanx simulate: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -70,6 +83,7 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p = sub.add_parser("compare", help="put two simulation reports side by side")
     p.add_argument("reports", nargs=2, metavar="REPORT.json")
     p.add_argument("--labels", nargs=2, metavar=("A", "B"), help="column titles (default: the file names)")
+    p.add_argument("--html", metavar="COMPARE.html", help="also write both runs side by side as an HTML page")
     p.set_defaults(func=_run_compare)
 
 
@@ -87,6 +101,15 @@ def _run_compare(args: argparse.Namespace) -> int:
         loaded.append(data)
     labels = args.labels or [Path(p).stem for p in args.reports]
     print(compare_table(loaded[0], loaded[1], labels[0], labels[1]))
+    if args.html:
+        from phalanx.sim.html_report import render_compare_html
+        from phalanx.sim.outputs import OutputError, write_html
+
+        try:
+            write_html(render_compare_html(loaded[0], loaded[1], labels[0], labels[1]), args.html)
+        except OutputError as exc:
+            print(f"phalanx compare: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

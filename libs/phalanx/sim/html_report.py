@@ -42,7 +42,7 @@ CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
        margin: 24px auto; max-width: 1180px; padding: 0 16px; color: #212529; background: #fff; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
-h3 { font-size: 14px; margin: 0 0 6px; color: #495057; }
+h3 { font-size: 14px; margin: 14px 0 6px; color: #495057; } .cards h3 { margin-top: 0; }
 .lede { color: #495057; margin: 0 0 16px; }
 .cards { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 .cards > div { flex: 0 1 auto; }
@@ -119,13 +119,15 @@ def summary_table(report: dict[str, Any]) -> str:
     known = {k for k, _ in SUMMARY_FIELDS} | {"errors"}
     rows += [_row(k, k, _value(v)) for k, v in s.items() if k not in known and not isinstance(v, (dict, list))]
     rows.append(_row("errors", "errors", units.fmt_number(len(s.get("errors") or []))))
-    return _table([], rows, "Summary")
+    return _table([], rows, "Run")
 
 
 def waits_table(report: dict[str, Any]) -> str:
     pct = report.get("gangWaitPercentiles") or {}
     if not pct:
-        return _table([], [_row("gangWaits", "gang waits", "no gang started", "")], "Gang wait")
+        has_gangs = report.get("podGroups") or (report.get("summary") or {}).get("gangsTotal")
+        return _table([], [_row("gangWaits", "gang waits", "no gang started" if has_gangs else "no gangs", "")],
+                      "Gang wait")
     rows = [_row(k, k, _duration(pct[k])) for k in ("p50", "p90", "p99") if k in pct]
     rows.append(_row("gangsStarted", "gangs started", units.fmt_number(len(wait_values(report)))))
     return _table([], rows, "Gang wait (first pod's arrival to min bound)")
@@ -277,14 +279,15 @@ def render_compare_html(a: dict[str, Any], b: dict[str, Any], label_a: str, labe
     title = f"{label_a} vs {label_b}"
     runs = [Run(label_a, a), Run(label_b, b, dash="6 3")]
     x_max = t_max(runs)  # one time axis for both, so the side-by-side plots line up
-    side = "".join(
-        f"<div>{_section(f'Allocation: {run.label}', allocation_chart([run], name=f'allocation-{i}', title=run.label, x_max=x_max))}</div>"
+    stacked = "\n".join(
+        _section(f"Allocation over virtual time: {run.label}",
+                 allocation_chart([Run(run.label, run.report)], name=f"allocation-{i}", title=run.label, x_max=x_max, height=300))
         for i, run in enumerate(runs))
     body = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="lede">Two simulation reports side by side; in overlaid plots {escape(label_b)} is dashed.</p>',
         _section("Summary", _compare_table(a, b, label_a, label_b)),
-        f'<div class="grid">{side}</div>',
+        stacked,
         '<div class="grid">',
         _section("Pending over time", pending_chart(runs, name="pending", title="pending pods and gangs")),
         _section("Gang wait (CDF)", wait_cdf_chart(runs, name="waits", title="gang wait distribution")),

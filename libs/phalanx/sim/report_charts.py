@@ -60,21 +60,24 @@ def resources(report: dict[str, Any]) -> list[str]:
     return known + sorted(r for r in ratios if r not in RESOURCE_ORDER)
 
 
-def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None) -> str:
+def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
+                     height: int = 380) -> str:
     lines: list[Line] = []
     for run in runs:
         s = series_of(run.report)
         t = _floats(s.get("t"))
         for i, res in enumerate(resources(run.report)):
             color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
+            # CPU and memory often move together: memory dashed and GPU wider keep all three visible.
+            dash = run.dash or ("7 4" if res == "memory" else None)
             lines.append(Line(_name(runs, run, RESOURCE_NAMES.get(res, res)), t, _floats(s["allocatedRatio"][res]),
-                              color, dash=run.dash))
+                              color, dash=dash, width=2.6 if res == GPU else 1.8))
     if not lines:
         return empty("no allocation series in this report (no nodes, or a report without series)")
     y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
     x = time_scale(t_max(runs) if x_max is None else x_max)
     return chart(lines, x, ratio_scale(y_max, "allocated, share of the cluster"), name=name, title=title,
-                 width=1100, height=380)
+                 width=1100, height=height)
 
 
 def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
@@ -136,15 +139,16 @@ def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
         if not gpu:
             continue
         xs = _floats(s.get("arrivedGpuDemand"))
+        # Stairs: within one sample the demand arrives first and the allocation follows it.
         lines.append(Line(_name(runs, run, "GPU allocated"), xs, _floats(gpu),
-                          RUN_COLORS[k % len(RUN_COLORS)], step=False, dash=run.dash))
+                          RUN_COLORS[k % len(RUN_COLORS)], dash=run.dash))
     if not lines:
         return empty("no GPUs in this cluster")
     x_hi = max((x for line in lines for x in line.xs if x == x), default=0.0)
     if x_hi <= 0:
         return empty("no GPU demand arrived")
     ref = min(1.0, x_hi)
-    lines.insert(0, Line("y = x (everything that arrived is allocated)", [0.0, ref], [0.0, ref], "#adb5bd",
+    lines.insert(0, Line("y = x (all arrived demand allocated)", [0.0, ref], [0.0, ref], "#adb5bd",
                          step=False, dash="5 4", width=1.2))
     y_max = max(ref, max((y for line in lines[1:] for y in line.ys if y == y), default=0.0))
     step = units.nice_step(x_hi)

@@ -13,11 +13,12 @@ from typing import Callable, Sequence
 
 from phalanx.sim import units
 
-WIDTH = 720
-HEIGHT = 340
+WIDTH = 560  # about the width a half-page column shows, so 11px text stays 11px
+HEIGHT = 320
 MARGIN_LEFT = 64
 MARGIN_RIGHT = 20
-MARGIN_TOP = 44
+MARGIN_TOP = 26  # above the legend rows
+LEGEND_ROW = 18
 MARGIN_BOTTOM = 50
 CHAR_WIDTH = 6.6  # rough width of a 12px sans-serif glyph, to lay out legends without measuring text
 
@@ -123,9 +124,9 @@ def _vertices(line: Line) -> list[tuple[float, float]]:
 class _Frame:
     """Maps data units to pixels inside the plot box."""
 
-    def __init__(self, x: Scale, y: Scale, width: int, height: int) -> None:
+    def __init__(self, x: Scale, y: Scale, width: int, height: int, legend_rows: int) -> None:
         self.x, self.y = x, y
-        self.left, self.top = MARGIN_LEFT, MARGIN_TOP
+        self.left, self.top = MARGIN_LEFT, MARGIN_TOP + LEGEND_ROW * legend_rows
         self.right, self.bottom = width - MARGIN_RIGHT, height - MARGIN_BOTTOM
 
     def px(self, v: float) -> float:
@@ -162,21 +163,36 @@ def _axes(f: _Frame) -> list[str]:
     return out
 
 
-def _legend(lines: Sequence[Line], f: _Frame) -> list[str]:
-    out, x = [], float(f.left)
+def _legend_layout(lines: Sequence[Line], width: int) -> list[tuple[float, int]]:
+    """(x, row) of each legend entry, wrapping to a new row rather than running off the chart."""
+    out, x, row = [], float(MARGIN_LEFT), 0
     for line in lines:
+        w = 36 + CHAR_WIDTH * len(line.label)
+        if x + w > width - MARGIN_RIGHT and x > MARGIN_LEFT:
+            x, row = float(MARGIN_LEFT), row + 1
+        out.append((x, row))
+        x += w + 12
+    return out
+
+
+def _legend(lines: Sequence[Line], layout: list[tuple[float, int]]) -> list[str]:
+    out = []
+    for line, (x, row) in zip(lines, layout):
+        y = 14 + LEGEND_ROW * row
         dash = f' stroke-dasharray="{line.dash}"' if line.dash else ""
-        out.append(f'<line x1="{_n(x)}" x2="{_n(x + 22)}" y1="18" y2="18" stroke="{line.color}" '
+        out.append(f'<line x1="{_n(x)}" x2="{_n(x + 22)}" y1="{y}" y2="{y}" stroke="{line.color}" '
                    f'stroke-width="{line.width + 1}"{dash}/>')
-        out.append(f'<text x="{_n(x + 28)}" y="18" dominant-baseline="middle" class="legend">{escape(line.label)}</text>')
-        x += 44 + CHAR_WIDTH * len(line.label)
+        out.append(f'<text x="{_n(x + 28)}" y="{y}" dominant-baseline="middle" class="legend">{escape(line.label)}</text>')
     return out
 
 
 def chart(lines: Sequence[Line], x: Scale, y: Scale, *, name: str, title: str, markers: Sequence[Marker] = (),
           width: int = WIDTH, height: int = HEIGHT) -> str:
     """One SVG chart; `name` becomes data-chart so a page (or a test) can tell its charts apart."""
-    f = _Frame(x, y, width, height)
+    layout = _legend_layout(lines, width)
+    rows = max((row for _, row in layout), default=0) + 1
+    height += LEGEND_ROW * (rows - 1)  # the plot keeps its height when the legend wraps
+    f = _Frame(x, y, width, height, rows)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="chart" '
              f'data-chart="{escape(name)}" role="img" aria-label="{escape(title)}">',
              f'<title>{escape(title)}</title>']
@@ -198,6 +214,6 @@ def chart(lines: Sequence[Line], x: Scale, y: Scale, *, name: str, title: str, m
                      f'stroke="{line.color}" stroke-width="{line.width}" stroke-linejoin="round"{dash}>'
                      f'<title>{escape(line.label)}</title></polyline>')
     parts.append("</g>")
-    parts += _legend(lines, f)
+    parts += _legend(lines, layout)
     parts.append("</svg>")
     return "\n".join(parts)

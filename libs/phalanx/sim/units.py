@@ -35,7 +35,7 @@ def nice_step(span: float, target: int = 6) -> float:
     if not math.isfinite(span) or span <= 0:
         return 1.0
     raw = span / max(target, 1)
-    power = 10 ** math.floor(math.log10(raw))
+    power = 10.0 ** math.floor(math.log10(raw))
     for m in (1.0, 2.0, 2.5, 5.0, 10.0):
         if raw <= m * power * (1 + 1e-9):
             return m * power
