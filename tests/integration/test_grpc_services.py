@@ -233,3 +233,28 @@ def test_service_help(module: str) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: phalanx-{module.split('_')[1]}")
     assert "--listen" in out.stdout and "--clock" in out.stdout
+
+
+def test_services_and_redis_end_with_an_interrupted_parent() -> None:
+    """A simulation killed mid-run (Ctrl-C twice, a CI timeout) leaves no servers behind."""
+    code = ("from phalanx.sim.services import Stack; s = Stack.launch(); "
+            "print(s.queue.proc.pid, s.binder.proc.pid, s.scheduler.proc.pid, s.redis.proc.pid, flush=True); "
+            "import time; time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pids = [int(x) for x in parent.stdout.readline().split()]
+    assert len(pids) == 4
+    parent.kill()
+    parent.wait()
+
+    def running(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                return "\nState:\tZ" not in f.read()
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if running(p)] == []

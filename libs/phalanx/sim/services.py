@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.rpc.server import wait_healthy
+from phalanx.testing.children import die_with_parent
 from phalanx.testing.redis_server import RedisServer, free_port
 
 
@@ -36,7 +37,7 @@ class ServiceProcess:
         env.setdefault("OTEL_SDK_DISABLED", "true")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.address, *self.args],
-                                     stdout=log, stderr=subprocess.STDOUT, env=env)
+                                     stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent())
         log.close()
         if wait:
             try:

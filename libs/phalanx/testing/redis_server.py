@@ -10,6 +10,8 @@ import time
 
 import redis
 
+from phalanx.testing.children import die_with_parent
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -35,7 +37,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
              "--appendonly", "no", "--protected-mode", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
         while True:
