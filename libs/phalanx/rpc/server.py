@@ -11,6 +11,7 @@ from typing import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from phalanx.rpc import call_stats
 from phalanx.rpc.interceptors import TracingServerInterceptor
 from phalanx.telemetry.tracing import tracing_enabled
 
@@ -30,6 +31,7 @@ class ServiceServer:
     def __init__(self, name: str, listen: str, register: Callable[[grpc.Server], None], workers: int = 8) -> None:
         self.name = name
         interceptors = [TracingServerInterceptor()] if tracing_enabled() else []
+        interceptors += call_stats.interceptors_from_env(name)  # PHALANX_RPC_STATS_DIR: count calls (bench)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name),
                                   interceptors=interceptors, options=CHANNEL_OPTIONS)
         register(self.server)
