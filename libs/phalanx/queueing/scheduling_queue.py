@@ -79,6 +79,8 @@ class SchedulingQueue:
         self._active: list[_HeapItem] = []
         self._backoff: list[tuple[float, int, str]] = []
         self._gang_active: dict[str, set[str]] = {}
+        self._by_gang: dict[str, set[str]] = {}  # every entry of a gang, for activate_gang
+        self._unschedulable: dict[str, Entry] = {}  # in the order they became unschedulable
         self._gang_time: dict[str, float] = {}
         self._move_seq = 0
         self._version = 0
@@ -91,6 +93,7 @@ class SchedulingQueue:
         return (-e.priority, e.created_at, e.key, e.key)
 
     def _to_active(self, e: Entry) -> None:
+        self._unschedulable.pop(e.key, None)
         self._version += 1
         e.version = self._version
         e.where = SubQueue.ACTIVE
@@ -101,6 +104,7 @@ class SchedulingQueue:
 
     def _leave(self, e: Entry) -> None:
         """Takes e out of whatever sub-queue holds it (heaps are cleaned lazily by version)."""
+        self._unschedulable.pop(e.key, None)
         if e.where == SubQueue.ACTIVE and e.gang:
             members = self._gang_active.get(e.gang)
             if members is not None:
@@ -110,6 +114,7 @@ class SchedulingQueue:
         e.version = -1
 
     def _to_backoff(self, e: Entry, now: float) -> None:
+        self._unschedulable.pop(e.key, None)
         delay = min(self.settings.initial_backoff * (2 ** max(e.attempts - 1, 0)), self.settings.max_backoff)
         e.backoff_until = now + delay
         e.where = SubQueue.BACKOFF
@@ -127,21 +132,37 @@ class SchedulingQueue:
                     old.payload = payload  # the scheduler's verdict on the old copy still applies
                     return
                 self._leave(old)
+                self._drop(old)
             if gang and gang not in self._gang_time:
                 self._gang_time[gang] = gang_created_at
             e = Entry(key, priority, created_at, gang, gang_created_at, payload)
             if old is not None:
                 e.attempts = old.attempts
-            self._entries[key] = e
+            self._put(e)
             self._to_active(e)
+
+    def _put(self, e: Entry) -> None:
+        self._entries[e.key] = e
+        if e.gang:
+            self._by_gang.setdefault(e.gang, set()).add(e.key)
+
+    def _drop(self, e: Entry) -> None:
+        del self._entries[e.key]
+        if e.gang:
+            members = self._by_gang.get(e.gang)
+            if members is not None:
+                members.discard(e.key)
+                if not members:
+                    del self._by_gang[e.gang]
 
     def remove(self, keys: list[str]) -> int:
         removed = 0
         with self._lock:
             for key in keys:
-                e = self._entries.pop(key, None)
+                e = self._entries.get(key)
                 if e is not None:
                     self._leave(e)
+                    self._drop(e)
                     removed += 1
         return removed
 
@@ -154,9 +175,11 @@ class SchedulingQueue:
                 self._to_active(e)
         flush = self.settings.unschedulable_flush
         if flush > 0:
-            for e in list(self._entries.values()):
-                if e.where == SubQueue.UNSCHEDULABLE and now - e.unschedulable_since >= flush:
-                    self._to_active(e)
+            # Oldest first (entries join in time order): stop at the first that is not due yet.
+            for e in list(self._unschedulable.values()):
+                if now - e.unschedulable_since < flush:
+                    break
+                self._to_active(e)
 
     def _pop_head(self) -> Entry | None:
         while self._active:
@@ -203,14 +226,14 @@ class SchedulingQueue:
             if outcome in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED):
                 if e is not None:
                     self._leave(e)
-                    del self._entries[key]
+                    self._drop(e)
                 return
             if e is None:
                 if payload is None:
                     return
                 e = Entry(key, priority, created_at, gang, gang_created_at, payload)
                 e.move_seq_at_pop = self._move_seq
-                self._entries[key] = e
+                self._put(e)
                 if gang and gang not in self._gang_time:
                     self._gang_time[gang] = gang_created_at
             else:
@@ -224,6 +247,7 @@ class SchedulingQueue:
             else:
                 e.where = SubQueue.UNSCHEDULABLE
                 e.unschedulable_since = now
+                self._unschedulable[key] = e
 
     def gang_failed(self, gang: str, now: float) -> None:
         with self._lock:
@@ -234,8 +258,9 @@ class SchedulingQueue:
         """The gang made progress: its pods waiting in backoff or unschedulable go back to active."""
         moved = 0
         with self._lock:
-            for e in self._entries.values():
-                if e.gang == gang and e.where in (SubQueue.BACKOFF, SubQueue.UNSCHEDULABLE):
+            for key in list(self._by_gang.get(gang, ())):
+                e = self._entries[key]
+                if e.where in (SubQueue.BACKOFF, SubQueue.UNSCHEDULABLE):
                     self._to_active(e)
                     moved += 1
         return moved
@@ -245,16 +270,16 @@ class SchedulingQueue:
         moved = 0
         with self._lock:
             self._move_seq += 1
-            for e in self._entries.values():
-                if e.where == SubQueue.UNSCHEDULABLE:
-                    if e.backoff_until > now:
-                        self._to_backoff_keep(e)
-                    else:
-                        self._to_active(e)
-                    moved += 1
+            for e in list(self._unschedulable.values()):
+                if e.backoff_until > now:
+                    self._to_backoff_keep(e)
+                else:
+                    self._to_active(e)
+                moved += 1
         return moved
 
     def _to_backoff_keep(self, e: Entry) -> None:
+        self._unschedulable.pop(e.key, None)
         e.where = SubQueue.BACKOFF
         self._version += 1
         e.version = self._version
@@ -290,9 +315,9 @@ class SchedulingQueue:
                 break
             heapq.heappop(self._backoff)
         times = [self._backoff[0][0]] if self._backoff else []
-        if self.settings.unschedulable_flush > 0:
-            times += [e.unschedulable_since + self.settings.unschedulable_flush
-                      for e in self._entries.values() if e.where == SubQueue.UNSCHEDULABLE]
+        if self.settings.unschedulable_flush > 0 and self._unschedulable:
+            oldest = next(iter(self._unschedulable.values()))
+            times.append(oldest.unschedulable_since + self.settings.unschedulable_flush)
         return min(times) if times else None
 
     def next_ready_at(self) -> float | None:
