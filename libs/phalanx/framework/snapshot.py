@@ -87,7 +87,9 @@ class Snapshot:
         cols: list[int] = []
         amounts: list[int] = []
         unknown: list[str] = []
-        for r, v in requests.items():
+        # Sorted: a protobuf map's order differs between processes, and the order in which scores sum
+        # their resources decides ties, so it must not depend on it.
+        for r, v in sorted(requests.items()):
             if v <= 0:
                 continue
             j = self.column.get(r)

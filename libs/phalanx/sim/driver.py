@@ -146,6 +146,7 @@ class Simulation:
         self.series = SeriesRecorder()
         self._waiting_durations: dict[str, float] = {}  # pods arrived, not started: their run times
         self._finished_early: set[str] = set()  # pods whose finish ran, foreseen, in a run of instants
+        self._later_limit = MAX_LATER_INSTANTS
 
     # -- event timeline --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -171,6 +172,12 @@ class Simulation:
                 later = self._gather_later(now, due)
                 step = self._step(now, due, later)
                 self._put_back(later[step.instants_done:])
+                # Send as many instants ahead as recent steps could use: runs grow while the cluster stays
+                # quiet, and shrink to one when every instant has to wait (a full cluster).
+                if step.instants_done == len(later):
+                    self._later_limit = min(MAX_LATER_INSTANTS, max(1, 2 * self._later_limit))
+                else:
+                    self._later_limit = max(1, 2 * step.instants_done)
                 now = max(now, step.now)
                 idle = step.queue_pending == 0 and not step.next_wakeup
                 for inst in later[: step.instants_done]:
@@ -273,7 +280,7 @@ class Simulation:
         if earlier:
             horizon = min(horizon, now + min(earlier))
         out: list[_Instant] = []
-        while len(out) < MAX_LATER_INSTANTS and (self._events or foreseen):
+        while len(out) < self._later_limit and (self._events or foreseen):
             at = min(self._events[0][0] if self._events else float("inf"), foreseen[0][0] if foreseen else float("inf"))
             if at >= horizon or (self.opt.until is not None and at > self.opt.until):
                 break
