@@ -239,16 +239,23 @@ def render_html(report: dict[str, Any], title: str) -> str:
         _section("Summary", f'<div class="cards">{cards}</div>{errors_list(report)}'),
         _section("Allocation over virtual time",
                  allocation_chart(runs, name="allocation", title="allocated share of the cluster over virtual time")),
+        _secondary_charts(runs),
+        _section("Gangs", gangs_table(report)),
+        _section("Unbound pods", unbound_pods(report)),
+    ]
+    return _page(title, "\n".join(body))
+
+
+def _secondary_charts(runs: list[Run]) -> str:
+    """The pending, gang-wait and GPU-against-demand plots, in a grid (one run, or two overlaid)."""
+    return "\n".join([
         '<div class="grid">',
         _section("Pending over time", pending_chart(runs, name="pending", title="pending pods and gangs")),
         _section("Gang wait (CDF)", wait_cdf_chart(runs, name="waits", title="gang wait distribution")),
         _section("GPU allocation against arrived GPU demand",
                  demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")),
         "</div>",
-        _section("Gangs", gangs_table(report)),
-        _section("Unbound pods", unbound_pods(report)),
-    ]
-    return _page(title, "\n".join(body))
+    ])
 
 
 def _compare_table(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> str:
@@ -288,11 +295,6 @@ def render_compare_html(a: dict[str, Any], b: dict[str, Any], label_a: str, labe
         f'<p class="lede">Two simulation reports side by side; in overlaid plots {escape(label_b)} is dashed.</p>',
         _section("Summary", _compare_table(a, b, label_a, label_b)),
         stacked,
-        '<div class="grid">',
-        _section("Pending over time", pending_chart(runs, name="pending", title="pending pods and gangs")),
-        _section("Gang wait (CDF)", wait_cdf_chart(runs, name="waits", title="gang wait distribution")),
-        _section("GPU allocation against arrived GPU demand",
-                 demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")),
-        "</div>",
+        _secondary_charts(runs),
     ]
     return _page(title, "\n".join(body))
