@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from phalanx.trace.writer import positive_number
 from phalanx.trace.writer import (
     BASE_TIME,
     GPU_MODEL_LABEL,
@@ -168,23 +169,11 @@ def parse_gang_rule(text: str, max_size: int = DEFAULT_MAX_GANG_SIZE) -> GangRul
 
 
 def _gang_size(text: str, where: str) -> int:
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise TraceError(f"{where}: the gang size must be an integer >= 1")
-    return size
+    return positive_number(text, f"{where}: the gang size must be an integer >= 1", int)
 
 
 def _positive_float(text: str, message: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise TraceError(message) from None
-    if not 0 < value < float("inf"):
-        raise TraceError(message)
-    return value
+    return positive_number(text, message, float)
 
 
 # ---------------------------------------------------------------- CSV reading

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from phalanx.model.duration import parse_duration as parse_go_duration
 from phalanx.model.quantity import QuantityError, parse_quantity
+from phalanx.trace.writer import positive_number
 from phalanx.trace.writer import (
     BASE_TIME,
     DEFAULT_MAX_PODS,
@@ -230,13 +231,7 @@ def _model(raw: str, where: str) -> str:
 
 
 def _positive_int(text: str, message: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceError(message) from None
-    if value < 1:
-        raise TraceError(message)
-    return value
+    return positive_number(text, message, int)
 
 
 def _weight(text: str, where: str) -> float:

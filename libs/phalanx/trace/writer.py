@@ -108,6 +108,17 @@ class WorkloadStats:
 # ---------------------------------------------------------------- names and values
 
 
+def positive_number(text: str, message: str, kind: type[int] | type[float]) -> Any:
+    """`text` as a finite number > 0 of `kind` (int: >= 1), else TraceError(message)."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise TraceError(message) from None
+    if not 0 < value < float("inf"):
+        raise TraceError(message)
+    return value
+
+
 def sanitize_label_value(raw: str) -> str:
     """Map free text (a GPU model name) to a valid label value: invalid runs become '-', at most 63 chars."""
     value = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw.strip())
