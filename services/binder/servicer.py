@@ -21,18 +21,38 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         self.clock = clock
 
     def Bind(self, request: binder_pb2.BindRequest, context: grpc.ServicerContext) -> binder_pb2.BindResponse:
+        self._validate(request.assignments, context, "")
+        return self._bind(request.assignments, request.all_or_nothing, request.now, request.trace_parent, context)
+
+    def BindManyStream(self, requests: Iterator[binder_pb2.BindManyRequest],
+                       context: grpc.ServicerContext) -> Iterator[binder_pb2.BindManyResponse]:
+        return serve_stream(self._bind_many)(requests, context)
+
+    def _bind_many(self, request: binder_pb2.BindManyRequest,
+                   context: grpc.ServicerContext) -> binder_pb2.BindManyResponse:
+        for i, batch in enumerate(request.batches):
+            self._validate(batch.assignments, context, f"batches[{i}].")
+        return binder_pb2.BindManyResponse(batches=[
+            self._bind(b.assignments, b.all_or_nothing, request.now, b.trace_parent, context) for b in request.batches])
+
+    @staticmethod
+    def _validate(assignments: object, context: grpc.ServicerContext, prefix: str) -> None:
         seen: set[str] = set()
-        for i, a in enumerate(request.assignments):
+        for i, a in enumerate(assignments):  # type: ignore[arg-type]
             if a.pod_key.count("/") != 1 or not a.node:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"assignments[{i}]: pod_key must be namespace/name and node must be set "
+                              f"{prefix}assignments[{i}]: pod_key must be namespace/name and node must be set "
                               f"(got pod_key={a.pod_key!r}, node={a.node!r})")
             if a.pod_key in seen:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}]: pod {a.pod_key} appears twice")
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{prefix}assignments[{i}]: pod {a.pod_key} appears twice")
             seen.add(a.pod_key)
+
+    def _bind(self, assignments: object, all_or_nothing: bool, now: float, trace: str,
+              context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         try:
-            results, fence = self.binder.bind(list(request.assignments), request.all_or_nothing,
-                                              self.clock.now(request.now), request.trace_parent)
+            results, fence = self.binder.bind(list(assignments), all_or_nothing,  # type: ignore[call-overload]
+                                              self.clock.now(now), trace)
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return binder_pb2.BindResponse(results=results, fence=fence)

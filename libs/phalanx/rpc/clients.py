@@ -62,7 +62,7 @@ class QueueClient:
         return self.stub.Stats(queue_pb2.StatsRequest(now=now), timeout=self.timeout)
 
     def close(self) -> None:
-        for attr in ("_pop", "_bind", "_step"):
+        for attr in ("_pop", "_bind", "_bind_many", "_step"):
             caller = getattr(self, attr, None)
             if caller is not None:
                 caller.close()
@@ -89,6 +89,7 @@ class BinderClient:
         self.stub = binder_pb2_grpc.BinderStub(self.channel)
         self.timeout = timeout
         self._bind = StreamCaller(self.stub.BindStream)
+        self._bind_many = StreamCaller(self.stub.BindManyStream)
 
     def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
              trace: str) -> list[binder_pb2.BindResult]:
@@ -96,11 +97,17 @@ class BinderClient:
                                      trace_parent=trace)
         return list(self._bind.call(req).results)
 
+    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
+                  now: float) -> list[list[binder_pb2.BindResult]]:
+        req = binder_pb2.BindManyRequest(now=now, batches=[
+            binder_pb2.BindBatch(assignments=a, all_or_nothing=aon, trace_parent=trace) for a, aon, trace in batches])
+        return [list(r.results) for r in self._bind_many.call(req).batches]
+
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
         self.stub.Report(binder_pb2.ReportRequest(pods=pods, gangs=gangs, now=now), timeout=self.timeout)
 
     def close(self) -> None:
-        for attr in ("_pop", "_bind", "_step"):
+        for attr in ("_pop", "_bind", "_bind_many", "_step"):
             caller = getattr(self, attr, None)
             if caller is not None:
                 caller.close()
@@ -149,7 +156,7 @@ class SchedulerClient:
         return list(self.stub.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=self.timeout).gangs)
 
     def close(self) -> None:
-        for attr in ("_pop", "_bind", "_step"):
+        for attr in ("_pop", "_bind", "_bind_many", "_step"):
             caller = getattr(self, attr, None)
             if caller is not None:
                 caller.close()

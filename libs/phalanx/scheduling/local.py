@@ -61,5 +61,9 @@ class LocalBinder:
              trace: str) -> list[binder_pb2.BindResult]:
         return self.binder.bind(assignments, all_or_nothing, now, trace)[0]
 
+    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
+                  now: float) -> list[list[binder_pb2.BindResult]]:
+        return [self.bind(a, aon, now, trace) for a, aon, trace in batches]
+
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
         self.backend.report(pods, gangs, now)

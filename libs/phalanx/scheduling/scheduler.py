@@ -453,6 +453,9 @@ class GangScheduler:
 
     # -- binding -------------------------------------------------------------------------------------
     def _bind_ready(self, state: _StepState) -> None:
+        """Binds every gang (or GangGroup) that became ready this round: one batch each, all sent to the
+        binder in one message when there are several."""
+        batches = []
         for group, trace in sorted(state.ready_groups.items()):
             records = sorted((r for r in self.assumed.values() if r.gang in group), key=lambda r: r.key)
             if not records:
@@ -460,14 +463,25 @@ class GangScheduler:
             assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
                            for r in records]
             all_or_nothing = any(self.gangs.status(g) != GangStatus.SATISFIED for g in group)
+            batches.append((group, trace, assignments, all_or_nothing, {r.key: Popped(r.pod, trace) for r in records}))
+        if len(batches) == 1:
+            group, trace, assignments, all_or_nothing, items = batches[0]
             with child_span("phalanx.scheduler.dispatch_bind", trace,
-                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(records)}):
-                self._dispatch(assignments, all_or_nothing, state, trace,
-                               {r.key: Popped(r.pod, trace) for r in records})
+                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)}):
+                self._dispatch(assignments, all_or_nothing, state, trace, items)
+        elif batches:
+            results = self.binder.bind_many([(a, aon, trace) for _, trace, a, aon, _ in batches], state.now)
+            for (_, _, assignments, _, items), batch_results in zip(batches, results):
+                self._apply_bind(batch_results, assignments, state, items)
 
     def _dispatch(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, state: _StepState,
                   trace: str, items: dict[str, Popped]) -> None:
         results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
+        self._apply_bind(results, assignments, state, items)
+
+    def _apply_bind(self, results: list[binder_pb2.BindResult], assignments: list[binder_pb2.Assignment],
+                    state: _StepState, items: dict[str, Popped]) -> None:
+        """Mirrors the binder's verdicts in memory and in the queue's verdicts."""
         by_key = {a.pod_key: a for a in assignments}
         bound_by_gang: dict[str, list[str]] = defaultdict(list)
         for res in results:

@@ -319,3 +319,74 @@ class ReportResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportResponse: _TypeAlias = ReportResponse  # noqa: Y015
+
+@_typing.final
+class BindBatch(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASSIGNMENTS_FIELD_NUMBER: _builtins.int
+    ALL_OR_NOTHING_FIELD_NUMBER: _builtins.int
+    TRACE_PARENT_FIELD_NUMBER: _builtins.int
+    all_or_nothing: _builtins.bool
+    trace_parent: _builtins.str
+    @_builtins.property
+    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]: ...
+    def __init__(
+        self,
+        *,
+        assignments: _abc.Iterable[Global___Assignment] | None = ...,
+        all_or_nothing: _builtins.bool = ...,
+        trace_parent: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_or_nothing", b"all_or_nothing", "assignments", b"assignments", "trace_parent", b"trace_parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BindBatch: _TypeAlias = BindBatch  # noqa: Y015
+
+@_typing.final
+class BindManyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCHES_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    now: _builtins.float
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___BindBatch]: ...
+    def __init__(
+        self,
+        *,
+        batches: _abc.Iterable[Global___BindBatch] | None = ...,
+        now: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "now", b"now"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BindManyRequest: _TypeAlias = BindManyRequest  # noqa: Y015
+
+@_typing.final
+class BindManyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCHES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___BindResponse]:
+        """one per request batch, in order"""
+
+    def __init__(
+        self,
+        *,
+        batches: _abc.Iterable[Global___BindResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BindManyResponse: _TypeAlias = BindManyResponse  # noqa: Y015

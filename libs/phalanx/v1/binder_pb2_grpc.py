@@ -49,6 +49,11 @@ class BinderStub:
                 request_serializer=phalanx_dot_v1_dot_binder__pb2.BindRequest.SerializeToString,
                 response_deserializer=phalanx_dot_v1_dot_binder__pb2.BindResponse.FromString,
                 _registered_method=True)
+        self.BindManyStream = channel.stream_stream(
+                '/phalanx.v1.Binder/BindManyStream',
+                request_serializer=phalanx_dot_v1_dot_binder__pb2.BindManyRequest.SerializeToString,
+                response_deserializer=phalanx_dot_v1_dot_binder__pb2.BindManyResponse.FromString,
+                _registered_method=True)
 
 
 class BinderServicer:
@@ -74,6 +79,14 @@ class BinderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BindManyStream(self, request_iterator, context):
+        """Several independent batches (gangs that became ready in one scheduling round) in one message; each
+        is bound as Bind binds it, with its own all-or-nothing rule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BinderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +104,11 @@ def add_BinderServicer_to_server(servicer, server):
                     servicer.BindStream,
                     request_deserializer=phalanx_dot_v1_dot_binder__pb2.BindRequest.FromString,
                     response_serializer=phalanx_dot_v1_dot_binder__pb2.BindResponse.SerializeToString,
+            ),
+            'BindManyStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.BindManyStream,
+                    request_deserializer=phalanx_dot_v1_dot_binder__pb2.BindManyRequest.FromString,
+                    response_serializer=phalanx_dot_v1_dot_binder__pb2.BindManyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +192,33 @@ class Binder:
             '/phalanx.v1.Binder/BindStream',
             phalanx_dot_v1_dot_binder__pb2.BindRequest.SerializeToString,
             phalanx_dot_v1_dot_binder__pb2.BindResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindManyStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/phalanx.v1.Binder/BindManyStream',
+            phalanx_dot_v1_dot_binder__pb2.BindManyRequest.SerializeToString,
+            phalanx_dot_v1_dot_binder__pb2.BindManyResponse.FromString,
             options,
             channel_credentials,
             insecure,
