@@ -202,7 +202,7 @@ def test_sigterm_stops_each_service_gracefully(tmp_path: Path) -> None:
             stub.Stats(queue_pb2.StatsRequest(), timeout=TIMEOUT)  # connected
             poll = threading.Thread(target=lambda: outcome.append(_pop_or_error(stub)))
             poll.start()
-            time.sleep(0.3)
+            time.sleep(1.0)  # the poll must be at the server (in its 3 s wait) when SIGTERM comes, even under load
             for svc in (s.scheduler, s.binder, s.queue):
                 assert _terminate(svc) == 0, svc.log_tail()
             poll.join(timeout=10)
@@ -213,7 +213,7 @@ def test_sigterm_stops_each_service_gracefully(tmp_path: Path) -> None:
 
 def _pop_or_error(stub: queue_pb2_grpc.QueueStub) -> object:
     try:
-        return stub.Pop(queue_pb2.PopRequest(max_pods=1, now=1.0, wait_seconds=1.5), timeout=TIMEOUT)
+        return stub.Pop(queue_pb2.PopRequest(max_pods=1, now=1.0, wait_seconds=3.0), timeout=TIMEOUT)
     except grpc.RpcError as exc:
         return exc
 
