@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import grpc
-from opentelemetry import propagate, trace
+from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from phalanx.telemetry.tracing import tracer
@@ -58,7 +58,3 @@ class TracingServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(
             traced, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer)
-
-
-def current_span_is_recording() -> bool:
-    return trace.get_current_span().is_recording()

@@ -329,9 +329,6 @@ class StateStore:
             found.add(rest)
         return sorted(found)
 
-    def due_timers(self, now: float) -> list[str]:
-        return list(self.redis.zrangebyscore(self.keys.timers, "-inf", now))
-
     def timers(self, now: float) -> tuple[list[str], float | None]:
         """(gangs whose wait has expired by `now`, the earliest deadline of all) in one round trip."""
         pipe = self.redis.pipeline(transaction=False)

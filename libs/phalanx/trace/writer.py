@@ -39,7 +39,6 @@ GPU_MODEL_LABEL = "phalanx.dev/gpu-model"
 DEFAULT_MAX_PODS = 110
 PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -137,10 +136,6 @@ def sanitize_name(raw: str) -> str:
 
 def is_dns_label(value: str) -> bool:
     return len(value) <= 63 and bool(_DNS_LABEL.match(value))
-
-
-def is_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
 
 def format_timestamp(seconds: float) -> str:
