@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 
 import grpc
@@ -21,11 +22,15 @@ _OUTCOMES = {
 }
 
 
+MAX_GANG_TRACES = 100_000
+
+
 class QueueServicer(queue_pb2_grpc.QueueServicer):
     def __init__(self, queue: SchedulingQueue, clock: Clock) -> None:
         self.queue = queue
         self.clock = clock
-        self._gang_traces: dict[str, str] = {}
+        # Bounded: a long-running queue sees gangs without end; a gang evicted here only starts a new trace.
+        self._gang_traces: OrderedDict[str, str] = OrderedDict()
 
     def _trace_for(self, pod: "queue_pb2.objects__pb2.Pod") -> str:  # type: ignore[name-defined]
         """One trace per gang, opened when its first pod is enqueued; one per pod without a gang."""
@@ -37,6 +42,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         if parent is None:
             parent = start_root("phalanx.queue.enqueue", {"phalanx.gang": pod.gang})
             self._gang_traces[pod.gang] = parent
+            if len(self._gang_traces) > MAX_GANG_TRACES:
+                self._gang_traces.popitem(last=False)
         return parent
 
     def Add(self, request: queue_pb2.AddRequest, context: grpc.ServicerContext) -> queue_pb2.AddResponse:
