@@ -11,6 +11,7 @@ from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
 from phalanx.config import common_parser, env, redis_args, setup_logging
+from phalanx.lifecycle import exit_with_parent
 from phalanx.rpc.server import ServiceServer, serve_until_signal
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
@@ -46,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
     serve_until_signal(build(args).start())

@@ -6,6 +6,7 @@ import argparse
 
 from phalanx.clock import Clock
 from phalanx.config import common_parser, env, setup_logging
+from phalanx.lifecycle import exit_with_parent
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.server import ServiceServer, serve_until_signal
 from phalanx.telemetry.tracing import setup_tracing
@@ -31,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-queue")
     serve_until_signal(build(args).start())

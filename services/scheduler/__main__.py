@@ -14,6 +14,7 @@ from phalanx.clock import Clock
 from phalanx.config import common_parser, env, redis_args, setup_logging
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import load_profile
+from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
@@ -82,6 +83,7 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer) -> Cluster
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-scheduler")
     server, servicer = build(args)

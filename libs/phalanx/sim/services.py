@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.rpc.server import wait_healthy
-from phalanx.testing.children import die_with_parent
+from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.redis_server import RedisServer, free_port
 
 
@@ -33,11 +33,11 @@ class ServiceProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
-        env = {**os.environ, **self.extra_env, **(extra_env or {})}
+        env = exit_with_parent_env({**os.environ, **self.extra_env, **(extra_env or {})})
         env.setdefault("OTEL_SDK_DISABLED", "true")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.address, *self.args],
-                                     stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent())
+                                     stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         if wait:
             try:

@@ -10,7 +10,7 @@ import time
 
 import redis
 
-from phalanx.testing.children import die_with_parent
+from phalanx.testing.children import exit_with_parent_argv
 
 
 def free_port() -> int:
@@ -35,9 +35,9 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
         # No persistence: a test or simulation server lives as long as its run.
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-             "--appendonly", "no", "--protected-mode", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
+            exit_with_parent_argv([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                                   "--save", "", "--appendonly", "no", "--protected-mode", "no"]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
         while True:
