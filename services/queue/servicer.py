@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -29,6 +30,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
     def __init__(self, queue: SchedulingQueue, clock: Clock) -> None:
         self.queue = queue
         self.clock = clock
+        # The queue's contents are in memory; callers compare this to notice a restart and re-add their pods.
+        self.incarnation = uuid.uuid4().hex
         # Bounded: a long-running queue sees gangs without end; a gang evicted here only starts a new trace.
         self._gang_traces: OrderedDict[str, str] = OrderedDict()
 
@@ -60,7 +63,7 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             self.queue.add(f"{pod.namespace}/{pod.name}", priority=pod.priority, created_at=pod.created_at,
                            gang=pod.gang, gang_created_at=pod.gang_created_at, payload=pod, now=now)
             added += 1
-        return queue_pb2.AddResponse(added=added, rejected=rejected)
+        return queue_pb2.AddResponse(added=added, rejected=rejected, incarnation=self.incarnation)
 
     def Pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
         now = self.clock.now(request.now)
@@ -76,7 +79,7 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0))
         nxt = self.queue.next_ready_at()
         return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0,
-                                     pending=len(self.queue), rejected=rejected)
+                                     pending=len(self.queue), rejected=rejected, incarnation=self.incarnation)
 
     def PopStream(self, requests: Iterator[queue_pb2.PopRequest],
                   context: grpc.ServicerContext) -> Iterator[queue_pb2.PopResponse]:

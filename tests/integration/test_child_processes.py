@@ -1,9 +1,11 @@
-"""Services and redis-server started by a run end with it, and restarting one never hangs the starter."""
+"""Restarting a service never hangs its starter; the parent-pid variable that ties a service to it.
+
+(That services and redis-server end with an interrupted starter is in test_grpc_services.py.)
+"""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -15,45 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from phalanx.sim.services import ServiceProcess
 from phalanx.testing.redis_server import free_port
-from waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-STARTER = """
-import sys, time
-from pathlib import Path
-from phalanx.sim.services import ServiceProcess
-from phalanx.testing.redis_server import RedisServer, free_port
-redis = RedisServer().start()
-queue = ServiceProcess("queue", "phalanx_queue", ["--clock", "virtual"], free_port(), Path(sys.argv[1]))
-queue.start()
-print(redis.proc.pid, queue.proc.pid, flush=True)
-time.sleep(600)
-"""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead but not yet reaped by its (now init) parent.
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux-only")
-def test_redis_and_services_exit_when_their_starter_is_killed(tmp_path: Path) -> None:
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path / "queue.log")],
-                               stdout=subprocess.PIPE, text=True)
-    try:
-        line = starter.stdout.readline()  # type: ignore[union-attr]
-        redis_pid, queue_pid = (int(p) for p in line.split())
-        assert _alive(redis_pid) and _alive(queue_pid)
-    finally:
-        starter.kill()
-        starter.wait()
-    wait_for(lambda: not _alive(redis_pid) and not _alive(queue_pid), 15, "redis-server and the queue to exit")
 
 
 def test_restarting_a_service_while_grpc_threads_are_busy_never_hangs(tmp_path: Path) -> None:

@@ -258,3 +258,33 @@ def test_services_and_redis_end_with_an_interrupted_parent() -> None:
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if running(p)] == []
+
+
+def test_queue_client_notices_a_restarted_queue() -> None:
+    """The queue holds pods in memory only; its clients learn of a restart from the incarnation it answers
+    with, so that whoever handed it pods (the cluster feed) can hand them again."""
+    from phalanx.rpc.clients import QueueClient
+    from phalanx_queue import __main__ as queue_main
+
+    def start(listen: str):  # type: ignore[no-untyped-def]
+        return queue_main.build(queue_main.parser().parse_args(["--listen", listen, "--clock", "virtual"])).start()
+
+    server = start("127.0.0.1:0")
+    client = QueueClient(server.address, timeout=TIMEOUT)
+    restarts: list[str] = []
+    client.on_restart(lambda: restarts.append(client.incarnation))
+    try:
+        client.add([], 0.0)
+        client.pop(10, 0.0)
+        first = client.incarnation
+        assert first and restarts == []  # the first answer sets what "the same queue" means
+        server.stop(0)
+        server = start(server.address)
+        with pytest.raises(grpc.RpcError):  # the pop stream was open to the old process
+            client.pop(10, 0.0)
+        client.pop(10, 0.0)
+        client.add([], 0.0)
+        assert restarts == [client.incarnation] and client.incarnation != first  # once, not per call
+    finally:
+        client.close()
+        server.stop(0)

@@ -218,14 +218,25 @@ class Phalanx:
         from phalanx_binder import __main__ as binder_main
         from phalanx_queue import __main__ as queue_main
 
-        self.queue = queue_main.build(queue_main.parser().parse_args([
-            "--listen", "127.0.0.1:0", "--clock", "real", "--initial-backoff", "0.2", "--max-backoff", "1",
-            "--unschedulable-flush", "5"])).start()
+        self.start_queue("127.0.0.1:0")
         self.binder = binder_main.build(binder_main.parser().parse_args([
             "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
             "--redis-url", self.redis_url, "--redis-prefix", self.prefix])).start()
         self.start_scheduler()
         return self
+
+    def start_queue(self, listen: str) -> None:
+        from phalanx_queue import __main__ as queue_main
+
+        self.queue = queue_main.build(queue_main.parser().parse_args([
+            "--listen", listen, "--clock", "real", "--initial-backoff", "0.2", "--max-backoff", "1",
+            "--unschedulable-flush", "5"])).start()
+
+    def restart_queue(self) -> None:
+        """A new queue process on the same address: it starts empty."""
+        address = self.queue.address
+        self.queue.stop(0)
+        self.start_queue(address)
 
     def start_scheduler(self) -> None:
         from phalanx_scheduler import __main__ as scheduler_main

@@ -188,6 +188,16 @@ def test_scheduler_restarted_mid_gang(cluster, phalanx) -> None:
              "the bindings committed in Redis")
 
 
+def test_queue_restarted_loses_no_pending_pod(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=2)
+    cluster.pod(ns, "big", gpus=4)  # fits nowhere yet: it waits in the queue's unschedulable sub-queue
+    wait_for(lambda: cluster.condition(ns, "big").get("reason") == "Unschedulable", BIND, "the pod unschedulable")
+    phalanx.restart_queue()  # the new queue holds nothing; the scheduler notices and its feed adds the pod again
+    n2 = cluster.node("n2", gpus=4)
+    assert wait_for(lambda: cluster.node_of(ns, "big"), BIND, "the pod bound after the queue restart") == n2
+
+
 def test_redis_wiped_while_pods_are_bound(cluster, phalanx) -> None:
     ns = cluster.namespace()
     n1, n2, n3 = cluster.node("n1", gpus=2), cluster.node("n2", gpus=2), cluster.node("n3", gpus=2)

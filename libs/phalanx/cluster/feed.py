@@ -56,6 +56,8 @@ _NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
 
 
 class FeedQueue(Protocol):
+    """The queue client; one that also has `on_restart(listener)` gets its pods re-added after a queue restart."""
+
     def add(self, pods: list[PodInfo], now: float) -> Any: ...
 
     def remove(self, keys: list[str]) -> None: ...
@@ -151,10 +153,14 @@ class ClusterFeed:
         self._counts: dict[str, tuple[int, int, int, int]] = {}
         self._members: dict[str, set[str]] = {}  # gang key -> our pods resolved to it (for the counters)
         self._queue_ops = _QueueOps()
+        self._queue_restarted = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> ClusterFeed:
+        on_restart = getattr(self.queue, "on_restart", None)
+        if on_restart is not None:  # the queue keeps its contents in memory: a restart empties it
+            on_restart(self._queue_restarted.set)
         for w in self._watchers:
             w.start()
         self._thread = threading.Thread(target=self._run, name="cluster-feed", daemon=True)
@@ -181,6 +187,9 @@ class ClusterFeed:
             self.stop_event.wait(0.02)
         first = True
         while not self.stop_event.is_set():
+            if self._queue_restarted.is_set():
+                self._queue_restarted.clear()
+                self._requeue_all()
             batch = self._drain(block=not first)
             if not batch and not first:
                 if self._queue_ops.pending():
@@ -419,6 +428,18 @@ class ClusterFeed:
             waiting.discard(key)
             if not waiting:
                 del self._parked[gang]
+
+    def _requeue_all(self) -> None:
+        """The queue restarted and lost what it held: hand it again every pending pod of ours that the
+        scheduler has not reserved (reserved pods wait for their gang in Redis, not in the queue)."""
+        b = _Batch()
+        with self.lock:
+            held = set(self.scheduler.assumed) | self.scheduler.bound
+            for key, state in sorted(self._pods.items()):
+                if state.queued and state.info is not None and not state.node and key not in held:
+                    self._resolve(key, replace(state.info), state, b)
+            self._commit(b, initial=False)
+        log.warning("cluster feed: the queue restarted; %d pending pods added again", len(b.queue_add))
 
     # -- applying it -------------------------------------------------------------------------------------
     def _commit(self, b: _Batch, initial: bool) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
@@ -28,9 +30,26 @@ class QueueClient:
         self.stub = queue_pb2_grpc.QueueStub(self.channel)
         self.timeout = timeout
         self._pop = StreamCaller(self.stub.PopStream)
+        self.incarnation = ""  # of the queue process last heard from
+        self._restart_listeners: list[Callable[[], None]] = []
+
+    def on_restart(self, listener: Callable[[], None]) -> None:
+        """Calls `listener` (on the calling thread of add or pop) when the queue answers with a new
+        incarnation: it restarted, and lost what it held."""
+        self._restart_listeners.append(listener)
+
+    def _heard(self, incarnation: str) -> None:
+        if not incarnation or incarnation == self.incarnation:
+            return
+        restarted, self.incarnation = bool(self.incarnation), incarnation
+        if restarted:
+            for listener in self._restart_listeners:
+                listener()
 
     def add(self, pods: list[PodInfo], now: float) -> queue_pb2.AddResponse:
-        return self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now), timeout=self.timeout)
+        resp = self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now), timeout=self.timeout)
+        self._heard(resp.incarnation)
+        return resp
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
         req = queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds)
@@ -40,6 +59,7 @@ class QueueClient:
             req.add.extend(pod_to_pb(item.pod, item.trace) for item in carry.add)
             req.move_all = carry.move_all
         resp = self.stub.Pop(req, timeout=self.timeout + wait_seconds) if wait_seconds else self._pop.call(req)
+        self._heard(resp.incarnation)
         items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
         return PopResult(items, resp.next_ready_at or None, resp.pending)
 

@@ -81,7 +81,12 @@ class AddResponse(_message.Message):
 
     ADDED_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     added: _builtins.int
+    incarnation: _builtins.str
+    """Names this run of the queue process. Its contents live in memory, so a new value tells the caller the
+    queue restarted empty and the pods it had handed over must be added again.
+    """
     @_builtins.property
     def rejected(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"ns/name: reason" for requests that named no pod"""
@@ -91,10 +96,11 @@ class AddResponse(_message.Message):
         *,
         added: _builtins.int = ...,
         rejected: _abc.Iterable[_builtins.str] | None = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "rejected", b"rejected"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "incarnation", b"incarnation", "rejected", b"rejected"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -159,10 +165,13 @@ class PopResponse(_message.Message):
     NEXT_READY_AT_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     next_ready_at: _builtins.float
     """earliest backoff expiry, 0 when none"""
     pending: _builtins.int
     """pods the queue still holds (any sub-queue, in flight included)"""
+    incarnation: _builtins.str
+    """as in AddResponse"""
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]: ...
     @_builtins.property
@@ -176,10 +185,11 @@ class PopResponse(_message.Message):
         next_ready_at: _builtins.float = ...,
         pending: _builtins.int = ...,
         rejected: _abc.Iterable[_builtins.str] | None = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_ready_at", b"next_ready_at", "pending", b"pending", "pods", b"pods", "rejected", b"rejected"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "next_ready_at", b"next_ready_at", "pending", b"pending", "pods", b"pods", "rejected", b"rejected"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
