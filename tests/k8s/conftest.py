@@ -131,6 +131,11 @@ class Cluster:
                 "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}}, "spec": spec}
         self.custom.create_namespaced_custom_object(group, VERSIONS[group], namespace, "podgroups", body)
 
+    def delete_podgroup(self, group: str, namespace: str, name: str) -> None:
+        from phalanx.cluster.podgroups import VERSIONS
+
+        self.custom.delete_namespaced_custom_object(group, VERSIONS[group], namespace, "podgroups", name)
+
     def configmap(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.core.create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": data})
 

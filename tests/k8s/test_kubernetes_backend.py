@@ -233,6 +233,42 @@ def test_pod_deleted_while_its_gang_waits(cluster, phalanx) -> None:
     assert set(nodes.values()) == {node}  # 3 GPUs: only possible if the deleted pod's one was given back
 
 
+def test_a_deleted_job_leaves_no_gang_state_and_its_name_starts_afresh(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    names = cluster.koord_pods(ns, "train", 2, min_available=2)
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
+    gang = f"{ns}/train"
+    scheduler = phalanx.scheduler[1].scheduler
+    assert gang in phalanx.store.gang_keys_with_state() and gang in scheduler.gangs.records
+    for name in names:  # the job ran and its controller cleaned up
+        cluster.set_phase(ns, name, "Succeeded")
+        cluster.delete_pod(ns, name)
+    wait_for(lambda: gang not in phalanx.store.gang_keys_with_state(), BIND, "the gang's Redis state deleted")
+    assert gang not in scheduler.gangs.records and gang not in scheduler.gangs.specs
+    # The same job submitted again is a new gang: its first pod waits for its sibling (had the old, satisfied
+    # record survived, the pod would have been bound alone as an already-satisfied gang's extra pod).
+    cluster.koord_pods(ns, "train", 1, min_available=2)
+    wait_for(lambda: f"{ns}/train-0" in phalanx.reserved(), BIND, "the first pod reserved")
+    time.sleep(1.0)
+    assert cluster.node_of(ns, "train-0") == ""
+    cluster.koord_pods(ns, "train", 1, min_available=2, start=1)
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the new gang bound whole")
+
+
+def test_a_podgroup_gang_is_forgotten_once_its_podgroup_and_pods_are_gone(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    cluster.podgroup(GROUP_X_K8S, ns, "pg", 1)
+    cluster.pod(ns, "pg-0", labels={LABEL_X_K8S_PODGROUP: "pg"})
+    wait_for(lambda: cluster.node_of(ns, "pg-0"), BIND, "the pod bound")
+    cluster.delete_pod(ns, "pg-0")
+    wait_for(lambda: f"{ns}/pg-0" not in phalanx.reserved(), BIND, "the pod's reservation released")
+    assert f"{ns}/pg" in phalanx.store.load_gangs()  # the PodGroup still declares it
+    cluster.delete_podgroup(GROUP_X_K8S, ns, "pg")
+    wait_for(lambda: f"{ns}/pg" not in phalanx.store.gang_keys_with_state(), BIND, "the gang's state deleted")
+
+
 def test_malformed_annotations(cluster, phalanx) -> None:
     ns = cluster.namespace()
     cluster.node("n1", gpus=8)

@@ -255,3 +255,25 @@ def test_a_whole_gpu_pod_does_not_take_a_device_a_share_uses(h: Harness) -> None
     h.queue.queue.move_all(1)
     h.sched.step(1)
     assert "default/whole" in h.bound()
+
+
+def test_forgetting_gangs_keeps_one_with_reservations_and_clears_the_rest_everywhere(h: Harness,
+                                                                                     store: StateStore) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("done", 1), gang("waiting", 3, wait=100)])
+    h.queue.add([pod("d0", "done", gpus=1), pod("w0", "waiting", gpus=1)], 0)
+    h.sched.step(0)
+    assert "default/d0" in h.bound() and "default/w0" in h.sched.assumed
+    h.sched.release_pods(["default/d0"])  # the finished job's pod was deleted
+
+    assert h.sched.forget_gangs(["default/done", "default/waiting"]) == ["default/done"]
+    assert "default/done" not in store.gang_keys_with_state()
+    assert "default/done" not in h.sched.gangs.records and "default/done" not in h.sched.gangs.specs
+    # The gang with a reservation is untouched: its timer and record are still there.
+    assert "default/waiting" in store.gang_keys_with_state()
+    assert store.redis.zscore(store.keys.timers, "default/waiting") == pytest.approx(100.0)
+    # A pod naming the forgotten gang again starts it afresh: min 2 now, so one pod alone waits.
+    h.sched.upsert_gangs([gang("done", 2)])
+    h.queue.add([pod("d1", "done", gpus=1)], 10)
+    h.sched.step(10)
+    assert "default/d1" not in h.bound() and "default/d1" in h.sched.assumed

@@ -112,6 +112,8 @@ class _Batch:
     queue_remove: set[str] = field(default_factory=set)
     reports: dict[str, str] = field(default_factory=dict)  # pod key -> why it is not scheduled
     counted: set[str] = field(default_factory=set)  # gangs whose pods changed (for PodGroup counters)
+    unreferenced: set[str] = field(default_factory=set)  # gangs that lost their last pod or their object
+    deleted: set[str] = field(default_factory=set)  # pods deleted
 
 
 def collections(api_client: Any) -> list[Collection]:
@@ -270,6 +272,8 @@ class ClusterFeed:
             ref_kind = f"PodGroup.{collection.partition('.')[2]}"
         if kind == "DELETED":
             key = self.resolver.remove_object(ref_kind, namespace, name)
+            if key:
+                b.unreferenced.add(key)
         else:
             try:
                 key = self.resolver.add_object(obj, created_at=_created(obj))
@@ -398,6 +402,7 @@ class ClusterFeed:
 
     def _forget(self, key: str, prev: _Pod | None, b: _Batch) -> None:
         b.released.add(key)
+        b.deleted.add(key)
         b.bound.pop(key, None)
         b.queue_add.pop(key, None)
         b.reports.pop(key, None)
@@ -418,6 +423,7 @@ class ClusterFeed:
             members.discard(key)
             if not members:
                 self._members.pop(state.gang, None)
+                b.unreferenced.add(state.gang)
         if gang:
             self._members.setdefault(gang, set()).add(key)
         state.gang = gang
@@ -450,6 +456,8 @@ class ClusterFeed:
             b.released |= (set(s.assumed) | s.bound) - set(self._pods)
             # "bound" in Redis but pending in the cluster (a stale Redis): schedule it afresh
             b.released |= {k for k in s.bound if k in self._pods and not self._pods[k].node}
+            # gangs Redis remembers whose pods were all deleted while no scheduler watched
+            b.unreferenced |= set(s.gangs.specs) | set(s.gangs.records)
         if b.nodes:
             s.upsert_nodes(list(b.nodes.values()))
             move = True
@@ -469,6 +477,7 @@ class ClusterFeed:
         bound = [p for k, p in sorted(b.bound.items()) if k not in s.bound and k not in s.assumed]
         if bound:
             self._add_bound(bound)
+        self._forget_unreferenced(b)
         ops = self._queue_ops
         for key in b.queue_remove - b.queue_add.keys():
             ops.add.pop(key, None)
@@ -479,6 +488,19 @@ class ClusterFeed:
         ops.verdicts += verdicts
         ops.move_all = ops.move_all or move
         self._flush_queue(now)
+
+    def _forget_unreferenced(self, b: _Batch) -> None:
+        """Gangs with no pod left forget their first pod's declaration; those no object declares either
+        are dropped from the scheduler and Redis, so memory follows the live jobs, not every job seen."""
+        idle = sorted(g for g in b.unreferenced if g not in self._members)
+        for gang in idle:
+            self.resolver.forget_link(gang)
+        unused = [g for g in idle if not self.resolver.has_object(g)]
+        for gang in self.scheduler.forget_gangs(unused) if unused else []:
+            self._sent.pop(gang, None)
+            self._counts.pop(gang, None)
+        if b.deleted:
+            self.scheduler.forget_pods(sorted(b.deleted))
 
     def _flush_queue(self, now: float) -> None:
         """Sends the queue what it must hear; what fails is kept and sent again later (the feed never

@@ -36,6 +36,11 @@ class GangManager:
     def remove(self, key: str) -> None:
         self.specs.pop(key, None)
 
+    def forget(self, key: str) -> None:
+        self.specs.pop(key, None)
+        self.records.pop(key, None)
+        self.timers_changed = True
+
     def record(self, key: str) -> GangRecord:
         rec = self.records.get(key)
         if rec is None:

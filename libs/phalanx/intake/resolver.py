@@ -95,6 +95,16 @@ class GangResolver:
             del self._objects[ref]
         return f"{namespace}/{name}" if removed else None
 
+    def has_object(self, key: str) -> bool:
+        """Whether a PodGroup or ConfigMap declaring this gang is recorded."""
+        return any(ref.key == key for ref in self._objects)
+
+    def forget_link(self, key: str) -> None:
+        """The gang has no pods left: the next pod that names it declares it again (its own annotations,
+        its own creation time), as for a gang never seen."""
+        self._links.pop(key, None)
+        self._first_pod_created.pop(key, None)
+
     def resolve(self, pod: PodInfo) -> Resolution:
         site = find_link(pod)
         if site is None:

@@ -124,6 +124,26 @@ class GangScheduler:
         for k in keys:
             self.gangs.remove(k)
 
+    def forget_gangs(self, keys: list[str]) -> list[str]:
+        """Drops every trace of gangs nothing refers to any more (their pods are gone and no object declares
+        them), so a long-running scheduler does not grow with every job it has seen; a pod that declares one
+        later starts it afresh. A gang still holding reservations is kept. Returns the gangs forgotten."""
+        gone = [k for k in keys if (rec := self.gangs.records.get(k)) is None or not rec.assumed]
+        if not gone:
+            return []
+        self.store.forget_gangs(gone)
+        for key in gone:
+            self.gangs.forget(key)
+            for per_gang in (self._first_attempt, self._last_failure, self._gang_reported):
+                per_gang.pop(key, None)
+        self._next_timer = self.store.next_timer()
+        return gone
+
+    def forget_pods(self, keys: list[str]) -> None:
+        """Deleted pods: the last message reported for each is not needed any more."""
+        for key in keys:
+            self._reported.pop(key, None)
+
     def release_pods(self, keys: list[str]) -> int:
         """Pods that finished or were deleted: their reservations and bindings free capacity."""
         records = self.store.get_pods(keys)

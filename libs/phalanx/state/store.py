@@ -287,6 +287,17 @@ class StateStore:
         if keys:
             self.redis.hdel(self.keys.gangs, *keys)
 
+    def forget_gangs(self, keys: list[str]) -> None:
+        """Deletes everything kept for these gangs: spec, record, pod sets and timer, in one transaction."""
+        if not keys:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(self.keys.gangs, *keys)
+        pipe.zrem(self.keys.timers, *keys)
+        pipe.delete(*(name for k in keys for name in (self.keys.gang(k), self.keys.gang_assumed(k),
+                                                        self.keys.gang_bound(k), self.keys.gang_rounds(k))))
+        pipe.execute()
+
     def load_gangs(self) -> dict[str, GangSpec]:
         return {k: gang_from_json(v) for k, v in self.redis.hgetall(self.keys.gangs).items()}
 
