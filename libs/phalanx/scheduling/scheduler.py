@@ -21,6 +21,7 @@ from phalanx.model.quantity import format_milli
 from phalanx.plugins.gpu_share import with_gpu_devices
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
+from phalanx.scheduling.reports import StatusReports
 from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import GangRecord, PodRecord, StateStore, Txn
 from phalanx.telemetry.tracing import child_span, nested_traceparent
@@ -68,15 +69,10 @@ class GangScheduler:
         self.gangs = GangManager(self.settings.default_wait_seconds)
         self.assumed: dict[str, PodRecord] = {}  # reserved, not yet bound: what a rollback must give back
         self.bound: set[str] = set()  # pods bound and not yet released: never scheduled twice
-        self._reported: dict[str, str] = {}
         self._next_timer: float | None = None
-        self._pod_reports: list[binder_pb2.PodReport] = []
-        # Gang reports (PodGroup status and Events): the last (phase, message) sent per gang, when the
-        # scheduler first tried each gang, and the last reason a pod of it could not be placed (so a
-        # timeout message still names the missing resource).
-        self._gang_reports: list[binder_pb2.GangReport] = []
-        self._gang_reported: dict[str, tuple[str, str]] = {}
-        self._first_attempt: dict[str, float] = {}
+        self.reports = StatusReports()
+        # The last reason a pod of each gang could not be placed, so a timeout message still names the
+        # missing resource.
         self._last_failure: dict[str, str] = {}
 
     # -- start-up --------------------------------------------------------------------------------
@@ -134,15 +130,14 @@ class GangScheduler:
         self.store.forget_gangs(gone)
         for key in gone:
             self.gangs.forget(key)
-            for per_gang in (self._first_attempt, self._last_failure, self._gang_reported):
-                per_gang.pop(key, None)
+            self._last_failure.pop(key, None)
+            self.reports.forget_gang(key)
         self._next_timer = self.store.next_timer()
         return gone
 
     def forget_pods(self, keys: list[str]) -> None:
         """Deleted pods: the last message reported for each is not needed any more."""
-        for key in keys:
-            self._reported.pop(key, None)
+        self.reports.forget_pods(keys)
 
     def release_pods(self, keys: list[str]) -> int:
         """Pods that finished or were deleted: their reservations and bindings free capacity."""
@@ -224,7 +219,7 @@ class GangScheduler:
             carry.failed += state.failed
             if later and self._quiet_until(later[0][0], popped, state):
                 now = self._next_instant(now, later, carry, result)
-        self._flush_reports(now)
+        self.reports.flush(self.binder, now)
         if self.gangs.timers_changed:
             self.gangs.timers_changed = False
             self._next_timer = self.store.next_timer()
@@ -239,7 +234,7 @@ class GangScheduler:
                       result: StepResult) -> float:
         """Moves a quiet step on to the next of its `later` instants: its finishes free capacity, its pods
         go to the queue with the next pop."""
-        self._flush_reports(now)
+        self.reports.flush(self.binder, now)
         now, carry.add, finished = later.pop(0)
         if finished and self.release_pods(finished):
             carry.move_all = True  # as any freed capacity does (the queue is empty: a no-op)
@@ -281,7 +276,7 @@ class GangScheduler:
             return
         if status == GangStatus.TIMED_OUT:
             for item in unit:
-                self._report(item.pod.key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"})
+                self.reports.pod(item.pod.key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"})
             self._reject(unit, Outcome.DROPPED, self._timeout_message(gang), state, report=False)
             return
         unit = self._skip_reserved(unit, state)
@@ -357,7 +352,7 @@ class GangScheduler:
             msg = f"{self.gangs.describe(gang)}; {item.pod.name}: {why}"
             self._last_failure[gang] = f"{item.pod.name}: {why}"
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg))
-            self._report(item.pod.key, msg)
+            self.reports.pod(item.pod.key, msg)
         if placed:
             state.activate.append(gang)
             span.set_attribute("phalanx.result", "assumed")  # type: ignore[attr-defined]
@@ -369,7 +364,7 @@ class GangScheduler:
             if len(self.gangs.group_of(gang)) > 1 and self.gangs.reached_minimum(gang):
                 waiting = f"{self.gangs.describe(gang)}; waiting for the other gangs of its group"
             for item, _, _ in placed:
-                self._report(item.pod.key, waiting)
+                self.reports.pod(item.pod.key, waiting)
             self._report_gang(gang, "Scheduling", "GangWaiting", waiting, state.now)
         return True
 
@@ -400,11 +395,11 @@ class GangScheduler:
             if i is not None:
                 self.snapshot.reserve(i, r.requests, sign=-1)
             state.verdicts.append(Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message))
-            self._report(key, message)
+            self.reports.pod(key, message)
         self.gangs.released(gang, previously)
         for item in unit:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message))
-            self._report(item.pod.key, message)
+            self.reports.pod(item.pod.key, message)
         state.failed.append(gang)
         self._report_gang(gang, "Pending", "FailedScheduling", message, state.now, unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
@@ -450,7 +445,7 @@ class GangScheduler:
                 placed.append((item, res.node_index, res.requests))
             else:
                 state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, res.message))
-                self._report(item.pod.key, res.message)
+                self.reports.pod(item.pod.key, res.message)
         if not placed:
             return
         txn = Txn(reserve=[self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs)
@@ -514,7 +509,7 @@ class GangScheduler:
                     bound_by_gang[a.gang].append(res.pod_key)
                 state.verdicts.append(Verdict(item, Outcome.BOUND))
                 state.bound += 1
-                self._reported.pop(res.pod_key, None)
+                self.reports.bound(res.pod_key)
                 continue
             # Not bound: the binder already released the reservation in Redis; mirror it here.
             rec = self.assumed.pop(res.pod_key, None)
@@ -528,14 +523,14 @@ class GangScheduler:
                 state.verdicts.append(Verdict(item, Outcome.DROPPED, res.message))
             else:
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, res.message))
-                self._report(res.pod_key, f"binding failed: {res.message}")
+                self.reports.pod(res.pod_key, f"binding failed: {res.message}")
         for gang, keys in bound_by_gang.items():
             first = self.gangs.record(gang).satisfied_at is None
             self.gangs.bound(gang, keys, state.now)
             if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
-                rec = self.gangs.record(gang)
+                bound_now = len(self.gangs.record(gang).bound)
                 self._report_gang(gang, "Scheduled", "GangScheduled",
-                                  f"gang {gang}: {len(rec.bound)}/{self._min(gang)} pods bound", state.now)
+                                  f"gang {gang}: {bound_now}/{self._min(gang)} pods bound", state.now)
 
     # -- timeouts ------------------------------------------------------------------------------------
     def _expire_timers(self, now: float, carry: Carry) -> None:
@@ -568,7 +563,7 @@ class GangScheduler:
                         i = self.snapshot.index.get(r.node)
                         if i is not None:
                             self.snapshot.reserve(i, r.requests, sign=-1)
-                    self._report(key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"},
+                    self.reports.pod(key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"},
                                  event="GangTimeout")
                     to_remove.append(key)
             self._report_gang(gang, "Failed", "GangTimeout", self._timeout_message(gang), now, unschedulable=True,
@@ -593,44 +588,16 @@ class GangScheduler:
         for item in unit:
             state.verdicts.append(Verdict(item, outcome, message))
             if report:
-                self._report(item.pod.key, message)
-
-    def _report(self, pod_key: str, message: str, annotations: dict[str, str] | None = None,
-                event: str = "FailedScheduling") -> None:
-        if not annotations and self._reported.get(pod_key) == message:
-            return  # unchanged: do not write the same condition and event again
-        self._reported[pod_key] = message
-        self._pod_reports.append(binder_pb2.PodReport(
-            pod_key=pod_key, annotations=annotations or {}, unschedulable_message=message,
-            event_reason=event, event_message=message))
+                self.reports.pod(item.pod.key, message)
 
     def _report_gang(self, gang: str, phase: str, reason: str, message: str, now: float,
                      unschedulable: bool = False, pod_key: str = "") -> None:
-        """Queues a gang-level report (PodGroup status, an Event); unchanged ones are not sent again."""
-        last = self._gang_reported.get(gang)
-        if last == (phase, message):
-            return
-        if last is not None and last[0] == phase:
-            reason = ""  # progress within a phase ("3/8 placed") updates the status; only new phases make Events
-        self._gang_reported[gang] = (phase, message)
-        spec = self.gangs.specs.get(gang)
-        rec = self.gangs.record(gang)
-        started = rec.first_wait if rec.first_wait is not None else self._first_attempt.setdefault(gang, now)
-        members = sorted(rec.bound | rec.assumed)
-        self._gang_reports.append(binder_pb2.GangReport(
-            gang_key=gang, phase=phase, scheduled=len(rec.bound), message=message,
-            source=spec.source if spec is not None else "", event_reason=reason, unschedulable=unschedulable,
-            schedule_start_time=started, pod_key=pod_key or (members[0] if members else "")))
-
-    def _flush_reports(self, now: float) -> None:
-        if self._pod_reports or self._gang_reports:
-            reports, self._pod_reports = self._pod_reports, []
-            gangs, self._gang_reports = self._gang_reports, []
-            self.binder.report(reports, gangs, now)
+        self.reports.gang(self.gangs.specs.get(gang), self.gangs.record(gang), phase, reason, message, now,
+                          unschedulable=unschedulable, pod_key=pod_key)
 
     # -- introspection -------------------------------------------------------------------------------
     def gang_statuses(self) -> list[dict[str, object]]:
-        out = []
+        out: list[dict[str, object]] = []
         for key in sorted(set(self.gangs.specs) | set(self.gangs.records)):
             rec = self.gangs.record(key)
             out.append({

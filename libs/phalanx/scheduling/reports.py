@@ -1,0 +1,65 @@
+"""What the scheduler tells the cluster about pods and gangs it could not place (or just placed).
+
+Reports are collected during a step and sent to the binder's report path in one message at its end.
+Each pod's last message and each gang's last (phase, message) are remembered, so an unchanged verdict
+does not write the same condition and Event again on every retry.
+"""
+
+from __future__ import annotations
+
+from phalanx.model.objects import GangSpec
+from phalanx.scheduling.ports import BinderPort
+from phalanx.state.store import GangRecord
+from phalanx.v1 import binder_pb2
+
+
+class StatusReports:
+    def __init__(self) -> None:
+        self._pods: list[binder_pb2.PodReport] = []
+        self._gangs: list[binder_pb2.GangReport] = []
+        self._pod_last: dict[str, str] = {}  # pod key -> last message sent
+        self._gang_last: dict[str, tuple[str, str]] = {}  # gang key -> last (phase, message) sent
+        self._first_attempt: dict[str, float] = {}  # gang key -> when the scheduler first reported it
+
+    def pod(self, pod_key: str, message: str, annotations: dict[str, str] | None = None,
+            event: str = "FailedScheduling") -> None:
+        if not annotations and self._pod_last.get(pod_key) == message:
+            return
+        self._pod_last[pod_key] = message
+        self._pods.append(binder_pb2.PodReport(
+            pod_key=pod_key, annotations=annotations or {}, unschedulable_message=message,
+            event_reason=event, event_message=message))
+
+    def gang(self, spec: GangSpec | None, rec: GangRecord, phase: str, reason: str, message: str, now: float,
+             unschedulable: bool = False, pod_key: str = "") -> None:
+        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again."""
+        last = self._gang_last.get(rec.key)
+        if last == (phase, message):
+            return
+        if last is not None and last[0] == phase:
+            reason = ""  # progress within a phase ("3/8 placed") updates the status; only new phases make Events
+        self._gang_last[rec.key] = (phase, message)
+        started = rec.first_wait if rec.first_wait is not None else self._first_attempt.setdefault(rec.key, now)
+        members = sorted(rec.bound | rec.assumed)
+        self._gangs.append(binder_pb2.GangReport(
+            gang_key=rec.key, phase=phase, scheduled=len(rec.bound), message=message,
+            source=spec.source if spec is not None else "", event_reason=reason, unschedulable=unschedulable,
+            schedule_start_time=started, pod_key=pod_key or (members[0] if members else "")))
+
+    def bound(self, pod_key: str) -> None:
+        """The pod was placed: a later failure is news again."""
+        self._pod_last.pop(pod_key, None)
+
+    def forget_pods(self, keys: list[str]) -> None:
+        for key in keys:
+            self._pod_last.pop(key, None)
+
+    def forget_gang(self, key: str) -> None:
+        self._gang_last.pop(key, None)
+        self._first_attempt.pop(key, None)
+
+    def flush(self, binder: BinderPort, now: float) -> None:
+        if self._pods or self._gangs:
+            pods, self._pods = self._pods, []
+            gangs, self._gangs = self._gangs, []
+            binder.report(pods, gangs, now)
