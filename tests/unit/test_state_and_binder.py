@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -220,40 +221,45 @@ def test_a_holder_whose_lease_expired_is_fenced_out(store: StateStore, redis_cli
     assert redis_client.hget(f"{keys.base}:marker", "by") == "fast"
 
 
-def _mp_context() -> Any:
-    """Real processes; fork starts them in milliseconds (the workers use only fresh Redis connections)."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+# A worker process. Started with exec, not fork: the test process may hold gRPC threads by now (other
+# tests ran servers in it), and a forked copy of such a process can deadlock before it does anything.
+_HAMMER_LOCK = """
+import sys, time
+import redis
+from phalanx.binding.lock import FencedLock
+from phalanx.state.keys import Keys
 
-
-def _hammer_lock(url: str, prefix: str, worker: int, seconds: float) -> None:
-    client = redis.Redis.from_url(url, decode_responses=True)
-    keys = Keys(prefix)
-    lock = FencedLock(client, keys)
-    inside, log, violations = f"{keys.base}:test:inside", f"{keys.base}:test:log", f"{keys.base}:test:violations"
-    client.blpop([f"{keys.base}:test:go"], timeout=30)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with lock.hold(timeout=10) as fence:
-            holders = client.incr(inside)
-            if holders != 1:
-                client.rpush(violations, f"worker {worker} saw {holders} holders")
-            client.rpush(log, f"{worker}:{fence}")
-            time.sleep(0.0005)
-            client.decr(inside)
-        time.sleep(0.001)  # give the others a chance: the lock is not fair
-    client.close()
+url, prefix, worker, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+client = redis.Redis.from_url(url, decode_responses=True)
+keys = Keys(prefix)
+lock = FencedLock(client, keys)
+inside, log, violations = f"{keys.base}:test:inside", f"{keys.base}:test:log", f"{keys.base}:test:violations"
+client.blpop([f"{keys.base}:test:go"], timeout=30)
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    with lock.hold(timeout=10) as fence:
+        holders = client.incr(inside)
+        if holders != 1:
+            client.rpush(violations, f"worker {worker} saw {holders} holders")
+        client.rpush(log, f"{worker}:{fence}")
+        time.sleep(0.0005)
+        client.decr(inside)
+    time.sleep(0.001)  # give the others a chance: the lock is not fair
+client.close()
+"""
 
 
 def test_processes_never_hold_the_lock_at_once(redis_server: Any, redis_client: redis.Redis, keys: Keys) -> None:
-    ctx = _mp_context()
-    workers = [ctx.Process(target=_hammer_lock, args=(redis_server.url, keys.prefix, i, 0.6)) for i in range(4)]
-    for w in workers:
-        w.start()
-    redis_client.rpush(f"{keys.base}:test:go", *["go"] * len(workers))
-    for w in workers:
-        w.join(timeout=60)
-        assert w.exitcode == 0
+    workers = [subprocess.Popen([sys.executable, "-c", _HAMMER_LOCK, redis_server.url, keys.prefix, str(i), "0.6"])
+               for i in range(4)]
+    try:
+        redis_client.rpush(f"{keys.base}:test:go", *["go"] * len(workers))
+        for w in workers:
+            assert w.wait(timeout=60) == 0
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
     assert redis_client.lrange(f"{keys.base}:test:violations", 0, -1) == []
     log = [tuple(map(int, x.split(":"))) for x in redis_client.lrange(f"{keys.base}:test:log", 0, -1)]
     assert {w for w, _ in log} == {0, 1, 2, 3}, "every process got the lock"
