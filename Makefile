@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo test test-unit test-integration protos check-protos clean bench-replay tools bench bench-quick
+.PHONY: setup demo test test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -42,6 +42,10 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
+
+## Static type check of libs/phalanx and the three services (settings and files: [tool.mypy] in pyproject.toml).
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 ## scheduler_perf-style benchmark through the three services and Redis (about 12 minutes: every workload
 ## BENCH_REPEAT times, the median run kept); results kept in bench/.

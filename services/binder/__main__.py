@@ -6,6 +6,7 @@ import argparse
 
 import redis
 
+from phalanx.backends.base import ClusterBackend
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
@@ -23,6 +24,7 @@ from phalanx_binder.servicer import BinderServicer
 def build(args: argparse.Namespace) -> ServiceServer:
     client = redis.Redis.from_url(args.redis_url, decode_responses=True)
     keys = Keys(args.redis_prefix)
+    backend: ClusterBackend
     if args.backend == "simulated":
         backend = SimulatedBackend(client, keys)
     else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import grpc
 
@@ -36,9 +36,9 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
             self._bind(b.assignments, b.all_or_nothing, request.now, b.trace_parent, context) for b in request.batches])
 
     @staticmethod
-    def _validate(assignments: object, context: grpc.ServicerContext, prefix: str) -> None:
+    def _validate(assignments: Iterable[binder_pb2.Assignment], context: grpc.ServicerContext, prefix: str) -> None:
         seen: set[str] = set()
-        for i, a in enumerate(assignments):  # type: ignore[arg-type]
+        for i, a in enumerate(assignments):
             if a.pod_key.count("/") != 1 or not a.node:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"{prefix}assignments[{i}]: pod_key must be namespace/name and node must be set "
@@ -48,10 +48,10 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                               f"{prefix}assignments[{i}]: pod {a.pod_key} appears twice")
             seen.add(a.pod_key)
 
-    def _bind(self, assignments: object, all_or_nothing: bool, now: float, trace: str,
+    def _bind(self, assignments: Iterable[binder_pb2.Assignment], all_or_nothing: bool, now: float, trace: str,
               context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         try:
-            results, fence = self.binder.bind(list(assignments), all_or_nothing,  # type: ignore[call-overload]
+            results, fence = self.binder.bind(list(assignments), all_or_nothing,
                                               self.clock.now(now), trace)
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))

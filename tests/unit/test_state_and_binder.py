@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -19,6 +18,9 @@ from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.keys import REL_TIMERS, Keys, node_field, rel_gang_assumed
 from phalanx.state.store import StateStore, Txn
 from phalanx.v1 import binder_pb2
+
+import process_workers
+from process_workers import CarefulBackend
 
 GANG = "default/train"
 
@@ -221,36 +223,8 @@ def test_a_holder_whose_lease_expired_is_fenced_out(store: StateStore, redis_cli
     assert redis_client.hget(f"{keys.base}:marker", "by") == "fast"
 
 
-# A worker process. Started with exec, not fork: the test process may hold gRPC threads by now (other
-# tests ran servers in it), and a forked copy of such a process can deadlock before it does anything.
-_HAMMER_LOCK = """
-import sys, time
-import redis
-from phalanx.binding.lock import FencedLock
-from phalanx.state.keys import Keys
-
-url, prefix, worker, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-client = redis.Redis.from_url(url, decode_responses=True)
-keys = Keys(prefix)
-lock = FencedLock(client, keys)
-inside, log, violations = f"{keys.base}:test:inside", f"{keys.base}:test:log", f"{keys.base}:test:violations"
-client.blpop([f"{keys.base}:test:go"], timeout=30)
-deadline = time.monotonic() + seconds
-while time.monotonic() < deadline:
-    with lock.hold(timeout=10) as fence:
-        holders = client.incr(inside)
-        if holders != 1:
-            client.rpush(violations, f"worker {worker} saw {holders} holders")
-        client.rpush(log, f"{worker}:{fence}")
-        time.sleep(0.0005)
-        client.decr(inside)
-    time.sleep(0.001)  # give the others a chance: the lock is not fair
-client.close()
-"""
-
-
 def test_processes_never_hold_the_lock_at_once(redis_server: Any, redis_client: redis.Redis, keys: Keys) -> None:
-    workers = [subprocess.Popen([sys.executable, "-c", _HAMMER_LOCK, redis_server.url, keys.prefix, str(i), "0.6"])
+    workers = [subprocess.Popen(process_workers.command("hammer_lock", redis_server.url, keys.prefix, i, 0.6))
                for i in range(4)]
     try:
         redis_client.rpush(f"{keys.base}:test:go", *["go"] * len(workers))
@@ -271,12 +245,6 @@ def test_processes_never_hold_the_lock_at_once(redis_server: Any, redis_client: 
 
 
 # -- the batch binder -------------------------------------------------------------------------------
-
-class CarefulBackend(SimulatedBackend):
-    """The simulated cluster treated as one writing outside Redis: the binder takes the mutex itself."""
-
-    transactional = False
-
 
 class FlakyBackend(SimulatedBackend):
     """The simulated cluster, refusing the pods it is told to (an API error or a deleted pod)."""
@@ -488,20 +456,6 @@ def test_ordinary_pods_bind_without_gang_bookkeeping(nodes: StateStore, keys: Ke
     assert nodes.get_pods(["default/solo"])["default/solo"].state == "bound"
 
 
-def _bind_worker(url: str, prefix: str, names: list[str], gang: str, one_by_one: bool, transactional: bool) -> None:
-    client = redis.Redis.from_url(url, decode_responses=True)
-    store = StateStore(client, Keys(prefix))
-    backend = (SimulatedBackend if transactional else CarefulBackend)(client, store.keys)
-    binder = BatchBinder(store, backend, FencedLock(client, store.keys))
-    client.blpop([f"{store.keys.base}:test:go"], timeout=30)
-    batches = [[n] for n in names] if one_by_one else [names]
-    for batch in batches:
-        results, _ = binder.bind(assignments(batch, node="big", gang=gang), not one_by_one, now=1.0)
-        if any(r.status != BOUND for r in results):
-            client.rpush(f"{store.keys.base}:test:errors", repr(list(results)))
-    client.close()
-
-
 @pytest.mark.parametrize("transactional", [True, False], ids=["one-script", "locked-commit"])
 def test_a_gang_batch_never_interleaves_with_concurrent_ordinary_binds(
         redis_server: Any, nodes: StateStore, keys: Keys, transactional: bool) -> None:
@@ -510,18 +464,17 @@ def test_a_gang_batch_never_interleaves_with_concurrent_ordinary_binds(
     nodes.put_nodes([NodeInfo("big", {"cpu": 1_000_000, "pods": 1_000_000})])
     reserve_gang(nodes, gang_pods, node="big", gang=GANG)
     reserve_gang(nodes, solo_pods, node="big", gang="")
-    ctx = _mp_context()
-    procs = [
-        ctx.Process(target=_bind_worker, args=(redis_server.url, keys.prefix, solo_pods[:30], "", True, transactional)),
-        ctx.Process(target=_bind_worker, args=(redis_server.url, keys.prefix, gang_pods, GANG, False, transactional)),
-        ctx.Process(target=_bind_worker, args=(redis_server.url, keys.prefix, solo_pods[30:], "", True, transactional)),
-    ]
-    for p in procs:
-        p.start()
-    nodes.redis.rpush(f"{keys.base}:test:go", *["go"] * len(procs))
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    jobs = [(solo_pods[:30], "", True), (gang_pods, GANG, False), (solo_pods[30:], "", True)]
+    procs = [subprocess.Popen(process_workers.command("bind", redis_server.url, keys.prefix, names, gang, one_by_one,
+                                                      transactional)) for names, gang, one_by_one in jobs]
+    try:
+        nodes.redis.rpush(f"{keys.base}:test:go", *["go"] * len(procs))
+        for p in procs:
+            assert p.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     assert nodes.redis.lrange(f"{keys.base}:test:errors", 0, -1) == []
     log = [b["pod"].split("/")[1] for b in sim_binds(nodes)]
     assert sorted(log) == sorted(gang_pods + solo_pods)

@@ -110,7 +110,9 @@ class KubernetesBackend:
                 delay = min(delay * 2, self.retry.max_delay)
             try:
                 # _preload_content=False: the answer is a Status, which the client mis-reads as a Binding.
-                self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
+                # A plain dict body is serialized as is; the client's annotation says V1Binding only.
+                self.core.create_namespaced_pod_binding(name, namespace, body,  # type: ignore[arg-type]
+                                                        _preload_content=False,
                                                         _request_timeout=self.retry.request_timeout)
             except Exception as exc:
                 try:
@@ -301,8 +303,9 @@ class KubernetesBackend:
             "source": {"component": self.component}, "reportingComponent": self.component,
             "reportingInstance": self.instance, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        self.core.create_namespaced_event(target["namespace"], body, _preload_content=False,
-                                          _request_timeout=self.retry.request_timeout)
+        # A plain dict body is serialized as is; the client's annotation says CoreV1Event only.
+        self.core.create_namespaced_event(target["namespace"], body,  # type: ignore[arg-type]
+                                          _preload_content=False, _request_timeout=self.retry.request_timeout)
 
     def _event_safe(self, target: dict[str, Any], reason: str, message: str) -> None:
         try:

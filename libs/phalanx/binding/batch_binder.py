@@ -15,11 +15,12 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
 from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_bound
-from phalanx.state.store import StateStore, Txn
+from phalanx.state.store import PodRecord, StateStore, Txn
 from phalanx.telemetry.tracing import child_span
 from phalanx.v1 import binder_pb2
 
@@ -130,7 +131,7 @@ class BatchBinder:
             return [binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=reason) for a in assignments]
         return [results[a.pod_key] for a in assignments]
 
-    def _roll_back(self, assignments: list[binder_pb2.Assignment], records: dict[str, object],
+    def _roll_back(self, assignments: list[binder_pb2.Assignment], records: Mapping[str, PodRecord],
                    problems: dict[str, str], fence: int) -> list[binder_pb2.BindResult]:
         first = next(iter(problems.items()))
         log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)

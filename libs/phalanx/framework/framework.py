@@ -49,8 +49,8 @@ class Framework:
         if not self.scores or len(candidates) == 1:
             return self._chosen(req, snap, int(candidates[0]))
         total = np.zeros(len(candidates))
-        for plugin, weight in self.scores:
-            total += weight * plugin.score(req, snap, candidates)
+        for scorer, weight in self.scores:
+            total += weight * scorer.score(req, snap, candidates)
         # argmax returns the first maximum: ties go to the lowest node name, so runs are reproducible.
         return self._chosen(req, snap, int(candidates[int(np.argmax(total))]))
 

@@ -7,6 +7,8 @@ it at start and after a commit conflict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from phalanx.model.objects import NodeInfo, Placement, Resources
@@ -100,7 +102,7 @@ class Snapshot:
                 amounts.append(v)
         return np.array(cols, dtype=np.intp), np.array(amounts, dtype=np.int64), unknown
 
-    def static_mask(self, plugin: str, placement: Placement, compute: "callable[[], np.ndarray]") -> np.ndarray:  # type: ignore[valid-type]
+    def static_mask(self, plugin: str, placement: Placement, compute: Callable[[], np.ndarray]) -> np.ndarray:
         key = (plugin, placement)
         mask = self._static_masks.get(key)
         if mask is None:

@@ -17,6 +17,6 @@ def default_registries() -> tuple[Registry[FilterPlugin], Registry[ScorePlugin]]
     for cls in (NodeUnschedulable, NodeSelector, NodeAffinity, TaintToleration, NodeResourcesFit, GPUShare):
         filters.register(cls.name, cls)
     scores: Registry[ScorePlugin] = Registry("score")
-    for cls in (LeastAllocated, MostAllocated, MinFragment):
-        scores.register(cls.name, cls)
+    for score_cls in (LeastAllocated, MostAllocated, MinFragment):
+        scores.register(score_cls.name, score_cls)
     return filters, scores

@@ -34,6 +34,7 @@ from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.sim.series import SeriesRecorder
 from phalanx.sim.workload import Workload, WorkloadObject
 from phalanx.state.keys import Keys
+from phalanx.state.store import decoded
 
 
 @dataclass
@@ -494,8 +495,8 @@ class Simulation:
     def _result(self, end: float, wall: float, until_reached: bool) -> SimResult:
         statuses = self._call(lambda s: s.list_gangs())
         timed_out = {g.key for g in statuses if g.timed_out}
-        conditions = self.redis.hgetall(self.keys.sim_conditions)
-        annotations = {k: json.loads(v) for k, v in self.redis.hgetall(self.keys.sim_annotations).items()}
+        conditions = decoded(self.redis.hgetall(self.keys.sim_conditions))
+        annotations = {k: json.loads(v) for k, v in decoded(self.redis.hgetall(self.keys.sim_annotations)).items()}
         gangs = {k: s for k in sorted(self.gang_refs) if (s := self.resolver.gang(k)) is not None}
         return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
                          timed_out, conditions, annotations, until_reached, self.series.report(), self.attempts)

@@ -95,7 +95,7 @@ def _mean(rows: list[dict[str, float | None]]) -> dict[str, float | None]:
     keys = rows[0].keys() if rows else []
     out: dict[str, float | None] = {}
     for k in keys:
-        values = [r[k] for r in rows if r[k] is not None]
+        values = [v for r in rows if (v := r[k]) is not None]
         out[k] = round(sum(values) / len(values), 2) if values else None
     return out
 

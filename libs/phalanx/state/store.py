@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from importlib import resources
-from typing import Any
+from typing import Any, cast, overload
 
 import redis
 
@@ -164,6 +164,16 @@ def node_from_json(raw: str | bytes) -> NodeInfo:
     return NodeInfo(**data)
 
 
+@overload
+def decoded(reply: list[bytes | str]) -> list[str]: ...
+@overload
+def decoded(reply: dict[bytes | str, bytes | str]) -> dict[str, str]: ...
+def decoded(reply: list[bytes | str] | dict[bytes | str, bytes | str]) -> list[str] | dict[str, str]:
+    """A reply of a client made with decode_responses=True, as every Phalanx client is: its strings are
+    str, which redis-py's annotations (bytes | str) cannot tell. Typing only; returns `reply` itself."""
+    return cast("list[str] | dict[str, str]", reply)
+
+
 def _opt_float(value: str | None) -> float | None:
     return None if value in (None, "") else float(value)
 
@@ -231,8 +241,8 @@ class StateStore:
             self.must_apply(Txn(release=[r.key for r in victims]))
         pipe = self.redis.pipeline(transaction=True)
         pipe.hdel(self.keys.nodes, *names)
-        cap_fields = [f for f in self.redis.hkeys(self.keys.cap) if f.split(FIELD_SEP, 1)[0] in gone]
-        used_fields = [f for f in self.redis.hkeys(self.keys.used) if f.split(FIELD_SEP, 1)[0] in gone]
+        cap_fields = [f for f in decoded(self.redis.hkeys(self.keys.cap)) if f.split(FIELD_SEP, 1)[0] in gone]
+        used_fields = [f for f in decoded(self.redis.hkeys(self.keys.used)) if f.split(FIELD_SEP, 1)[0] in gone]
         if cap_fields:
             pipe.hdel(self.keys.cap, *cap_fields)
         if used_fields:
@@ -245,7 +255,7 @@ class StateStore:
 
     def load_used(self) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}
-        for f, v in self.redis.hgetall(self.keys.used).items():
+        for f, v in decoded(self.redis.hgetall(self.keys.used)).items():
             node, res = f.split(FIELD_SEP, 1)
             out[(node, res)] = int(v)
         return out
@@ -299,7 +309,7 @@ class StateStore:
         pipe.execute()
 
     def load_gangs(self) -> dict[str, GangSpec]:
-        return {k: gang_from_json(v) for k, v in self.redis.hgetall(self.keys.gangs).items()}
+        return {k: gang_from_json(v) for k, v in decoded(self.redis.hgetall(self.keys.gangs)).items()}
 
     def load_gang_records(self, keys: list[str]) -> dict[str, GangRecord]:
         pipe = self.redis.pipeline(transaction=False)
@@ -329,7 +339,7 @@ class StateStore:
 
     def gang_keys_with_state(self) -> list[str]:
         """Gangs that have any runtime state (declared or not)."""
-        found: set[str] = set(self.redis.hkeys(self.keys.gangs))
+        found: set[str] = set(decoded(self.redis.hkeys(self.keys.gangs)))
         marker = self.keys.base + ":gang:"
         for k in self.redis.scan_iter(match=marker + "*", count=1000):
             rest = k[len(marker):]
