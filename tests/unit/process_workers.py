@@ -8,6 +8,7 @@ copy of such a process can deadlock before it does anything.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,20 @@ SCRIPT = str(Path(__file__).resolve())
 
 def command(worker: str, *args: object) -> list[str]:
     return [sys.executable, SCRIPT, worker, json.dumps(args)]
+
+
+def run_together(client: redis.Redis, keys: Keys, commands: list[list[str]], timeout: float = 60) -> None:
+    """Starts the workers, lets them all go at once (each waits on the go list) and fails unless every one
+    exits 0; none is left running."""
+    procs = [subprocess.Popen(c) for c in commands]
+    try:
+        client.rpush(f"{keys.base}:test:go", *["go"] * len(procs))
+        for p in procs:
+            assert p.wait(timeout=timeout) == 0, f"worker {p.args} exited {p.returncode}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 class CarefulBackend(SimulatedBackend):

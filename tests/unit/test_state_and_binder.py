@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from typing import Any
 
@@ -224,16 +223,8 @@ def test_a_holder_whose_lease_expired_is_fenced_out(store: StateStore, redis_cli
 
 
 def test_processes_never_hold_the_lock_at_once(redis_server: Any, redis_client: redis.Redis, keys: Keys) -> None:
-    workers = [subprocess.Popen(process_workers.command("hammer_lock", redis_server.url, keys.prefix, i, 0.6))
-               for i in range(4)]
-    try:
-        redis_client.rpush(f"{keys.base}:test:go", *["go"] * len(workers))
-        for w in workers:
-            assert w.wait(timeout=60) == 0
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
+    process_workers.run_together(redis_client, keys, [
+        process_workers.command("hammer_lock", redis_server.url, keys.prefix, i, 0.6) for i in range(4)])
     assert redis_client.lrange(f"{keys.base}:test:violations", 0, -1) == []
     log = [tuple(map(int, x.split(":"))) for x in redis_client.lrange(f"{keys.base}:test:log", 0, -1)]
     assert {w for w, _ in log} == {0, 1, 2, 3}, "every process got the lock"
@@ -465,16 +456,9 @@ def test_a_gang_batch_never_interleaves_with_concurrent_ordinary_binds(
     reserve_gang(nodes, gang_pods, node="big", gang=GANG)
     reserve_gang(nodes, solo_pods, node="big", gang="")
     jobs = [(solo_pods[:30], "", True), (gang_pods, GANG, False), (solo_pods[30:], "", True)]
-    procs = [subprocess.Popen(process_workers.command("bind", redis_server.url, keys.prefix, names, gang, one_by_one,
-                                                      transactional)) for names, gang, one_by_one in jobs]
-    try:
-        nodes.redis.rpush(f"{keys.base}:test:go", *["go"] * len(procs))
-        for p in procs:
-            assert p.wait(timeout=60) == 0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    process_workers.run_together(nodes.redis, keys, [
+        process_workers.command("bind", redis_server.url, keys.prefix, names, gang, one_by_one, transactional)
+        for names, gang, one_by_one in jobs])
     assert nodes.redis.lrange(f"{keys.base}:test:errors", 0, -1) == []
     log = [b["pod"].split("/")[1] for b in sim_binds(nodes)]
     assert sorted(log) == sorted(gang_pods + solo_pods)
