@@ -288,3 +288,25 @@ def test_queue_client_notices_a_restarted_queue() -> None:
     finally:
         client.close()
         server.stop(0)
+
+
+def test_waiting_for_a_service_notices_it_soon_after_it_starts() -> None:
+    """Launching a stack waits for each service; gRPC's default reconnect backoff (1 s, then 1.6 s, ...) after
+    the first refused connection would add a second or more to every simulation and test start."""
+    from phalanx.rpc.server import wait_healthy
+    from phalanx.testing.redis_server import free_port
+    from phalanx_queue import __main__ as queue_main
+
+    address = f"127.0.0.1:{free_port()}"
+    done: list[float] = []
+    waiter = threading.Thread(target=lambda: (wait_healthy(address, timeout=20), done.append(time.monotonic())))
+    waiter.start()
+    time.sleep(1.2)  # several refused connections first
+    started = time.monotonic()
+    server = queue_main.build(queue_main.parser().parse_args(["--listen", address, "--clock", "virtual"])).start()
+    try:
+        waiter.join(timeout=20)
+        assert done, "wait_healthy never returned"
+        assert done[0] - started < 0.8
+    finally:
+        server.stop(0)

@@ -22,6 +22,8 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # A restarted peer is back within seconds; gRPC's default reconnect backoff grows to 120 s.
+    ("grpc.max_reconnect_backoff_ms", 5000),
 ]
 
 
@@ -84,7 +86,11 @@ def wait_healthy(address: str, timeout: float = 20.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as ch:
+    # A service that is still starting refuses the first connection; gRPC's default reconnect backoff (1 s,
+    # growing) would then hold every later check back, so retry the connection at the polling pace.
+    fast_retry = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
+                  ("grpc.max_reconnect_backoff_ms", 250)]
+    with grpc.insecure_channel(address, options=fast_retry) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             try:
