@@ -496,7 +496,7 @@ class ClusterFeed:
         for gang in idle:
             self.resolver.forget_link(gang)
         unused = [g for g in idle if not self.resolver.has_object(g)]
-        for gang in self.scheduler.forget_gangs(unused) if unused else []:
+        for gang in self.scheduler.forget_gangs(unused):
             self._sent.pop(gang, None)
             self._counts.pop(gang, None)
         if b.deleted:

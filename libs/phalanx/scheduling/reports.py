@@ -46,10 +46,6 @@ class StatusReports:
             source=spec.source if spec is not None else "", event_reason=reason, unschedulable=unschedulable,
             schedule_start_time=started, pod_key=pod_key or (members[0] if members else "")))
 
-    def bound(self, pod_key: str) -> None:
-        """The pod was placed: a later failure is news again."""
-        self._pod_last.pop(pod_key, None)
-
     def forget_pods(self, keys: list[str]) -> None:
         for key in keys:
             self._pod_last.pop(key, None)

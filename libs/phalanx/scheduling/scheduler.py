@@ -131,8 +131,7 @@ class GangScheduler:
         for key in gone:
             self.gangs.forget(key)
             self._last_failure.pop(key, None)
-            self.reports.forget_gang(key)
-        self._next_timer = self.store.next_timer()
+            self.reports.forget_gang(key)  # GangManager.forget flags the timers: the next step re-reads them
         return gone
 
     def forget_pods(self, keys: list[str]) -> None:
@@ -509,7 +508,7 @@ class GangScheduler:
                     bound_by_gang[a.gang].append(res.pod_key)
                 state.verdicts.append(Verdict(item, Outcome.BOUND))
                 state.bound += 1
-                self.reports.bound(res.pod_key)
+                self.reports.forget_pods([res.pod_key])  # placed: a later failure is news again
                 continue
             # Not bound: the binder already released the reservation in Redis; mirror it here.
             rec = self.assumed.pop(res.pod_key, None)
