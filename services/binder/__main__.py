@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import threading
 
 import redis
 
@@ -13,12 +15,15 @@ from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
 from phalanx.config import common_parser, env, redis_args, setup_logging
 from phalanx.lifecycle import exit_with_parent
+from phalanx.rpc.health import Heartbeat, redis_check
 from phalanx.rpc.server import ServiceServer, serve_until_signal
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import binder_pb2_grpc
 from phalanx_binder.servicer import BinderServicer
+
+log = logging.getLogger("phalanx_binder")
 
 
 def build(args: argparse.Namespace) -> ServiceServer:
@@ -32,8 +37,32 @@ def build(args: argparse.Namespace) -> ServiceServer:
 
         backend = KubernetesBackend.from_args(args)
     binder = BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease))
-    servicer = BinderServicer(binder, backend, Clock(args.clock == "virtual"))
-    return ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s))
+    clock = Clock(args.clock == "virtual")
+    servicer = BinderServicer(binder, backend, clock)
+    server = ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s))
+    server.monitor.add_check("redis", redis_check(client))
+    if not backend.transactional and args.finish_interval > 0:
+        beat = server.monitor.add_heartbeat(Heartbeat("roll-forward", max(60.0, 10 * args.finish_interval)))
+        finisher = RollForward(binder, clock, args.finish_interval, beat, server.stopping)
+        threading.Thread(target=finisher.run, name="roll-forward", daemon=True).start()
+    return server
+
+
+class RollForward:
+    """Finishes bindings a crashed (or fenced-out) binder started: at start-up, then periodically."""
+
+    def __init__(self, binder: BatchBinder, clock: Clock, interval: float, beat: Heartbeat,
+                 stop: threading.Event) -> None:
+        self.binder, self.clock, self.interval, self.beat, self.stop = binder, clock, interval, beat, stop
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.binder.finish_interrupted(self.clock.now())
+                self.beat.beat()
+            except Exception as exc:  # Redis or the API server is down: the next round tries again
+                log.warning("rolling interrupted bindings forward failed: %s", exc)
+            self.stop.wait(self.interval)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
     p.add_argument("--lock-lease", type=float, default=float(env("LOCK_LEASE", "30")),
                    help="seconds a binder holds the bind mutex before another may take it over")
+    p.add_argument("--finish-interval", type=float, default=float(env("FINISH_INTERVAL", "2")),
+                   help="seconds between looks for bindings a crashed binder started and did not record, "
+                        "which are then rolled forward (env PHALANX_FINISH_INTERVAL; 0: never)")
     return p
 
 

@@ -16,7 +16,7 @@ from phalanx_queue.servicer import QueueServicer
 
 def build(args: argparse.Namespace) -> ServiceServer:
     settings = QueueSettings(initial_backoff=args.initial_backoff, max_backoff=args.max_backoff,
-                             unschedulable_flush=args.unschedulable_flush)
+                             unschedulable_flush=args.unschedulable_flush, lease_seconds=args.lease)
     servicer = QueueServicer(SchedulingQueue(settings), Clock(args.clock == "virtual"))
     return ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s))
 
@@ -27,6 +27,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-backoff", type=float, default=float(env("MAX_BACKOFF", "10")))
     p.add_argument("--unschedulable-flush", type=float, default=float(env("UNSCHEDULABLE_FLUSH", "300")),
                    help="retry unschedulable pods after this many seconds without a cluster event (0: never)")
+    p.add_argument("--lease", type=float, default=float(env("LEASE", "60")),
+                   help="seconds a scheduler may stay silent before the pods it popped return to the queue "
+                        "(env PHALANX_LEASE; 0: never)")
     return p
 
 

@@ -17,6 +17,7 @@ from phalanx.framework.profile import load_profile
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.clients import BinderClient, QueueClient
+from phalanx.rpc.health import Heartbeat, redis_check
 from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.keys import Keys
@@ -45,6 +46,8 @@ def build(args: argparse.Namespace) -> tuple[ServiceServer, SchedulerServicer]:
     servicer = SchedulerServicer(scheduler, queue, clock)
     server = ServiceServer("scheduler", args.listen,
                            lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s))
+    server.monitor.add_check("redis", redis_check(store.redis))
+    server.monitor.add_check("scheduling", servicer.step_error)
     return server, servicer
 
 
@@ -63,12 +66,19 @@ def parser() -> argparse.ArgumentParser:
                    help="kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: "
                         "cluster events arrive through the Scheduler API (env PHALANX_BACKEND)")
     p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
+    p.add_argument("--reconcile-interval", type=float, default=float(env("RECONCILE_INTERVAL", "30")),
+                   help="seconds between comparisons of the scheduler's view, Redis and the API server, which "
+                        "repair any drift (env PHALANX_RECONCILE_INTERVAL)")
+    p.add_argument("--liveness-timeout", type=float, default=float(env("LIVENESS_TIMEOUT", "120")),
+                   help="seconds the scheduling loop may go without an iteration before liveness fails "
+                        "(env PHALANX_LIVENESS_TIMEOUT)")
     p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
                    help="the spec.schedulerName of the pods Phalanx schedules (env PHALANX_SCHEDULER_NAME)")
     return p
 
 
-def start_feed(args: argparse.Namespace, servicer: SchedulerServicer) -> ClusterFeed | None:
+def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
+               server: ServiceServer | None = None) -> ClusterFeed | None:
     """Kubernetes mode on the wall clock: watch the cluster, after recover() has loaded Redis."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
@@ -77,7 +87,10 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer) -> Cluster
 
     scheduler = servicer.scheduler
     feed = ClusterFeed(scheduler, servicer.lock, servicer.queue, scheduler.binder,  # type: ignore[arg-type]
-                       collections(api_client(args.kubeconfig)), scheduler_name=args.scheduler_name)
+                       collections(api_client(args.kubeconfig)), scheduler_name=args.scheduler_name,
+                       reconcile_interval=args.reconcile_interval)
+    if server is not None:
+        server.monitor.add_check("cluster feed", lambda: "" if feed.synced.is_set() else "not synced yet")
     return feed.start()
 
 
@@ -89,11 +102,13 @@ def main(argv: list[str] | None = None) -> None:
     server, servicer = build(args)
     server.start()
     stop = threading.Event()
-    feed = start_feed(args, servicer)
+    feed = start_feed(args, servicer, server)
     if feed is not None and not feed.wait_synced(args.dependency_timeout):  # the rebuild comes before scheduling
         log.warning("the cluster feed has not synced after %gs; scheduling anyway", args.dependency_timeout)
     if args.clock == "real":
-        threading.Thread(target=servicer.run_forever, args=(stop,), name="schedule-loop", daemon=True).start()
+        beat = server.monitor.add_heartbeat(Heartbeat("scheduling", args.liveness_timeout))
+        threading.Thread(target=servicer.run_forever, args=(stop,), kwargs={"beat": beat}, name="schedule-loop",
+                         daemon=True).start()
 
     def on_stop() -> None:
         stop.set()

@@ -11,7 +11,7 @@ import redis
 
 from phalanx.backends.base import BindFailure
 from phalanx.backends.simulated import SimulatedBackend
-from phalanx.binding.batch_binder import BOUND, FAILED, GONE, ROLLED_BACK, BatchBinder
+from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock, LockTimeout
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.keys import REL_TIMERS, Keys, node_field, rel_gang_assumed
@@ -339,15 +339,15 @@ def test_all_or_nothing_rolls_back_the_whole_batch(nodes: StateStore, keys: Keys
     assert nodes.redis.smembers(keys.gang_bound(GANG)) == set()
 
 
-def test_a_rollback_never_releases_a_pod_already_bound(nodes: StateStore) -> None:
-    """A gang Bind delivered twice: the second finds its pods bound and must leave them (and their capacity)."""
+def test_a_bind_delivered_twice_answers_bound_and_binds_nothing_again(nodes: StateStore) -> None:
+    """A gang Bind delivered twice (the scheduler retries when the first answer was lost): the second
+    finds its pods bound on the same nodes, answers BOUND, and neither releases nor re-binds them."""
     names = ["w0", "w1"]
     reserve_gang(nodes, names)
     binder = make_binder(nodes)
     binder.bind(assignments(names), True, now=1.0)
     results, _ = binder.bind(assignments(names), True, now=2.0)
-    assert statuses(results) == {"w0": FAILED, "w1": FAILED}
-    assert {r.message for r in results} == {"it is already bound"}
+    assert statuses(results) == {"w0": BOUND, "w1": BOUND}
     assert {k: p.state for k, p in nodes.load_pods().items()} == {"default/w0": "bound", "default/w1": "bound"}
     assert used(nodes)[("n1", "cpu")] == 1000
     assert len(sim_binds(nodes)) == 2
@@ -377,16 +377,25 @@ def test_per_pod_cluster_failures_after_satisfaction(nodes: StateStore, keys: Ke
     assert nodes.redis.smembers(keys.gang_bound(GANG)) == {"default/w0"}
 
 
-def test_a_binder_whose_lease_expired_commits_nothing(nodes: StateStore, keys: Keys) -> None:
+def test_a_binder_whose_lease_expired_records_nothing_and_the_next_holder_rolls_forward(
+        nodes: StateStore, keys: Keys) -> None:
+    """Fenced out after its intent: the stale binder records no binding and releases nothing (the pods
+    stay `binding`, answered PENDING); the next holder of the mutex finishes the batch."""
     names = ["w0", "w1"]
     reserve_gang(nodes, names)
     binder = make_binder(nodes, StallingBackend(nodes.redis, keys, lease=0.1), lease=0.1)
     results, fence = binder.bind(assignments(names), True, now=5.0)
-    assert statuses(results) == {"w0": FAILED, "w1": FAILED}
+    assert statuses(results) == {"w0": PENDING, "w1": PENDING}
     assert all(r.message.startswith(f"fenced: lock token {fence} is stale") for r in results)
     assert sim_binds(nodes) == []
-    assert {p.state for p in nodes.load_pods().values()} == {"assumed"}
+    assert {p.state for p in nodes.load_pods().values()} == {"binding"}
     assert nodes.redis.smembers(keys.gang_assumed(GANG)) == {"default/w0", "default/w1"}
+
+    finished = make_binder(nodes, CarefulBackend(nodes.redis, keys)).finish_interrupted(now=6.0)
+    assert statuses(finished) == {"w0": BOUND, "w1": BOUND}
+    assert {p.state for p in nodes.load_pods().values()} == {"bound"}
+    assert nodes.redis.smembers(keys.gang_bound(GANG)) == {"default/w0", "default/w1"}
+    assert len(sim_binds(nodes)) == 2
 
 
 @pytest.mark.parametrize("backend_cls", [SimulatedBackend, CarefulBackend], ids=["one-script", "locked-commit"])

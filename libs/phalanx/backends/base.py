@@ -17,6 +17,7 @@ from phalanx.v1 import binder_pb2
 class BindFailure:
     message: str
     gone: bool = False  # the pod no longer exists: not an error for the rest of the gang
+    retryable: bool = False  # no answer (API server down, timeouts): try again later, do not release
 
 
 class ClusterBackend(Protocol):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from phalanx import faults
 from phalanx.backends.base import BindFailure
 from phalanx.cluster import podgroups
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
@@ -125,11 +126,13 @@ class KubernetesBackend:
                 if failure is not None:
                     return failure
             # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
+            faults.reached("binder.between_pods")
             target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": a.uid}
             self._reports.put(partial(self._event_safe, target, "Scheduled",
                                       f"Successfully assigned {a.pod_key} to {a.node}"))
             return None
-        return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}")
+        return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}",
+                           retryable=True)
 
     def _bind_error(self, a: binder_pb2.Assignment, exc: Exception) -> BindFailure | None:
         """None: the pod is bound where we wanted it after all. Raises _Retry for transient errors."""

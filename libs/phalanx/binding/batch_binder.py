@@ -1,12 +1,15 @@
 """Binds a batch under the bind mutex: a satisfied gang (or GangGroup) at once, or ordinary pods.
 
-Sequence, all under the lock: check that every pod is still reserved where the scheduler put it; write
-the bindings through the backend; commit `bound` to Redis with the lock's fencing token. On a backend
+Sequence, all under the lock: check that every pod is still reserved where the scheduler put it; record
+the intent (the pods become `binding` in Redis); write the bindings through the backend; commit `bound`
+to Redis with the lock's fencing token. A crash between the intent and the commit leaves `binding` pods,
+which the next holder of the lock rolls forward (`finish_interrupted`): a gang is never left partly bound. On a backend
 whose writes live in Redis (the embedded cluster) the whole sequence is one Lua script that takes and
 releases the mutex itself: one round trip per batch instead of four.
 - all_or_nothing (a gang's first bind): if any pod's reservation is gone, the whole batch is rolled back
   (every reservation released) and nothing is written to the cluster.
-- Otherwise, and for cluster write failures once the gang is satisfied: only the failed pod is released.
+- After the intent: a pod the API server refuses is released alone; one it did not answer stays
+  `binding` (BIND_STATUS_PENDING) and is bound later.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping
 
+from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
-from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_bound
-from phalanx.state.store import PodRecord, StateStore, Txn
+from phalanx.state.store import BINDING_STATE, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span
 from phalanx.v1 import binder_pb2
 
@@ -30,6 +33,7 @@ BOUND = binder_pb2.BIND_STATUS_BOUND
 FAILED = binder_pb2.BIND_STATUS_FAILED
 ROLLED_BACK = binder_pb2.BIND_STATUS_ROLLED_BACK
 GONE = binder_pb2.BIND_STATUS_GONE
+PENDING = binder_pb2.BIND_STATUS_PENDING
 
 
 class BatchBinder:
@@ -81,29 +85,32 @@ class BatchBinder:
         """The state changes of binding `bound`: pods become bound, their gangs satisfied."""
         by_gang: dict[str, list[str]] = defaultdict(list)
         for a in bound:
-            commit.set_state.append([a.pod_key, "bound"])
-            if a.gang:
-                by_gang[a.gang].append(a.pod_key)
-        for gang, keys in by_gang.items():
-            commit.cmd("SREM", rel_gang_assumed(gang), *keys)
-            commit.cmd("SADD", rel_gang_bound(gang), *keys)
-            commit.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
-            commit.cmd("ZREM", REL_TIMERS, gang)
+            by_gang[a.gang].append(a.pod_key)
+        record_bound(commit, by_gang, now)
 
     def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
                      fence: int) -> list[binder_pb2.BindResult]:
+        """The careful path: check, record the intent, write the bindings, record them.
+
+        Before the intent is recorded a failure releases the whole gang (all_or_nothing). After it, the
+        batch is only ever rolled forward: a binding in Kubernetes cannot be undone, so pods whose
+        binding started are finished by whoever holds the mutex next (this call retried, another
+        replica, or `finish_interrupted` after a crash), never released while some of the gang is bound."""
         records = self.store.get_pods([a.pod_key for a in assignments])
         problems: dict[str, str] = {}
+        started: set[str] = set()  # binding or bound on the same node: an earlier attempt got that far
         for a in assignments:
             rec = records.get(a.pod_key)
             if rec is None:
                 problems[a.pod_key] = "its reservation no longer exists"
-            elif rec.state != "assumed":
-                problems[a.pod_key] = f"it is already {rec.state}"
             elif rec.node != a.node:
                 problems[a.pod_key] = f"it is reserved on {rec.node}, not {a.node}"
+            elif rec.state in (BINDING_STATE, "bound"):
+                started.add(a.pod_key)
+            elif rec.state != "assumed":
+                problems[a.pod_key] = f"it is already {rec.state}"
 
-        if problems and all_or_nothing:
+        if problems and all_or_nothing and not started:
             return self._roll_back(assignments, records, problems, fence)
 
         results: dict[str, binder_pb2.BindResult] = {
@@ -111,25 +118,62 @@ class BatchBinder:
             for k, why in problems.items()
         }
         todo = [a for a in assignments if a.pod_key not in problems]
+        fresh = [a for a in todo if a.pod_key not in started]
+        if fresh and not self.backend.transactional:
+            # The point of no return, made durable before the first API call.
+            intent = Txn(fence=fence, expect=[[a.pod_key, "assumed", a.node] for a in fresh],
+                         set_state=[[a.pod_key, BINDING_STATE] for a in fresh])
+            ok, reason = self.store.apply(intent)
+            if not ok:  # fenced out, or a reservation changed since the check: nothing was written
+                log.warning("binding intent refused: %s", reason)
+                return [results.get(a.pod_key) or binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=reason)
+                        for a in assignments]
+            faults.reached("binder.after_intent")
+        already = [a for a in todo if records[a.pod_key].state == "bound"]
+        to_write = [a for a in todo if records[a.pod_key].state != "bound"]
         commit = Txn(fence=fence)
-        failures: dict[str, BindFailure] = self.backend.bind(todo, now, commit) if todo else {}
-        bound: list[binder_pb2.Assignment] = []
-        for a in todo:
+        failures: dict[str, BindFailure] = self.backend.bind(to_write, now, commit) if to_write else {}
+        bound: list[binder_pb2.Assignment] = list(already)
+        for a in already:
+            results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+        for a in to_write:
             failure = failures.get(a.pod_key)
             if failure is None:
                 bound.append(a)
                 results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+            elif failure.retryable:  # stays "binding": rolled forward later, never released
+                results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=failure.message)
             else:
                 commit.release.append(a.pod_key)
                 status = GONE if failure.gone else FAILED
                 results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=failure.message)
+        faults.reached("binder.before_commit")
         self._commit_bound(commit, bound, now)
         ok, reason = self.store.apply(commit)
         if not ok:
-            # Fenced out: a newer lock holder exists, so nothing of this batch was recorded as bound.
+            # Fenced out: a newer holder exists. The bindings written stay "binding" in Redis and are
+            # recorded by whoever finishes them; nothing is released.
             log.error("bind commit refused: %s", reason)
-            return [binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=reason) for a in assignments]
+            return [binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING if a.pod_key in results
+                                          and results[a.pod_key].status in (BOUND, PENDING) else FAILED,
+                                          message=reason) for a in assignments]
         return [results[a.pod_key] for a in assignments]
+
+    def finish_interrupted(self, now: float) -> list[binder_pb2.BindResult]:
+        """Rolls forward every binding that started and was not recorded (a binder that crashed or was
+        fenced out mid-batch): binds its pods where they were reserved and records them. Idempotent."""
+        if self.backend.transactional:
+            return []  # its bindings are written inside the commit: nothing can be half done
+        pending = self.store.pods_in_state(BINDING_STATE)
+        if not pending:
+            return []
+        assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
+                       for r in sorted(pending.values(), key=lambda r: r.key)]
+        with self.lock.hold() as fence:
+            results = self._bind_locked(assignments, False, now, fence)
+        done = sum(1 for r in results if r.status == BOUND)
+        log.warning("rolled forward %d interrupted bindings (%d bound)", len(assignments), done)
+        return results
 
     def _roll_back(self, assignments: list[binder_pb2.Assignment], records: Mapping[str, PodRecord],
                    problems: dict[str, str], fence: int) -> list[binder_pb2.BindResult]:

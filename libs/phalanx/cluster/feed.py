@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from phalanx.cluster import podgroups
+from phalanx.cluster.reconcile import Maintenance
 from phalanx.cluster.watch import Collection, Watcher, object_key
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
@@ -134,7 +135,8 @@ def collections(api_client: Any) -> list[Collection]:
 class ClusterFeed:
     def __init__(self, scheduler: GangScheduler, lock: threading.Lock, queue_client: FeedQueue, reporter: Reporter,
                  sources: list[Collection], *, scheduler_name: str,
-                 now: Callable[[], float] = time.time, watch_timeout: int = 300, missing_retry: float = 30.0) -> None:
+                 now: Callable[[], float] = time.time, watch_timeout: int = 300, missing_retry: float = 30.0,
+                 reconcile_interval: float = 30.0) -> None:
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -157,6 +159,7 @@ class ClusterFeed:
         self._queue_ops = _QueueOps()
         self._queue_restarted = threading.Event()
         self._thread: threading.Thread | None = None
+        self.maintenance = Maintenance(self, reconcile_interval=reconcile_interval)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> ClusterFeed:
@@ -192,6 +195,8 @@ class ClusterFeed:
             if self._queue_restarted.is_set():
                 self._queue_restarted.clear()
                 self._requeue_all()
+            if not first:
+                self._maintain()
             batch = self._drain(block=not first)
             if not batch and not first:
                 if self._queue_ops.pending():
@@ -201,8 +206,12 @@ class ClusterFeed:
                 continue
             try:
                 self._apply(batch, initial=first)
-            except Exception:  # never let one bad batch stop the feed; later events correct the state
-                log.exception("cluster feed: applying %d events failed", len(batch))
+            except Exception:
+                # The mirror already holds these events; what failed is applying them (Redis down, say).
+                # Nothing is dropped: a full reconciliation from the mirror retries until it succeeds.
+                log.exception("cluster feed: applying %d events failed; reconciling from the API server's view",
+                              len(batch))
+                self.maintenance.request_reconcile()
             if first:
                 first = False
                 self.synced.set()
@@ -328,6 +337,7 @@ class ClusterFeed:
             return
         if state.ours:
             self._join_gang(key, pod, state, b)
+        state.info = pod  # what it holds: reconciliation re-counts it if Redis lost it
         b.bound[key] = pod
 
     def _join_gang(self, key: str, pod: PodInfo, state: _Pod, b: _Batch) -> None:
@@ -435,6 +445,49 @@ class ClusterFeed:
             if not waiting:
                 del self._parked[gang]
 
+    def _maintain(self) -> None:
+        try:
+            self.maintenance.tick()
+        except Exception as exc:  # Redis or the queue is down: the next tick tries again
+            log.warning("cluster feed: maintenance failed (%s); retrying", exc)
+
+    # -- what reconciliation reads and repairs (see reconcile.py) --------------------------------------------
+    def mirror_nodes(self) -> dict[str, NodeInfo]:
+        return dict(self._nodes)
+
+    def mirror_bound(self) -> dict[str, PodInfo]:
+        """Every pod the API server shows bound and not finished, whichever scheduler bound it."""
+        return {k: replace(p.info, node_name=p.node) for k, p in self._pods.items()
+                if p.node and p.phase not in TERMINAL and p.info is not None}
+
+    def mirror_pending(self) -> dict[str, PodInfo]:
+        """Our pods the API server shows unbound and that the feed has handed to the queue."""
+        return {k: p.info for k, p in self._pods.items() if p.ours and p.queued and not p.node and p.info is not None}
+
+    def mirror_has(self, key: str) -> bool:
+        p = self._pods.get(key)
+        return p is not None and p.phase not in TERMINAL
+
+    def resend_gangs(self) -> None:
+        """After Redis was emptied: the scheduler learns every gang in use again."""
+        self._sent.clear()
+        b = _Batch()
+        for gang in sorted(self._members):
+            spec = self.resolver.gang(gang)
+            if spec is not None:
+                self._send_spec(spec, b)
+        if b.gangs:
+            self.scheduler.upsert_gangs(list(b.gangs.values()))
+
+    def ensure_queued(self, pods: list[PodInfo]) -> None:
+        """Hands the queue pending pods it may have lost; those it holds stay where they are."""
+        add = getattr(self.queue, "add", None)
+        if pods and add is not None:
+            try:
+                add(pods, self.now(), only_missing=True)
+            except TypeError:  # a queue port without only_missing (tests): a plain add is still correct
+                add(pods, self.now())
+
     def _requeue_all(self) -> None:
         """The queue restarted and lost what it held: hand it again every pending pod of ours that the
         scheduler has not reserved (reserved pods wait for their gang in Redis, not in the queue)."""
@@ -474,6 +527,12 @@ class ClusterFeed:
         released = sorted(k for k in b.released if k in s.assumed or k in s.bound)
         if released and s.release_pods(released):
             move = True
+        finished = [p for k, p in sorted(b.bound.items()) if k in s.assumed]
+        if finished:  # bound by a binding this scheduler did not see complete (a crashed binder's, finished later)
+            moved = s.confirm_bound(finished, now)
+            if moved:
+                s.release_pods([p.key for p in moved])
+                move = True
         bound = [p for k, p in sorted(b.bound.items()) if k not in s.bound and k not in s.assumed]
         if bound:
             self._add_bound(bound)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import uuid
 from collections.abc import Callable
 
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
@@ -24,8 +26,12 @@ DEFAULT_TIMEOUT = 120.0
 
 
 class QueueClient:
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT, consumer: str = "") -> None:
         self.address = address
+        # Pods this client pops are lent to (consumer, incarnation): a new client of the same consumer
+        # (a restarted scheduler) gets the old one's pods returned to the queue at once.
+        self.consumer = consumer or socket.gethostname()
+        self.consumer_incarnation = uuid.uuid4().hex
         self.channel = channel(address)
         self.stub = queue_pb2_grpc.QueueStub(self.channel)
         self.timeout = timeout
@@ -46,13 +52,15 @@ class QueueClient:
             for listener in self._restart_listeners:
                 listener()
 
-    def add(self, pods: list[PodInfo], now: float) -> queue_pb2.AddResponse:
-        resp = self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now), timeout=self.timeout)
+    def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> queue_pb2.AddResponse:
+        resp = self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now, only_missing=only_missing),
+                             timeout=self.timeout)
         self._heard(resp.incarnation)
         return resp
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
-        req = queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds)
+        req = queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds, consumer=self.consumer,
+                                   consumer_incarnation=self.consumer_incarnation)
         if carry is not None and not carry.empty():
             req.done.CopyFrom(_done_request(carry.verdicts, carry.activate, carry.failed, now))
             req.remove.extend(carry.remove)

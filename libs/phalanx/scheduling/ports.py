@@ -37,6 +37,14 @@ class Carry:
     def empty(self) -> bool:
         return not (self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all)
 
+    def merged(self, other: "Carry | None") -> "Carry":
+        """This carry followed by `other` (undelivered updates first, so they keep their order)."""
+        if other is None:
+            return Carry(list(self.verdicts), list(self.activate), list(self.failed), list(self.remove),
+                         list(self.add), self.move_all)
+        return Carry(self.verdicts + other.verdicts, self.activate + other.activate, self.failed + other.failed,
+                     self.remove + other.remove, self.add + other.add, self.move_all or other.move_all)
+
 
 @dataclass
 class PopResult:

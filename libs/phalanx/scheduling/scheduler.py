@@ -12,6 +12,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
@@ -23,7 +24,7 @@ from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
 from phalanx.state.keys import rel_gang_bound
-from phalanx.state.store import GangRecord, PodRecord, StateStore, Txn
+from phalanx.state.store import BINDING_STATE, GangRecord, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span, nested_traceparent
 from phalanx.v1 import binder_pb2
 
@@ -74,28 +75,51 @@ class GangScheduler:
         # The last reason a pod of each gang could not be placed, so a timeout message still names the
         # missing resource.
         self._last_failure: dict[str, str] = {}
+        # Binds that were decided but did not complete (binder unreachable, or it answered PENDING): the
+        # reservations are kept and the bind is sent again, so a decided gang is finished, never dropped.
+        self.pending_groups: dict[tuple[str, ...], str] = {}  # gang group -> trace
+        self.pending_pods: set[str] = set()  # ordinary pods (no gang, or a satisfied one's surplus)
+        self._bind_retry_at = 0.0
+        self._bind_backoff = 0.0
+        # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
+        self._undelivered = Carry()
+        self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
 
     # -- start-up --------------------------------------------------------------------------------
     def recover(self, now: float) -> None:
         """Rebuilds memory from Redis and finishes whatever a previous process left half done."""
-        self.snapshot.set_nodes(self.store.load_nodes(), self.store.load_used())
-        for spec in self.store.load_gangs().values():
-            self.gangs.upsert(spec)
-        self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
-        records = self.store.load_pods()
-        self.assumed = {k: r for k, r in records.items() if r.state == "assumed"}
-        self.bound = {k for k, r in records.items() if r.state == "bound"}
-        self._next_timer = self.store.next_timer()
+        self.resync()
         released = self.queue.release_in_flight()
         log.info("recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
                  len(self.snapshot), len(self.gangs.specs), len(self.assumed), released)
-        state = _StepState(now)
-        for key in sorted({r.gang for r in self.assumed.values() if r.gang}):
-            if self.gangs.group_ready(key):
-                state.ready_groups[self.gangs.group_of(key)] = self.gangs.record(key).trace
-        self._bind_ready(state)
-        if state.verdicts:
-            self.queue.done(state.verdicts, state.activate, state.failed, now)
+        carry = Carry()
+        self._retry_binds(now, carry, force=True)
+        if carry.verdicts:
+            self.queue.done(carry.verdicts, carry.activate, carry.failed, now)
+
+    def resync(self) -> None:
+        """Memory := Redis (nodes, usage, gangs, reservations), and every decided bind that is not
+        finished is queued to be sent again. The cache's answer to anything it cannot trust: a restart,
+        a step that failed halfway, a Redis that restarted."""
+        self.snapshot.set_nodes(self.store.load_nodes(), self.store.load_used())
+        self.gangs.specs = dict(self.store.load_gangs())
+        self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
+        self.gangs.timers_changed = False
+        records = self.store.load_pods()
+        self.assumed = {k: r for k, r in records.items() if r.state in ("assumed", BINDING_STATE)}
+        self.bound = {k for k, r in records.items() if r.state == "bound"}
+        self._next_timer = self.store.next_timer()
+        self.pending_groups.clear()
+        self.pending_pods.clear()
+        for r in sorted(self.assumed.values(), key=lambda r: r.key):
+            if not r.gang:
+                self.pending_pods.add(r.key)
+            elif self.gangs.group_ready(r.gang):
+                self.pending_groups[self.gangs.group_of(r.gang)] = self.gangs.record(r.gang).trace
+            elif r.state == BINDING_STATE:  # its binding started: finish it whatever the gang's count says
+                self.pending_groups[self.gangs.group_of(r.gang)] = self.gangs.record(r.gang).trace
+        self._bind_retry_at = 0.0
+        self.needs_resync = False
 
     # -- cluster events --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: list[NodeInfo]) -> None:
@@ -189,41 +213,60 @@ class GangScheduler:
         one pop and one bind per instant and no extra round trip; at the first instant that is not quiet
         it stops and reports how many instants it consumed (`instants_done`)."""
         result = StepResult()
-        carry = carry or Carry()
+        carry = self._undelivered.merged(carry)
+        self._undelivered = Carry()
         later = list(later or ())
-        self._expire_timers(now, carry)
-        while True:
-            if prefetched is not None:
-                popped, prefetched = prefetched, None  # the carry goes with the next pop
-            else:
-                popped = self.queue.pop(self.settings.pop_batch, now, carry)
-                carry = Carry()
-            if not popped.items:
-                if later and popped.pending == 0 and self._no_timer_before(later[0][0]):
-                    now = self._next_instant(now, later, carry, result)  # an instant with only finishes
-                    continue
-                break
-            result.attempted += len(popped.items)
-            state = _StepState(now)
-            for gang, unit in _units(popped.items):
-                if gang:
-                    self._schedule_gang_unit(gang, unit, state)
+        unsettled: list[Popped] = list(prefetched.items) if prefetched is not None else []
+        popped = PopResult([], None, 0)
+        try:
+            if self.needs_resync:
+                self.resync()
+            self._expire_timers(now, carry)
+            self._retry_binds(now, carry)
+            while True:
+                if prefetched is not None:
+                    popped, prefetched = prefetched, None  # the carry goes with the next pop
                 else:
-                    state.ordinary.extend(unit)
-            self._schedule_ordinary(state)
-            self._bind_ready(state)
-            result.bound += state.bound
-            carry.verdicts += state.verdicts
-            carry.activate += state.activate
-            carry.failed += state.failed
-            if later and self._quiet_until(later[0][0], popped, state):
-                now = self._next_instant(now, later, carry, result)
+                    popped = self.queue.pop(self.settings.pop_batch, now, carry)
+                    carry = Carry()
+                unsettled = list(popped.items)
+                if not popped.items:
+                    if later and popped.pending == 0 and self._no_timer_before(later[0][0]):
+                        now = self._next_instant(now, later, carry, result)  # an instant with only finishes
+                        continue
+                    break
+                result.attempted += len(popped.items)
+                state = _StepState(now)
+                for gang, unit in _units(popped.items):
+                    if gang:
+                        self._schedule_gang_unit(gang, unit, state)
+                    else:
+                        state.ordinary.extend(unit)
+                self._schedule_ordinary(state)
+                faults.reached("scheduler.before_bind")
+                self._bind_ready(state)
+                result.bound += state.bound
+                carry.verdicts += state.verdicts
+                carry.activate += state.activate
+                carry.failed += state.failed
+                unsettled = []
+                if later and self._quiet_until(later[0][0], popped, state):
+                    now = self._next_instant(now, later, carry, result)
+        except Exception:
+            # Whatever this round decided is in Redis (or not) as a whole; memory may be half updated, so it
+            # is reloaded before the next step, and every pod popped in the round goes back to the queue
+            # (one that was reserved after all is answered from the reservation when popped again).
+            self.needs_resync = True
+            carry.verdicts += [Verdict(item, Outcome.BACKOFF, "scheduling step failed; retried") for item in unsettled]
+            self._undelivered = carry
+            raise
         self.reports.flush(self.binder, now)
         if self.gangs.timers_changed:
             self.gangs.timers_changed = False
             self._next_timer = self.store.next_timer()
         timer = self._next_timer
-        wakeups = [t for t in (popped.next_ready_at, timer) if t is not None]
+        retry = self._bind_retry_at if (self.pending_groups or self.pending_pods) else None
+        wakeups = [t for t in (popped.next_ready_at, timer, retry) if t is not None]
         result.next_wakeup = min(wakeups) if wakeups else None
         result.queue_pending = popped.pending
         result.now = now
@@ -339,6 +382,8 @@ class GangScheduler:
             log.info("gang %s: commit conflict (%s)", gang, reason)
             self.gangs.records[gang] = saved_rec
             return False
+        if placed:
+            faults.reached("scheduler.after_commit")
         for item, i, reqs in placed:
             self.snapshot.reserve(i, reqs)
             self.assumed[item.pod.key] = PodRecord(item.pod.key, self.snapshot.nodes[i].name, gang,
@@ -463,6 +508,7 @@ class GangScheduler:
             self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, "assumed")
             assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
                                                      gang=item.pod.gang))
+        faults.reached("scheduler.after_commit")
         self._dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed})
 
     # -- binding -------------------------------------------------------------------------------------
@@ -484,20 +530,66 @@ class GangScheduler:
                             {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)}):
                 self._dispatch(assignments, all_or_nothing, state, trace, items)
         elif batches:
-            results = self.binder.bind_many([(a, aon, trace) for _, trace, a, aon, _ in batches], state.now)
+            try:
+                results = self.binder.bind_many([(a, aon, trace) for _, trace, a, aon, _ in batches], state.now)
+            except Exception as exc:
+                for _, _, assignments, _, items in batches:
+                    self._bind_unfinished(assignments, state, items, f"the binder did not answer: {exc}")
+                return
             for (_, _, assignments, _, items), batch_results in zip(batches, results):
                 self._apply_bind(batch_results, assignments, state, items)
 
     def _dispatch(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, state: _StepState,
                   trace: str, items: dict[str, Popped]) -> None:
-        results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
+        try:
+            results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
+        except Exception as exc:  # the binder is down or restarting: its answer is unknown, not negative
+            self._bind_unfinished(assignments, state, items, f"the binder did not answer: {exc}")
+            return
         self._apply_bind(results, assignments, state, items)
+
+    def _bind_unfinished(self, assignments: list[binder_pb2.Assignment], state: _StepState,
+                         items: dict[str, Popped], why: str) -> None:
+        """A decided bind that did not complete keeps its reservations and is sent again later; its pods
+        leave the queue (the scheduler owns them now), so none is left in flight."""
+        log.warning("bind of %d pods not finished (%s); retrying", len(assignments), why.splitlines()[0][:300])
+        for a in assignments:
+            if a.pod_key not in self.assumed:
+                continue
+            state.verdicts.append(Verdict(items[a.pod_key], Outcome.ASSUMED))
+            if a.gang:
+                self.pending_groups[self.gangs.group_of(a.gang)] = items[a.pod_key].trace
+            else:
+                self.pending_pods.add(a.pod_key)
+        self._bind_backoff = min(max(self._bind_backoff * 2, 0.5), 10.0)
+        self._bind_retry_at = state.now + self._bind_backoff
+
+    def _retry_binds(self, now: float, carry: Carry, force: bool = False) -> None:
+        """Sends again the binds that did not finish (see _bind_unfinished), once their backoff is over."""
+        if not (self.pending_groups or self.pending_pods) or (now < self._bind_retry_at and not force):
+            return
+        state = _StepState(now)
+        groups, pods = dict(self.pending_groups), sorted(self.pending_pods)
+        self.pending_groups.clear()
+        self.pending_pods.clear()
+        state.ready_groups = groups
+        self._bind_ready(state)
+        records = [self.assumed[k] for k in pods if k in self.assumed]
+        if records:
+            assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
+                           for r in records]
+            self._dispatch(assignments, False, state, "", {r.key: Popped(r.pod) for r in records})
+        if not (self.pending_groups or self.pending_pods):
+            self._bind_backoff = 0.0
+        carry.verdicts += state.verdicts
+        carry.activate += state.activate
 
     def _apply_bind(self, results: list[binder_pb2.BindResult], assignments: list[binder_pb2.Assignment],
                     state: _StepState, items: dict[str, Popped]) -> None:
         """Mirrors the binder's verdicts in memory and in the queue's verdicts."""
         by_key = {a.pod_key: a for a in assignments}
         bound_by_gang: dict[str, list[str]] = defaultdict(list)
+        unfinished: list[binder_pb2.Assignment] = []
         for res in results:
             a = by_key[res.pod_key]
             item = items[res.pod_key]
@@ -509,6 +601,9 @@ class GangScheduler:
                 state.verdicts.append(Verdict(item, Outcome.BOUND))
                 state.bound += 1
                 self.reports.forget_pods([res.pod_key])  # placed: a later failure is news again
+                continue
+            if res.status == binder_pb2.BIND_STATUS_PENDING:
+                unfinished.append(a)  # started and kept: finished later, never released
                 continue
             # Not bound: the binder already released the reservation in Redis; mirror it here.
             rec = self.assumed.pop(res.pod_key, None)
@@ -523,13 +618,49 @@ class GangScheduler:
             else:
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, res.message))
                 self.reports.pod(res.pod_key, f"binding failed: {res.message}")
+        if unfinished:
+            why = next(r.message for r in results if r.pod_key == unfinished[0].pod_key)
+            self._bind_unfinished(unfinished, state, items, why)
         for gang, keys in bound_by_gang.items():
-            first = self.gangs.record(gang).satisfied_at is None
-            self.gangs.bound(gang, keys, state.now)
-            if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
-                bound_now = len(self.gangs.record(gang).bound)
-                self._report_gang(gang, "Scheduled", "GangScheduled",
-                                  f"gang {gang}: {bound_now}/{self._min(gang)} pods bound", state.now)
+            self._gang_bound(gang, keys, state.now)
+
+    def _gang_bound(self, gang: str, keys: list[str], now: float) -> None:
+        first = self.gangs.record(gang).satisfied_at is None
+        self.gangs.bound(gang, keys, now)
+        if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
+            bound_now = len(self.gangs.record(gang).bound)
+            self._report_gang(gang, "Scheduled", "GangScheduled",
+                              f"gang {gang}: {bound_now}/{self._min(gang)} pods bound", now)
+
+    def confirm_bound(self, pods: list[PodInfo], now: float) -> list[PodInfo]:
+        """Pods the API server shows bound that this scheduler still holds as reserved: their binding was
+        finished by someone else (the binder rolling a crashed batch forward, or a bind whose answer was
+        lost). The cache's "finish binding": memory and Redis record them bound. Returns the pods that
+        were reserved on another node than the one they are bound to (the caller counts them afresh)."""
+        moved: list[PodInfo] = []
+        confirmed: dict[str, list[str]] = defaultdict(list)  # gang ("" for none) -> pods
+        for p in pods:
+            rec = self.assumed.get(p.key)
+            if rec is None:
+                continue
+            if rec.node != p.node_name:
+                moved.append(p)
+                continue
+            confirmed[rec.gang].append(p.key)
+        if not confirmed:
+            return moved
+        txn = Txn()
+        record_bound(txn, confirmed, now)
+        self.store.must_apply(txn)
+        for key, _ in txn.set_state:
+            self.assumed.pop(key, None)
+            self.bound.add(key)
+            self.pending_pods.discard(key)
+        for gang, keys in confirmed.items():
+            if gang:
+                self._gang_bound(gang, keys, now)
+        log.info("%d pods found bound by the API server while reserved here: recorded as bound", len(txn.set_state))
+        return moved
 
     # -- timeouts ------------------------------------------------------------------------------------
     def _expire_timers(self, now: float, carry: Carry) -> None:
@@ -538,7 +669,9 @@ class GangScheduler:
         if self._next_timer is None or now < self._next_timer:
             return
         due_all, self._next_timer = self.store.timers(now)
-        due = [g for g in due_all if self.gangs.status(g) != GangStatus.SATISFIED]
+        # A gang placed whole whose binding has not finished (binder down, API server slow) is not late:
+        # it is being bound. Its timer is cleared when the binding is recorded.
+        due = [g for g in due_all if self.gangs.status(g) != GangStatus.SATISFIED and not self._binding_decided(g)]
         if not due:
             return
         expired: set[str] = set()
@@ -546,8 +679,10 @@ class GangScheduler:
             expired.update(g for g in self.gangs.group_of(gang) if self.gangs.status(g) != GangStatus.SATISFIED)
         txn = Txn()
         victims: dict[str, list[str]] = {}
+        messages: dict[str, str] = {}
         for gang in sorted(expired):
             rec = self.gangs.record(gang)
+            messages[gang] = self._timeout_message(gang)  # before the release: it counts what was placed
             victims[gang] = sorted(set(rec.rounds) | rec.assumed)
             txn.release.extend(k for k in rec.assumed if k in self.assumed)
             self.gangs.timed_out(gang, txn)
@@ -562,13 +697,18 @@ class GangScheduler:
                         i = self.snapshot.index.get(r.node)
                         if i is not None:
                             self.snapshot.reserve(i, r.requests, sign=-1)
-                    self.reports.pod(key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"},
-                                 event="GangTimeout")
+                    self.reports.pod(key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event="GangTimeout")
                     to_remove.append(key)
-            self._report_gang(gang, "Failed", "GangTimeout", self._timeout_message(gang), now, unschedulable=True,
+            self._report_gang(gang, "Failed", "GangTimeout", messages[gang], now, unschedulable=True,
                               pod_key=pods[0] if pods else "")
         carry.remove.extend(to_remove)
         carry.move_all = True  # the released capacity may fit others
+
+    def _binding_decided(self, gang: str) -> bool:
+        group = self.gangs.group_of(gang)
+        if group in self.pending_groups or self.gangs.group_ready(gang):
+            return True
+        return any(r.state == BINDING_STATE for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)))
 
     def _timeout_message(self, gang: str) -> str:
         last = self._last_failure.get(gang)

@@ -9,13 +9,16 @@ slot. Layout (P = "{<prefix>}"):
 | P:cap                      | hash | "node\\x1fresource" -> allocatable milli-units                         |
 | P:used                     | hash | "node\\x1fresource" -> milli-units held by assumed and bound pods      |
 | P:pods                     | hash | "ns/name" -> JSON {node, gang, requests, pod}, written once at reserve |
-| P:podstate                 | hash | "ns/name" -> assumed | bound                                        |
+| P:podstate                 | hash | "ns/name" -> assumed | binding | bound (binding: the intent to bind|
+|                            |      | is recorded; it is rolled forward, never released)                    |
 | P:gangs                    | hash | gang key -> JSON GangSpec                                             |
 | P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, failed_at, trace  |
 | P:gang:<key>:assumed       | set  | pods reserved for the gang, not bound yet                            |
 | P:gang:<key>:bound         | set  | pods of the gang bound                                               |
 | P:gang:<key>:rounds        | hash | pod -> the Strict cycle it was last tried in                         |
 | P:timers                   | zset | gang key -> virtual/wall time its wait expires                       |
+| P:meta                     | hash | epoch: a random id written when the state is first created; gone =   |
+|                            |      | Redis was emptied, so the scheduler rebuilds it from the API server   |
 | P:bind:lock                | str  | holder token of the binder mutex (with a lease)                      |
 | P:bind:fence               | str  | fencing counter, incremented at every lock acquisition               |
 | P:sim:binds                | list | JSON {pod, node, at} appended by the simulated cluster's binder       |
@@ -99,6 +102,10 @@ class Keys:
     @property
     def timers(self) -> str:
         return f"{self.base}:{REL_TIMERS}"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.base}:meta"
 
     @property
     def bind_lock(self) -> str:

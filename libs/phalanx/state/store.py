@@ -8,6 +8,7 @@ of round trips.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from importlib import resources
@@ -16,9 +17,37 @@ from typing import Any, cast, overload
 import redis
 
 from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo, Placement, SelectorRequirement, SelectorTerm, Taint, Toleration
-from phalanx.state.keys import FIELD_SEP, Keys, node_field
+from phalanx.state.keys import (FIELD_SEP, REL_TIMERS, Keys, node_field, rel_gang, rel_gang_assumed,
+                                rel_gang_bound)
 
 _TXN_LUA = resources.files("phalanx.state").joinpath("lua/txn.lua").read_text()
+# Usage = the sum of the records' requests, per node and resource; fixes what differs.
+_REPAIR_USAGE_LUA = """
+local want = {}
+local recs = redis.call('HGETALL', KEYS[1])
+for i = 2, #recs, 2 do
+  local rec = cjson.decode(recs[i])
+  for res, amount in pairs(rec.requests) do
+    local f = rec.node .. '\\031' .. res
+    want[f] = (want[f] or 0) + amount
+  end
+end
+local fixed = 0
+local used = redis.call('HGETALL', KEYS[2])
+for i = 1, #used, 2 do
+  local f, v = used[i], tonumber(used[i + 1])
+  local w = want[f] or 0
+  if v ~= w then
+    fixed = fixed + 1
+    if w == 0 then redis.call('HDEL', KEYS[2], f) else redis.call('HSET', KEYS[2], f, w) end
+  end
+  want[f] = nil
+end
+for f, w in pairs(want) do
+  if w ~= 0 then fixed = fixed + 1; redis.call('HSET', KEYS[2], f, w) end
+end
+return fixed
+"""
 
 
 @dataclass
@@ -60,7 +89,7 @@ class PodRecord:
     gang: str
     requests: dict[str, int]
     pod: PodInfo
-    state: str  # assumed | bound
+    state: str  # assumed | binding | bound
 
 
 @dataclass
@@ -76,6 +105,26 @@ class GangRecord:
     assumed: set[str] = field(default_factory=set)
     bound: set[str] = field(default_factory=set)
     rounds: dict[str, int] = field(default_factory=dict)
+
+
+# A pod whose binding has started: the binder recorded the intent and may have written it to the API
+# server. It is rolled forward (bound), never released while it exists.
+BINDING_STATE = "binding"
+
+
+def record_bound(txn: Txn, keys_by_gang: dict[str, list[str]], now: float) -> None:
+    """The writes that record pods as bound: their state, their gangs' pod sets, the gang satisfied (its
+    first bind) and its wait timer cleared. The binder's commit and the scheduler's confirmation of a
+    binding it learnt from the API server both use this, so the two cannot disagree."""
+    for keys in keys_by_gang.values():
+        txn.set_state.extend([k, "bound"] for k in keys)
+    for gang, keys in keys_by_gang.items():
+        if not gang:
+            continue
+        txn.cmd("SREM", rel_gang_assumed(gang), *keys)
+        txn.cmd("SADD", rel_gang_bound(gang), *keys)
+        txn.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
+        txn.cmd("ZREM", REL_TIMERS, gang)
 
 
 class TxnConflict(Exception):
@@ -183,6 +232,7 @@ class StateStore:
         self.redis = client
         self.keys = keys or Keys()
         self._txn = client.register_script(_TXN_LUA)
+        self._repair_usage = client.register_script(_REPAIR_USAGE_LUA)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "phalanx") -> "StateStore":
@@ -288,6 +338,10 @@ class StateStore:
                                      state or "assumed")
         return out
 
+    def pods_in_state(self, state: str) -> dict[str, PodRecord]:
+        keys = sorted(k for k, v in decoded(self.redis.hgetall(self.keys.podstate)).items() if v == state)
+        return self.get_pods(keys)
+
     # -- gangs -----------------------------------------------------------------------------------
     def put_gangs(self, gangs: list[GangSpec]) -> None:
         if gangs:
@@ -361,6 +415,22 @@ class StateStore:
     def next_timer(self) -> float | None:
         first = self.redis.zrange(self.keys.timers, 0, 0, withscores=True)
         return float(first[0][1]) if first else None
+
+    # -- integrity -------------------------------------------------------------------------------
+    def identity(self) -> tuple[str, str]:
+        """(this Redis process's run id, the state's epoch). A new run id: Redis restarted (and may have
+        lost its last writes); a new epoch: the state was emptied. The epoch is created if missing."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hsetnx(self.keys.meta, "epoch", uuid.uuid4().hex)
+        pipe.hget(self.keys.meta, "epoch")
+        _, epoch = pipe.execute()
+        run_id = str(self.redis.info("server").get("run_id", ""))
+        return run_id, str(epoch)
+
+    def repair_usage(self) -> int:
+        """Recomputes every node's usage from the pod records, atomically, and fixes the fields that
+        drifted; returns how many were wrong."""
+        return int(self._repair_usage(keys=[self.keys.pods, self.keys.used]))
 
     # -- maintenance -----------------------------------------------------------------------------
     def wipe(self) -> int:

@@ -33,6 +33,10 @@ class _BindStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BindStatus
     """not bound because another pod of the batch failed"""
     BIND_STATUS_GONE: _BindStatus.ValueType  # 4
     """the pod no longer exists"""
+    BIND_STATUS_PENDING: _BindStatus.ValueType  # 5
+    """Its binding has started (the intent is durable in Redis) but could not be completed yet, e.g. the API
+    server did not answer: the reservation is kept and the binding is rolled forward later, never undone.
+    """
 
 class BindStatus(_BindStatus, metaclass=_BindStatusEnumTypeWrapper): ...
 
@@ -44,6 +48,10 @@ BIND_STATUS_ROLLED_BACK: BindStatus.ValueType  # 3
 """not bound because another pod of the batch failed"""
 BIND_STATUS_GONE: BindStatus.ValueType  # 4
 """the pod no longer exists"""
+BIND_STATUS_PENDING: BindStatus.ValueType  # 5
+"""Its binding has started (the intent is durable in Redis) but could not be completed yet, e.g. the API
+server did not answer: the reservation is kept and the binding is rolled forward later, never undone.
+"""
 Global___BindStatus: _TypeAlias = BindStatus  # noqa: Y015
 
 @_typing.final

@@ -25,45 +25,45 @@ _sym_db = _symbol_database.Default()
 from phalanx.v1 import objects_pb2 as phalanx_dot_v1_dot_objects__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16phalanx/v1/queue.proto\x12\nphalanx.v1\x1a\x18phalanx/v1/objects.proto\"8\n\nAddRequest\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x0b\n\x03now\x18\x02 \x01(\x01\"C\n\x0b\x41\x64\x64Response\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x01(\x05\x12\x10\n\x08rejected\x18\x02 \x03(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\xa8\x01\n\nPopRequest\x12\x10\n\x08max_pods\x18\x01 \x01(\x05\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x03 \x01(\x01\x12%\n\x04\x64one\x18\x04 \x01(\x0b\x32\x17.phalanx.v1.DoneRequest\x12\x0e\n\x06remove\x18\x05 \x03(\t\x12\x1c\n\x03\x61\x64\x64\x18\x06 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x10\n\x08move_all\x18\x07 \x01(\x08\"{\n\x0bPopResponse\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x15\n\rnext_ready_at\x18\x02 \x01(\x01\x12\x0f\n\x07pending\x18\x03 \x01(\x05\x12\x10\n\x08rejected\x18\x04 \x03(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\"_\n\tPodResult\x12\x1c\n\x03pod\x18\x01 \x01(\x0b\x32\x0f.phalanx.v1.Pod\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.phalanx.v1.Outcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\"p\n\x0b\x44oneRequest\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodResult\x12\x16\n\x0e\x61\x63tivate_gangs\x18\x02 \x03(\t\x12\x14\n\x0c\x66\x61iled_gangs\x18\x03 \x03(\t\x12\x0b\n\x03now\x18\x04 \x01(\x01\"\x0e\n\x0c\x44oneResponse\"!\n\rRemoveRequest\x12\x10\n\x08pod_keys\x18\x01 \x03(\t\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x05\",\n\x0eMoveAllRequest\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x0b\n\x03now\x18\x02 \x01(\x01\" \n\x0fMoveAllResponse\x12\r\n\x05moved\x18\x01 \x01(\x05\"\x18\n\x16ReleaseInFlightRequest\"+\n\x17ReleaseInFlightResponse\x12\x10\n\x08released\x18\x01 \x01(\x05\"\x1b\n\x0cStatsRequest\x12\x0b\n\x03now\x18\x01 \x01(\x01\"q\n\rStatsResponse\x12\x0e\n\x06\x61\x63tive\x18\x01 \x01(\x05\x12\x0f\n\x07\x62\x61\x63koff\x18\x02 \x01(\x05\x12\x15\n\runschedulable\x18\x03 \x01(\x05\x12\x11\n\tin_flight\x18\x04 \x01(\x05\x12\x15\n\rnext_ready_at\x18\x05 \x01(\x01*\x8f\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_ASSUMED\x10\x01\x12\x11\n\rOUTCOME_BOUND\x10\x02\x12\x19\n\x15OUTCOME_UNSCHEDULABLE\x10\x03\x12\x13\n\x0fOUTCOME_BACKOFF\x10\x04\x12\x13\n\x0fOUTCOME_DROPPED\x10\x05\x32\x93\x04\n\x05Queue\x12\x36\n\x03\x41\x64\x64\x12\x16.phalanx.v1.AddRequest\x1a\x17.phalanx.v1.AddResponse\x12\x36\n\x03Pop\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse\x12\x39\n\x04\x44one\x12\x17.phalanx.v1.DoneRequest\x1a\x18.phalanx.v1.DoneResponse\x12?\n\x06Remove\x12\x19.phalanx.v1.RemoveRequest\x1a\x1a.phalanx.v1.RemoveResponse\x12\x42\n\x07MoveAll\x12\x1a.phalanx.v1.MoveAllRequest\x1a\x1b.phalanx.v1.MoveAllResponse\x12Z\n\x0fReleaseInFlight\x12\".phalanx.v1.ReleaseInFlightRequest\x1a#.phalanx.v1.ReleaseInFlightResponse\x12<\n\x05Stats\x12\x18.phalanx.v1.StatsRequest\x1a\x19.phalanx.v1.StatsResponse\x12@\n\tPopStream\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16phalanx/v1/queue.proto\x12\nphalanx.v1\x1a\x18phalanx/v1/objects.proto\"N\n\nAddRequest\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0conly_missing\x18\x03 \x01(\x08\"C\n\x0b\x41\x64\x64Response\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x01(\x05\x12\x10\n\x08rejected\x18\x02 \x03(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\xd8\x01\n\nPopRequest\x12\x10\n\x08max_pods\x18\x01 \x01(\x05\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x03 \x01(\x01\x12%\n\x04\x64one\x18\x04 \x01(\x0b\x32\x17.phalanx.v1.DoneRequest\x12\x0e\n\x06remove\x18\x05 \x03(\t\x12\x1c\n\x03\x61\x64\x64\x18\x06 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x10\n\x08move_all\x18\x07 \x01(\x08\x12\x10\n\x08\x63onsumer\x18\x08 \x01(\t\x12\x1c\n\x14\x63onsumer_incarnation\x18\t \x01(\t\"{\n\x0bPopResponse\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x15\n\rnext_ready_at\x18\x02 \x01(\x01\x12\x0f\n\x07pending\x18\x03 \x01(\x05\x12\x10\n\x08rejected\x18\x04 \x03(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\"_\n\tPodResult\x12\x1c\n\x03pod\x18\x01 \x01(\x0b\x32\x0f.phalanx.v1.Pod\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.phalanx.v1.Outcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\"p\n\x0b\x44oneRequest\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodResult\x12\x16\n\x0e\x61\x63tivate_gangs\x18\x02 \x03(\t\x12\x14\n\x0c\x66\x61iled_gangs\x18\x03 \x03(\t\x12\x0b\n\x03now\x18\x04 \x01(\x01\"\x0e\n\x0c\x44oneResponse\"!\n\rRemoveRequest\x12\x10\n\x08pod_keys\x18\x01 \x03(\t\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x05\",\n\x0eMoveAllRequest\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x0b\n\x03now\x18\x02 \x01(\x01\" \n\x0fMoveAllResponse\x12\r\n\x05moved\x18\x01 \x01(\x05\"\x18\n\x16ReleaseInFlightRequest\"+\n\x17ReleaseInFlightResponse\x12\x10\n\x08released\x18\x01 \x01(\x05\"\x1b\n\x0cStatsRequest\x12\x0b\n\x03now\x18\x01 \x01(\x01\"q\n\rStatsResponse\x12\x0e\n\x06\x61\x63tive\x18\x01 \x01(\x05\x12\x0f\n\x07\x62\x61\x63koff\x18\x02 \x01(\x05\x12\x15\n\runschedulable\x18\x03 \x01(\x05\x12\x11\n\tin_flight\x18\x04 \x01(\x05\x12\x15\n\rnext_ready_at\x18\x05 \x01(\x01*\x8f\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_ASSUMED\x10\x01\x12\x11\n\rOUTCOME_BOUND\x10\x02\x12\x19\n\x15OUTCOME_UNSCHEDULABLE\x10\x03\x12\x13\n\x0fOUTCOME_BACKOFF\x10\x04\x12\x13\n\x0fOUTCOME_DROPPED\x10\x05\x32\x93\x04\n\x05Queue\x12\x36\n\x03\x41\x64\x64\x12\x16.phalanx.v1.AddRequest\x1a\x17.phalanx.v1.AddResponse\x12\x36\n\x03Pop\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse\x12\x39\n\x04\x44one\x12\x17.phalanx.v1.DoneRequest\x1a\x18.phalanx.v1.DoneResponse\x12?\n\x06Remove\x12\x19.phalanx.v1.RemoveRequest\x1a\x1a.phalanx.v1.RemoveResponse\x12\x42\n\x07MoveAll\x12\x1a.phalanx.v1.MoveAllRequest\x1a\x1b.phalanx.v1.MoveAllResponse\x12Z\n\x0fReleaseInFlight\x12\".phalanx.v1.ReleaseInFlightRequest\x1a#.phalanx.v1.ReleaseInFlightResponse\x12<\n\x05Stats\x12\x18.phalanx.v1.StatsRequest\x1a\x19.phalanx.v1.StatsResponse\x12@\n\tPopStream\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'phalanx.v1.queue_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTCOME']._serialized_start=1080
-  _globals['_OUTCOME']._serialized_end=1223
+  _globals['_OUTCOME']._serialized_start=1150
+  _globals['_OUTCOME']._serialized_end=1293
   _globals['_ADDREQUEST']._serialized_start=64
-  _globals['_ADDREQUEST']._serialized_end=120
-  _globals['_ADDRESPONSE']._serialized_start=122
-  _globals['_ADDRESPONSE']._serialized_end=189
-  _globals['_POPREQUEST']._serialized_start=192
-  _globals['_POPREQUEST']._serialized_end=360
-  _globals['_POPRESPONSE']._serialized_start=362
-  _globals['_POPRESPONSE']._serialized_end=485
-  _globals['_PODRESULT']._serialized_start=487
-  _globals['_PODRESULT']._serialized_end=582
-  _globals['_DONEREQUEST']._serialized_start=584
-  _globals['_DONEREQUEST']._serialized_end=696
-  _globals['_DONERESPONSE']._serialized_start=698
-  _globals['_DONERESPONSE']._serialized_end=712
-  _globals['_REMOVEREQUEST']._serialized_start=714
-  _globals['_REMOVEREQUEST']._serialized_end=747
-  _globals['_REMOVERESPONSE']._serialized_start=749
-  _globals['_REMOVERESPONSE']._serialized_end=782
-  _globals['_MOVEALLREQUEST']._serialized_start=784
-  _globals['_MOVEALLREQUEST']._serialized_end=828
-  _globals['_MOVEALLRESPONSE']._serialized_start=830
-  _globals['_MOVEALLRESPONSE']._serialized_end=862
-  _globals['_RELEASEINFLIGHTREQUEST']._serialized_start=864
-  _globals['_RELEASEINFLIGHTREQUEST']._serialized_end=888
-  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_start=890
-  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_end=933
-  _globals['_STATSREQUEST']._serialized_start=935
-  _globals['_STATSREQUEST']._serialized_end=962
-  _globals['_STATSRESPONSE']._serialized_start=964
-  _globals['_STATSRESPONSE']._serialized_end=1077
-  _globals['_QUEUE']._serialized_start=1226
-  _globals['_QUEUE']._serialized_end=1757
+  _globals['_ADDREQUEST']._serialized_end=142
+  _globals['_ADDRESPONSE']._serialized_start=144
+  _globals['_ADDRESPONSE']._serialized_end=211
+  _globals['_POPREQUEST']._serialized_start=214
+  _globals['_POPREQUEST']._serialized_end=430
+  _globals['_POPRESPONSE']._serialized_start=432
+  _globals['_POPRESPONSE']._serialized_end=555
+  _globals['_PODRESULT']._serialized_start=557
+  _globals['_PODRESULT']._serialized_end=652
+  _globals['_DONEREQUEST']._serialized_start=654
+  _globals['_DONEREQUEST']._serialized_end=766
+  _globals['_DONERESPONSE']._serialized_start=768
+  _globals['_DONERESPONSE']._serialized_end=782
+  _globals['_REMOVEREQUEST']._serialized_start=784
+  _globals['_REMOVEREQUEST']._serialized_end=817
+  _globals['_REMOVERESPONSE']._serialized_start=819
+  _globals['_REMOVERESPONSE']._serialized_end=852
+  _globals['_MOVEALLREQUEST']._serialized_start=854
+  _globals['_MOVEALLREQUEST']._serialized_end=898
+  _globals['_MOVEALLRESPONSE']._serialized_start=900
+  _globals['_MOVEALLRESPONSE']._serialized_end=932
+  _globals['_RELEASEINFLIGHTREQUEST']._serialized_start=934
+  _globals['_RELEASEINFLIGHTREQUEST']._serialized_end=958
+  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_start=960
+  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_end=1003
+  _globals['_STATSREQUEST']._serialized_start=1005
+  _globals['_STATSREQUEST']._serialized_end=1032
+  _globals['_STATSRESPONSE']._serialized_start=1034
+  _globals['_STATSRESPONSE']._serialized_end=1147
+  _globals['_QUEUE']._serialized_start=1296
+  _globals['_QUEUE']._serialized_end=1827
 # @@protoc_insertion_point(module_scope)

@@ -57,8 +57,13 @@ class AddRequest(_message.Message):
 
     PODS_FIELD_NUMBER: _builtins.int
     NOW_FIELD_NUMBER: _builtins.int
+    ONLY_MISSING_FIELD_NUMBER: _builtins.int
     now: _builtins.float
     """virtual clock; 0 means the service's own clock"""
+    only_missing: _builtins.bool
+    """Leave pods the queue already holds as they are (position, backoff, attempts); add only the missing.
+    The scheduler's reconciliation uses it to make sure no pending pod is lost without disturbing order.
+    """
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]: ...
     def __init__(
@@ -66,10 +71,11 @@ class AddRequest(_message.Message):
         *,
         pods: _abc.Iterable[_objects_pb2.Pod] | None = ...,
         now: _builtins.float = ...,
+        only_missing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["now", b"now", "pods", b"pods"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["now", b"now", "only_missing", b"only_missing", "pods", b"pods"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -117,6 +123,8 @@ class PopRequest(_message.Message):
     REMOVE_FIELD_NUMBER: _builtins.int
     ADD_FIELD_NUMBER: _builtins.int
     MOVE_ALL_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
+    CONSUMER_INCARNATION_FIELD_NUMBER: _builtins.int
     max_pods: _builtins.int
     """soft limit: a gang is never split"""
     now: _builtins.float
@@ -124,6 +132,12 @@ class PopRequest(_message.Message):
     """long-poll for work when the active sub-queue is empty"""
     move_all: _builtins.bool
     """a cluster event happened (see MoveAll)"""
+    consumer: _builtins.str
+    """Who borrows the popped pods. The queue lends them: a pop from the same consumer with another
+    incarnation (it restarted) returns the old incarnation's pods at once, and pods whose consumer has
+    not been heard from for the queue's lease return to the active sub-queue.
+    """
+    consumer_incarnation: _builtins.str
     @_builtins.property
     def done(self) -> Global___DoneRequest:
         """Carried with the pop to save round trips; applied in this order before popping:
@@ -148,10 +162,12 @@ class PopRequest(_message.Message):
         remove: _abc.Iterable[_builtins.str] | None = ...,
         add: _abc.Iterable[_objects_pb2.Pod] | None = ...,
         move_all: _builtins.bool = ...,
+        consumer: _builtins.str = ...,
+        consumer_incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add", b"add", "done", b"done", "max_pods", b"max_pods", "move_all", b"move_all", "now", b"now", "remove", b"remove", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add", b"add", "consumer", b"consumer", "consumer_incarnation", b"consumer_incarnation", "done", b"done", "max_pods", b"max_pods", "move_all", b"move_all", "now", b"now", "remove", b"remove", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

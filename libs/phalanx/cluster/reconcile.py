@@ -1,0 +1,198 @@
+"""Keeping the scheduler, Redis and the API server in agreement while the scheduler runs.
+
+Three things can make them disagree, and each has its own repair here:
+- Redis restarted (new run id): it may have lost its last writes. The scheduler reloads its memory from
+  Redis and reconciliation runs at once, a few times in a row.
+- Redis was emptied (its epoch key is gone): the scheduler reloads (nothing), learns every gang in use
+  again, and reconciliation refills nodes, bound pods and the queue from the feed's view of the API server.
+- Drift of any other cause (a batch of events that failed to apply, a bug): the periodic pass.
+
+A pass compares the feed's mirror of the API server with Redis, and Redis with the scheduler's memory,
+like kube-scheduler's cache comparer, and repairs:
+- nodes missing or different in Redis; nodes Redis has that the API server does not;
+- pods bound in the API server that Redis does not count (added at once: over-counting is the safe side);
+- reservations whose binding the API server shows done (recorded as bound at once);
+- records of pods that finished, were deleted, are pending although Redis says bound, or are bound
+  elsewhere: released only when the same finding is seen on two passes in a row, so a watch event
+  still in flight cannot make it release capacity that is really in use;
+- per-node usage that differs from the sum of the records (recomputed inside Redis, atomically);
+- scheduler memory that differs from Redis on two passes in a row (reloaded);
+- pending pods the queue may have lost (handed to it again; those it holds stay where they are).
+Every repair is counted by kind (`totals`) and logged in one line per pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from phalanx.plugins.gpu_share import with_gpu_devices
+from phalanx.state.store import BINDING_STATE, PodRecord
+
+if TYPE_CHECKING:
+    from phalanx.cluster.feed import ClusterFeed
+
+log = logging.getLogger(__name__)
+
+IDENTITY_CHECK_SECONDS = 1.0
+FAST_PASSES_AFTER_RESTART = 3
+FAST_PASS_SECONDS = 2.0
+
+
+class Maintenance:
+    """Run from the feed's thread between event batches (`tick`)."""
+
+    def __init__(self, feed: "ClusterFeed", reconcile_interval: float = 30.0) -> None:
+        self.feed = feed
+        self.interval = reconcile_interval
+        self._clock = time.monotonic
+        self._identity: tuple[str, str] | None = None
+        self._next_identity_check = 0.0
+        self._next_pass = self._clock() + reconcile_interval
+        self._fast_passes = 0
+        self._suspects: set[tuple[str, ...]] = set()  # release findings of the previous pass
+        self._memory_suspect = False  # the previous pass found memory and Redis apart
+        self.totals: Counter[str] = Counter()
+        self.passes = 0
+        self.redis_restarts = 0
+        self.redis_wipes = 0
+        self.redis_ok = True  # the last identity check reached Redis (readiness)
+
+    def request_reconcile(self) -> None:
+        self._next_pass = 0.0
+
+    def tick(self) -> None:
+        now = self._clock()
+        if now >= self._next_identity_check:
+            self._next_identity_check = now + IDENTITY_CHECK_SECONDS
+            self._check_identity()
+        if now >= self._next_pass:
+            self.reconcile()
+            if self._fast_passes > 0:
+                self._fast_passes -= 1
+                self._next_pass = self._clock() + FAST_PASS_SECONDS
+            else:
+                self._next_pass = self._clock() + self.interval
+
+    # -- Redis restarts and wipes ----------------------------------------------------------------------
+    def _check_identity(self) -> None:
+        store = self.feed.scheduler.store
+        try:
+            identity = store.identity()
+        except Exception:
+            self.redis_ok = False
+            raise
+        self.redis_ok = True
+        previous, self._identity = self._identity, identity
+        if previous is None or previous == identity:
+            return
+        emptied = previous[1] != identity[1]
+        if emptied:
+            self.redis_wipes += 1
+            log.error("Redis lost Phalanx's state (its epoch changed): rebuilding it from the API server")
+        else:
+            self.redis_restarts += 1
+            log.warning("Redis restarted (run id %s -> %s): reloading and reconciling", previous[0], identity[0])
+        with self.feed.lock:
+            self.feed.scheduler.resync()
+            if emptied:
+                self.feed.resend_gangs()
+        self._suspects.clear()
+        self._fast_passes = FAST_PASSES_AFTER_RESTART
+        self.request_reconcile()
+
+    # -- one pass ----------------------------------------------------------------------------------------
+    def reconcile(self) -> Counter[str]:
+        feed, s = self.feed, self.feed.scheduler
+        store = s.store
+        repairs: Counter[str] = Counter()
+        with feed.lock:
+            now = feed.now()
+            nodes = {name: with_gpu_devices(n) for name, n in feed.mirror_nodes().items()}
+            in_redis = {n.name: n for n in store.load_nodes()}
+            changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]
+            if changed:
+                s.upsert_nodes(changed)
+                repairs["node"] += len(changed)
+
+            records = store.load_pods()
+            bound = feed.mirror_bound()
+            findings: set[tuple[str, ...]] = set()
+            confirm = []
+            add = []
+            for key, rec in sorted(records.items()):
+                api = bound.get(key)
+                if api is None:
+                    if not feed.mirror_has(key):
+                        findings.add(("stale-record", key, rec.node, rec.state))
+                    elif rec.state == "bound":
+                        findings.add(("stale-bound", key, rec.node, rec.state))
+                elif api.node_name != rec.node:
+                    findings.add(("moved", key, rec.node, api.node_name))
+                elif rec.state != "bound" and (not rec.pod.uid or rec.pod.uid == api.uid):
+                    confirm.append(api)
+            for key, pod in sorted(bound.items()):
+                if key not in records and pod.node_name in s.snapshot.index:
+                    add.append(pod)
+            stale_nodes = sorted(set(in_redis) - set(nodes))
+            for name in stale_nodes:
+                findings.add(("stale-node", name))
+
+            confirmed = set()
+            if confirm:
+                # Only pods the scheduler holds as reserved can be confirmed through it; others (a
+                # reservation its memory lost) are recorded after the memory check below.
+                held = [p for p in confirm if p.key in s.assumed]
+                moved = s.confirm_bound(held, now)
+                confirmed = {p.key for p in held} - {p.key for p in moved}
+                repairs["unrecorded-binding"] += len(confirmed)
+            if add:
+                feed._add_bound(add)
+                repairs["uncounted-pod"] += len(add)
+
+            # Releases only for what the previous pass saw too (see the module docstring).
+            sure = findings & self._suspects
+            self._suspects = findings - sure
+            release = sorted({f[1] for f in sure if f[0] in ("stale-record", "stale-bound", "moved")})
+            if release:
+                s.release_pods(release)
+                for kind, n in Counter(f[0] for f in sure if f[0] != "stale-node").items():
+                    repairs[kind] += n
+                moved_pods = [bound[f[1]] for f in sure if f[0] == "moved" and f[1] in bound]
+                if moved_pods:
+                    feed._add_bound(moved_pods)
+            gone_nodes = sorted(f[1] for f in sure if f[0] == "stale-node")
+            if gone_nodes:
+                s.remove_nodes(gone_nodes, now)
+                repairs["stale-node"] += len(gone_nodes)
+
+            fixed = store.repair_usage()
+            if fixed:
+                repairs["usage"] += fixed
+
+            differs = self._memory_differs(store.load_pods())
+            if differs and self._memory_suspect:
+                s.resync()
+                repairs["scheduler-memory"] += 1
+                differs = False
+            self._memory_suspect = differs
+
+            held_keys = set(s.assumed) | s.bound
+            missing = [p for k, p in sorted(feed.mirror_pending().items()) if k not in held_keys]
+            feed.ensure_queued(missing)
+        self.passes += 1
+        if repairs:
+            self.totals.update(repairs)
+            log.warning("reconcile: repaired %d (%s)", sum(repairs.values()),
+                        ", ".join(f"{k}={v}" for k, v in sorted(repairs.items())))
+        return repairs
+
+    def _memory_differs(self, records: dict[str, PodRecord]) -> bool:
+        s = self.feed.scheduler
+        assumed = {k for k, r in records.items() if r.state in ("assumed", BINDING_STATE)}
+        bound = {k for k, r in records.items() if r.state == "bound"}
+        if assumed != set(s.assumed) or bound != s.bound:
+            return True
+        return s.snapshot.used_map() != {k: v for k, v in s.store.load_used().items() if v}
