@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from collections.abc import Iterator
 
 import grpc
 
 from phalanx.clock import Clock
+from phalanx.rpc.health import Heartbeat
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.rpc import validation
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
 from phalanx.scheduling.ports import Carry, Popped, QueuePort, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
@@ -26,6 +29,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.queue = queue
         self.clock = clock
         self.lock = threading.Lock()  # the scheduler's memory is single-threaded by design
+        self.failing_since: float | None = None  # monotonic time of the first of the failing steps
+        self.last_error = ""
 
     def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
                            context: grpc.ServicerContext) -> scheduler_pb2.ApplyClusterEventsResponse:
@@ -41,10 +46,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.ApplyClusterEventsResponse()
 
     def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
-        self._validate(request.events, context, "events.")
-        for i, p in enumerate(request.pods_added):
-            if not p.name or not p.namespace:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"pods_added[{i}]: namespace and name are required")
+        validation.abort_if_invalid(context, validation.step_request(request))
         now = self.clock.now(request.now)
         with self.lock:
             carry = self._apply(request.events, now) if request.HasField("events") else Carry()
@@ -62,16 +64,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     @staticmethod
     def _validate(ev: scheduler_pb2.ClusterEvents, context: grpc.ServicerContext, prefix: str) -> None:
-        for i, n in enumerate(ev.nodes_upserted):
-            if not n.name:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{prefix}nodes_upserted[{i}].name: required")
-        for i, g in enumerate(ev.gangs_upserted):
-            if not g.name or not g.namespace:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"{prefix}gangs_upserted[{i}]: namespace and name are required")
-            if g.min_available < 1:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"{prefix}gangs_upserted[{i}] {g.namespace}/{g.name}: min_available must be at least 1")
+        validation.abort_if_invalid(context, validation.cluster_events(ev, prefix))
 
     def _apply(self, ev: scheduler_pb2.ClusterEvents, now: float) -> Carry:
         """Applies cluster events to the scheduler; returns what the queue must hear about them."""
@@ -111,19 +104,33 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 satisfied_at=float(g["satisfied_at"]) if g["satisfied_at"] is not None else -1.0))  # type: ignore[arg-type]
         return scheduler_pb2.ListGangsResponse(gangs=out)
 
-    def run_forever(self, stop: threading.Event, idle_wait: float = 0.2) -> None:
+    def run_forever(self, stop: threading.Event, idle_wait: float = 0.2, beat: Heartbeat | None = None) -> None:
         """Real-clock mode: step continuously; when idle, long-poll the queue for the next pod (gang
-        timers still fire: the wait is short)."""
+        timers still fire: the wait is short). `beat` is beaten at every iteration (liveness); a step that
+        keeps failing is reported through `step_error` (readiness)."""
         prefetched = None
         while not stop.is_set():
+            if beat is not None:
+                beat.beat()
             try:
                 with self.lock:
                     r = self.scheduler.step(self.clock.now(), prefetched=prefetched)
+                self.failing_since = None
                 prefetched = None
                 if r.attempted == 0:
                     # Outside the lock: cluster events must not wait behind an idle poll.
                     prefetched = self.scheduler.wait_for_work(self.clock.now(), idle_wait)
-            except Exception:  # keep serving: a failed step is retried, its state is in Redis
+            except Exception as exc:  # keep serving: the step's pods went back to the queue; it is retried
                 log.exception("scheduling step failed")
+                self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 prefetched = None
                 stop.wait(1.0)
+
+    def step_error(self, grace: float = 10.0) -> str:
+        """Readiness: why scheduling has been failing for longer than `grace` seconds, or ""."""
+        since = self.failing_since
+        if since is None or time.monotonic() - since < grace:
+            return ""
+        return f"every scheduling step for {time.monotonic() - since:.0f}s failed, last: {self.last_error}"

@@ -224,11 +224,22 @@ class Phalanx:
         from phalanx_queue import __main__ as queue_main
 
         self.start_queue("127.0.0.1:0")
-        self.binder = binder_main.build(binder_main.parser().parse_args([
-            "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
-            "--redis-url", self.redis_url, "--redis-prefix", self.prefix])).start()
+        self.start_binder("127.0.0.1:0")
         self.start_scheduler()
         return self
+
+    def start_binder(self, listen: str) -> None:
+        from phalanx_binder import __main__ as binder_main
+
+        self.binder = binder_main.build(binder_main.parser().parse_args([
+            "--listen", listen, "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
+            "--redis-url", self.redis_url, "--redis-prefix", self.prefix, "--finish-interval", "0.5"])).start()
+
+    def stop_binder(self) -> str:
+        """Stops the binder (as if it crashed); returns its address, to start the next one on."""
+        address = self.binder.address
+        self.binder.stop(0)
+        return str(address)
 
     def start_queue(self, listen: str) -> None:
         from phalanx_queue import __main__ as queue_main
@@ -249,7 +260,8 @@ class Phalanx:
         args = scheduler_main.parser().parse_args([
             "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
             "--scheduler-name", self.scheduler_name, "--redis-url", self.redis_url, "--redis-prefix", self.prefix,
-            "--queue", self.queue.address, "--binder", self.binder.address, "--default-wait", "30"])
+            "--queue", self.queue.address, "--binder", self.binder.address, "--default-wait", "30",
+            "--reconcile-interval", "1"])
         server, servicer = scheduler_main.build(args)
         server.start()
         feed = scheduler_main.start_feed(args, servicer)

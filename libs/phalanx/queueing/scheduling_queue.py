@@ -6,12 +6,21 @@ for a pod without a gang; then the gang's (or pod's) namespace/name; then the po
 whole units: every active pod of the head pod's gang comes out together.
 
 Time is whatever the caller says it is (`now`), so the same queue runs on a wall clock or a virtual one.
+
+Popped pods are lent, not given: each pop names its consumer (and the consumer's incarnation). A pod
+stays in flight until its consumer reports a verdict; if the consumer restarts (same name, new
+incarnation) or is not heard from for `lease_seconds` of wall-clock time, its pods return to the active
+sub-queue, so a crashed or stuck scheduler cannot strand them. A consumer that did place such a pod
+answers it with its reservation when it pops it again, so a premature return costs a pop, not a pod.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -46,6 +55,7 @@ class Entry:
     unschedulable_since: float = 0.0
     move_seq_at_pop: int = 0
     version: int = 0
+    lent_to: str = ""  # consumer name while in flight
 
 
 @dataclass
@@ -54,6 +64,8 @@ class QueueSettings:
     max_backoff: float = 10.0
     # Unschedulable pods are retried after this long even without a cluster event; 0 disables it.
     unschedulable_flush: float = 300.0
+    # Wall-clock seconds a consumer may stay silent before the pods it borrowed come back; 0 disables it.
+    lease_seconds: float = 60.0
 
 
 @dataclass
@@ -72,9 +84,34 @@ class _HeapItem:
     key: str = field(compare=False)
 
 
+@dataclass
+class _Consumer:
+    incarnation: str
+    last_seen: float
+    lent: set[str] = field(default_factory=set)
+
+
+# Past 2^2100 every positive double overflows, so min(initial * 2^k, max) is max for any larger k.
+_MAX_BACKOFF_EXPONENT = 2100
+
+
+def backoff_delay(attempts: int, initial: float, maximum: float) -> float:
+    """min(initial * 2^(attempts-1), maximum), for any number of attempts (2 ** 1025 overflows a float)."""
+    exponent = min(max(attempts - 1, 0), _MAX_BACKOFF_EXPONENT)
+    try:
+        delay = math.ldexp(initial, exponent)
+    except OverflowError:
+        delay = math.copysign(math.inf, initial)
+    return min(delay, maximum)
+
+
 class SchedulingQueue:
-    def __init__(self, settings: QueueSettings | None = None) -> None:
+    def __init__(self, settings: QueueSettings | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings or QueueSettings()
+        self._monotonic = monotonic
+        self._consumers: dict[str, _Consumer] = {}
+        self.returned_loans = 0  # pods that came back from a restarted or silent consumer
         self._entries: dict[str, Entry] = {}
         self._active: list[_HeapItem] = []
         self._backoff: list[tuple[float, int, str]] = []
@@ -105,6 +142,8 @@ class SchedulingQueue:
     def _leave(self, e: Entry) -> None:
         """Takes e out of whatever sub-queue holds it (heaps are cleaned lazily by version)."""
         self._unschedulable.pop(e.key, None)
+        if e.where == SubQueue.IN_FLIGHT:
+            self._end_loan(e)
         if e.where == SubQueue.ACTIVE and e.gang:
             members = self._gang_active.get(e.gang)
             if members is not None:
@@ -115,7 +154,7 @@ class SchedulingQueue:
 
     def _to_backoff(self, e: Entry, now: float) -> None:
         self._unschedulable.pop(e.key, None)
-        delay = min(self.settings.initial_backoff * (2 ** max(e.attempts - 1, 0)), self.settings.max_backoff)
+        delay = backoff_delay(e.attempts, self.settings.initial_backoff, self.settings.max_backoff)
         e.backoff_until = now + delay
         e.where = SubQueue.BACKOFF
         self._version += 1
@@ -124,13 +163,16 @@ class SchedulingQueue:
 
     # -- intake ----------------------------------------------------------------------------------
     def add(self, key: str, *, priority: int, created_at: float, gang: str, gang_created_at: float,
-            payload: Any, now: float) -> None:
+            payload: Any, now: float, only_missing: bool = False) -> bool:
+        """Adds (or replaces) a pod; returns False when `only_missing` and the queue already holds it."""
         with self._lock:
             old = self._entries.get(key)
+            if old is not None and only_missing:
+                return False
             if old is not None:
                 if old.where == SubQueue.IN_FLIGHT:
                     old.payload = payload  # the scheduler's verdict on the old copy still applies
-                    return
+                    return True
                 self._leave(old)
                 self._drop(old)
             if gang and gang not in self._gang_time:
@@ -140,6 +182,7 @@ class SchedulingQueue:
                 e.attempts = old.attempts
             self._put(e)
             self._to_active(e)
+            return True
 
     def _put(self, e: Entry) -> None:
         self._entries[e.key] = e
@@ -168,6 +211,7 @@ class SchedulingQueue:
 
     # -- popping ---------------------------------------------------------------------------------
     def _flush(self, now: float) -> None:
+        self._expire_loans()
         while self._backoff and self._backoff[0][0] <= now:
             _, version, key = heapq.heappop(self._backoff)
             e = self._entries.get(key)
@@ -189,14 +233,54 @@ class SchedulingQueue:
                 return e
         return None
 
-    def _take(self, e: Entry) -> None:
+    def _take(self, e: Entry, consumer: str) -> None:
         self._leave(e)
         e.where = SubQueue.IN_FLIGHT
         e.move_seq_at_pop = self._move_seq
+        e.lent_to = consumer
+        self._consumers[consumer].lent.add(e.key)
 
-    def pop(self, max_pods: int, now: float, wait_seconds: float = 0.0) -> list[Entry]:
-        """Pops whole units in queue order until at least `max_pods` pods (a gang is never split)."""
+    def _end_loan(self, e: Entry) -> None:
+        c = self._consumers.get(e.lent_to)
+        if c is not None:
+            c.lent.discard(e.key)
+        e.lent_to = ""
+
+    # -- loans -----------------------------------------------------------------------------------
+    def _heard_from(self, consumer: str, incarnation: str) -> None:
+        """A pop renews the consumer's lease; a new incarnation means the old one's pods are lost to it."""
+        c = self._consumers.get(consumer)
+        if c is not None and c.incarnation != incarnation:
+            self._return_loans(c)
+        if c is None or c.incarnation != incarnation:
+            c = self._consumers[consumer] = _Consumer(incarnation, self._monotonic())
+        c.last_seen = self._monotonic()
+
+    def _expire_loans(self) -> None:
+        lease = self.settings.lease_seconds
+        if lease <= 0:
+            return
+        now = self._monotonic()
+        for name, c in list(self._consumers.items()):
+            if now - c.last_seen >= lease:
+                self._return_loans(c)
+                del self._consumers[name]
+
+    def _return_loans(self, c: _Consumer) -> None:
+        for key in sorted(c.lent):
+            e = self._entries.get(key)
+            if e is not None and e.where == SubQueue.IN_FLIGHT:
+                e.lent_to = ""
+                self._to_active(e)
+                self.returned_loans += 1
+        c.lent.clear()
+
+    def pop(self, max_pods: int, now: float, wait_seconds: float = 0.0, consumer: str = "",
+            incarnation: str = "") -> list[Entry]:
+        """Pops whole units in queue order until at least `max_pods` pods (a gang is never split), lent
+        to `consumer` (see the module's docstring)."""
         with self._lock:
+            self._heard_from(consumer, incarnation)
             self._flush(now)
             if not self._active and wait_seconds > 0:
                 self._lock.wait(timeout=wait_seconds)
@@ -207,13 +291,13 @@ class SchedulingQueue:
                 if head is None:
                     break
                 if not head.gang:
-                    self._take(head)
+                    self._take(head, consumer)
                     out.append(head)
                     continue
                 unit = [self._entries[k] for k in self._gang_active.get(head.gang, {head.key})]
                 unit.sort(key=lambda x: x.key)
                 for e in unit:
-                    self._take(e)
+                    self._take(e, consumer)
                 out.extend(unit)
             return out
 
@@ -238,6 +322,7 @@ class SchedulingQueue:
                     self._gang_time[gang] = gang_created_at
             else:
                 self._leave(e)
+                e.where = SubQueue.BACKOFF  # out of flight; placed properly just below
                 if payload is not None:
                     e.payload = payload
             e.attempts += 1
@@ -294,6 +379,7 @@ class SchedulingQueue:
         with self._lock:
             for e in self._entries.values():
                 if e.where == SubQueue.IN_FLIGHT:
+                    self._end_loan(e)
                     self._to_active(e)
                     released += 1
         return released

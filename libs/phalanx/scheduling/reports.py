@@ -7,10 +7,16 @@ does not write the same condition and Event again on every retry.
 
 from __future__ import annotations
 
+import logging
+
 from phalanx.model.objects import GangSpec
 from phalanx.scheduling.ports import BinderPort
 from phalanx.state.store import GangRecord
 from phalanx.v1 import binder_pb2
+
+
+log = logging.getLogger(__name__)
+MAX_HELD = 100_000  # undelivered pod (and gang) reports kept while the binder is unreachable
 
 
 class StatusReports:
@@ -55,7 +61,16 @@ class StatusReports:
         self._first_attempt.pop(key, None)
 
     def flush(self, binder: BinderPort, now: float) -> None:
-        if self._pods or self._gangs:
-            pods, self._pods = self._pods, []
-            gangs, self._gangs = self._gangs, []
+        """Hands the reports to the binder; kept for the next flush while it is unreachable (a status
+        message is never worth failing a scheduling step), up to a bound so a long outage cannot grow
+        memory without end: past it the oldest are dropped (each pod's next report says it again)."""
+        if not (self._pods or self._gangs):
+            return
+        pods, self._pods = self._pods, []
+        gangs, self._gangs = self._gangs, []
+        try:
             binder.report(pods, gangs, now)
+        except Exception as exc:
+            log.warning("status reports not delivered (%s); kept for the next round", str(exc).splitlines()[0][:200])
+            self._pods = (pods + self._pods)[-MAX_HELD:]
+            self._gangs = (gangs + self._gangs)[-MAX_HELD:]

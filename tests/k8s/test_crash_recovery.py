@@ -1,0 +1,119 @@
+"""Crash safety against a real kube-apiserver: a gang whose binding a crashed binder started is finished,
+Redis emptied while the scheduler runs is rebuilt, a batch of events that failed to apply is not lost,
+and reconciliation repairs drift between Redis and the API server.
+
+The processes run in this test process (tests/k8s/conftest.py); the separate-process kills are in
+test_chaos.py."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from waiting import wait_for
+
+from phalanx.model.objects import PodInfo
+from phalanx.state.store import BINDING_STATE, Txn
+from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not apiserver_available(), reason=APISERVER_MISSING_REASON),
+]
+
+GPU = "nvidia.com/gpu"
+BIND = 20.0
+
+
+def _states(phalanx, ns: str) -> dict[str, tuple[str, str]]:
+    return {k: v for k, v in phalanx.reserved().items() if k.startswith(f"{ns}/")}
+
+
+def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster, phalanx) -> None:
+    """The binder dies after recording its intent and writing one of three bindings: the next binder rolls
+    the batch forward from Redis; nothing is released, nothing is bound twice, the gang ends whole."""
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    address = phalanx.stop_binder()  # binds now fail: the scheduler keeps the decided gang pending
+    names = cluster.koord_pods(ns, "train", 3, min_available=3)
+    wait_for(lambda: len(_states(phalanx, ns)) == 3, BIND, "the gang reserved")
+    reserved = _states(phalanx, ns)
+    # What a binder that crashed mid-batch leaves: the intent recorded, one binding written.
+    keys = sorted(reserved)
+    phalanx.store.must_apply(Txn(expect=[[k, "assumed", reserved[k][0]] for k in keys],
+                                 set_state=[[k, BINDING_STATE] for k in keys]))
+    first = keys[0].split("/", 1)[1]
+    cluster.bind(ns, first, reserved[keys[0]][0])
+    time.sleep(3)  # longer than the scheduler's bind retries: with no binder, nothing may be released
+    after = _states(phalanx, ns)
+    assert after[keys[0]] == (reserved[keys[0]][0], "bound")  # the feed saw that binding: recorded
+    assert {s for k, (_, s) in after.items() if k != keys[0]} == {BINDING_STATE}
+    phalanx.start_binder(address)
+    bound = wait_for(lambda: cluster.all_bound(ns, names), BIND, "the whole gang bound")
+    assert bound == {k.split("/", 1)[1]: node for k, (node, _) in reserved.items()}  # where it was reserved
+    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    assert phalanx.store.load_used()[(reserved[keys[0]][0], GPU)] == 3000
+
+
+def test_redis_emptied_while_the_scheduler_runs_is_rebuilt(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    node = cluster.node("n1", gpus=4)
+    held = cluster.koord_pods(ns, "held", 3, min_available=3)
+    wait_for(lambda: cluster.all_bound(ns, held), BIND, "the first gang bound")
+    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    phalanx.store.wipe()  # Redis lost everything; the scheduler keeps running
+    wait_for(lambda: phalanx.store.load_used().get((node, GPU)) == 3000, BIND, "bound pods counted again")
+    assert phalanx.store.load_nodes()
+    # Only 1 GPU is free: a 2-pod gang must wait (over-commit if the rebuild missed the bound pods) ...
+    late = cluster.koord_pods(ns, "late", 2, min_available=2)
+    time.sleep(3)
+    assert not any(cluster.node_of(ns, n) for n in late)
+    # ... and bind once the first gang is gone.
+    for name in held:
+        cluster.delete_pod(ns, name)
+    wait_for(lambda: cluster.all_bound(ns, late), BIND, "the waiting gang bound after the rebuild")
+
+
+def test_a_batch_of_events_that_failed_to_apply_is_not_lost(cluster, phalanx) -> None:
+    """Applying a new node fails once (Redis unreachable, say): reconciliation applies it from the feed's
+    view, so the pods waiting for it still bind."""
+    ns = cluster.namespace()
+    scheduler = phalanx.scheduler[1].scheduler
+    original = scheduler.upsert_nodes
+    failures = []
+
+    def fail_once(nodes):  # type: ignore[no-untyped-def]
+        if not failures:
+            failures.append(nodes)
+            raise ConnectionError("redis unreachable")
+        return original(nodes)
+
+    scheduler.upsert_nodes = fail_once
+    try:
+        cluster.node("n1", gpus=2)
+        wait_for(lambda: failures, BIND, "the node's batch failed")
+        names = cluster.koord_pods(ns, "train", 2, min_available=2)
+        wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound on the node whose batch failed")
+    finally:
+        scheduler.upsert_nodes = original
+
+
+def test_reconciliation_repairs_stale_records_and_usage(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    node = cluster.node("n1", gpus=2)
+    names = cluster.koord_pods(ns, "train", 2, min_available=2)
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
+    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    # Drift: the record of a pod that does not exist (capacity nobody will ever give back), and usage
+    # that does not match the records.
+    ghost = PodInfo(ns, "ghost", uid="ghost-uid", requests={"cpu": 4000})
+    phalanx.store.must_apply(Txn(reserve=[phalanx.store.reserve_entry(ghost, node)]))
+    phalanx.store.redis.hincrby(phalanx.store.keys.used, f"{node}\x1fcpu", 777)
+    feed = phalanx.scheduler[2]
+    wait_for(lambda: f"{ns}/ghost" not in phalanx.reserved(), BIND, "the stale record released")
+    # Each pod of the gang asks 100m cpu: the ghost's 4 CPUs and the 777 stray milli-CPUs are gone.
+    wait_for(lambda: phalanx.store.load_used().get((node, "cpu")) == 200, BIND, "usage repaired")
+    assert phalanx.store.load_used()[(node, GPU)] == 2000
+    assert feed.maintenance.totals["stale-record"] >= 1 and feed.maintenance.totals["usage"] >= 1
+    # The bound gang's records were never touched.
+    assert {k: s for k, (_, s) in _states(phalanx, ns).items()} == {f"{ns}/{n}": "bound" for n in names}

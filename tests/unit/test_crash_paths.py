@@ -1,0 +1,189 @@
+"""What the scheduler does when a process it talks to fails mid-step (issue: nothing half-bound, nothing
+stuck). Real Redis, in-process queue and binder; the binder "dies" by raising from its port, as the gRPC
+client does when the binder is down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue, SubQueue
+from phalanx.scheduling.local import LocalQueue
+from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.state.store import StateStore, Txn
+from test_gang_scheduler import Harness, gang, node, pod
+
+
+class FlakyBinder:
+    """The binder port, down (raising like an UNAVAILABLE gRPC call) while `down` is True."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.down = True
+        self.calls = 0
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.down:
+            raise ConnectionError("binder unavailable")
+        return self.inner.bind(*args, **kwargs)
+
+    def bind_many(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.down:
+            raise ConnectionError("binder unavailable")
+        return self.inner.bind_many(*args, **kwargs)
+
+    def report(self, *args: Any, **kwargs: Any) -> None:
+        self.inner.report(*args, **kwargs)
+
+
+@pytest.fixture
+def h(store: StateStore) -> Harness:
+    harness = Harness(store)
+    harness.sched.binder = FlakyBinder(harness.binder)  # type: ignore[assignment]
+    return harness
+
+
+def in_flight(h: Harness) -> int:
+    return h.queue.queue.stats(0).in_flight
+
+
+def states(store: StateStore) -> dict[str, str]:
+    return {k: r.state for k, r in store.load_pods().items()}
+
+
+def test_a_gang_whose_binder_is_down_keeps_its_reservations_and_binds_when_it_is_back(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("train", 3)])
+    h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(3)], 0)
+    h.sched.step(0)
+    assert h.bound() == {}
+    assert in_flight(h) == 0                                  # every popped pod got a verdict
+    assert set(states(h.store).values()) == {"assumed"}       # reservations kept, not dropped
+    h.sched.binder.down = False  # type: ignore[attr-defined]
+    h.sched.step(1)  # past the retry's backoff
+    assert sorted(h.bound()) == ["default/w0", "default/w1", "default/w2"]
+    assert set(states(h.store).values()) == {"bound"}
+
+
+def test_an_ordinary_pod_whose_bind_failed_is_bound_later_not_kept_assumed(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=1)])
+    h.queue.add([pod("solo", gpus=1)], 0)
+    h.sched.step(0)
+    assert states(h.store) == {"default/solo": "assumed"} and in_flight(h) == 0
+    h.sched.binder.down = False  # type: ignore[attr-defined]
+    h.sched.step(30)
+    assert h.bound() == {"default/solo": "n1"}
+    assert states(h.store) == {"default/solo": "bound"}
+
+
+def test_a_restarted_scheduler_binds_an_ordinary_pod_left_assumed(store: StateStore) -> None:
+    first = Harness(store)
+    first.sched.binder = FlakyBinder(first.binder)  # type: ignore[assignment]
+    first.sched.upsert_nodes([node("n1", gpus=1)])
+    first.queue.add([pod("solo", gpus=1)], 0)
+    first.sched.step(0)
+    assert states(store) == {"default/solo": "assumed"}
+    second = Harness(store)  # a new process: memory from Redis only
+    second.sched.recover(5)
+    assert second.bound() == {"default/solo": "n1"}
+
+
+def test_a_gang_placed_whole_is_not_timed_out_while_its_binder_is_down(h: Harness) -> None:
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("train", 2, wait=5)])
+    h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(2)], 0)
+    h.sched.step(0)
+    h.sched.step(50)  # far past its 5 s wait, binder still down
+    assert h.sched.gangs.record("default/train").timed_out is False
+    assert set(states(h.store).values()) == {"assumed"}
+    h.sched.binder.down = False  # type: ignore[attr-defined]
+    h.sched.step(60)
+    assert len(h.bound()) == 2 and not h.annotations()
+
+
+def test_a_step_that_fails_midway_returns_its_pods_and_reloads_memory(h: Harness) -> None:
+    h.sched.binder.down = False  # type: ignore[attr-defined]
+    h.sched.upsert_nodes([node("n1", gpus=2)])
+    h.queue.add([pod("a", gpus=1)], 0)
+    original = h.sched.store.apply
+    h.sched.store.apply = lambda txn: (_ for _ in ()).throw(ConnectionError("redis down"))  # type: ignore[assignment]
+    with pytest.raises(ConnectionError):
+        h.sched.step(0)
+    h.sched.store.apply = original  # type: ignore[method-assign]
+    assert h.sched.needs_resync
+    h.sched.snapshot.used[:] = 12345  # whatever memory holds now is not trusted
+    h.sched.step(10)  # reloads memory; the pod's verdict (backoff) reaches the queue
+    h.sched.step(20)
+    assert h.bound() == {"default/a": "n1"}                # the pod came back and was scheduled
+    assert in_flight(h) == 0
+    assert h.sched.snapshot.used_map() == {k: v for k, v in h.store.load_used().items() if v}
+
+
+def test_the_timeout_message_counts_what_was_placed_before_the_release(store: StateStore) -> None:
+    h = Harness(store)
+    h.sched.upsert_nodes([node("n1", gpus=2)])
+    h.sched.upsert_gangs([gang("big", 3, wait=5)])
+    h.queue.add([pod(f"w{i}", "big", gpus=1) for i in range(2)], 0)  # only 2 of 3 ever created
+    h.sched.step(0)
+    h.sched.step(10)
+    message = h.conditions()["default/w0"]
+    assert "2/3 pods placed" in message, message
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _queue(lease: float = 10.0) -> tuple[SchedulingQueue, FakeClock]:
+    clock = FakeClock()
+    q = SchedulingQueue(QueueSettings(lease_seconds=lease), monotonic=clock)
+    for name in ("a", "b"):
+        q.add(f"default/{name}", priority=0, created_at=0, gang="", gang_created_at=0, payload=name, now=0)
+    return q, clock
+
+
+def test_a_restarted_consumer_gets_its_predecessors_pods_back_at_once() -> None:
+    q, _ = _queue()
+    assert len(q.pop(10, 0, consumer="sched", incarnation="1")) == 2
+    assert q.stats(0).in_flight == 2
+    again = q.pop(10, 0, consumer="sched", incarnation="2")  # the same scheduler, restarted
+    assert sorted(e.key for e in again) == ["default/a", "default/b"]
+    assert q.returned_loans == 2
+
+
+def test_pods_of_a_silent_consumer_return_after_the_lease() -> None:
+    q, clock = _queue(lease=10.0)
+    q.pop(10, 0, consumer="sched", incarnation="1")
+    clock.t = 5.0
+    assert q.pop(10, 0, consumer="other", incarnation="x") == []   # within the lease: still lent
+    clock.t = 11.0
+    back = q.pop(10, 0, consumer="other", incarnation="x")
+    assert sorted(e.key for e in back) == ["default/a", "default/b"]
+
+
+def test_a_consumer_that_keeps_popping_keeps_its_loans() -> None:
+    q, clock = _queue(lease=10.0)
+    q.pop(1, 0, consumer="sched", incarnation="1")
+    for t in (6.0, 12.0, 18.0):
+        clock.t = t
+        q.pop(1, 0, consumer="sched", incarnation="1")  # renews the lease
+    entries = {e.key: e.where for e in q._entries.values()}
+    assert list(entries.values()).count(SubQueue.IN_FLIGHT) == 2
+    assert q.returned_loans == 0
+
+
+def test_a_verdict_ends_the_loan(store: StateStore) -> None:
+    q, clock = _queue(lease=10.0)
+    popped = q.pop(10, 0, consumer="sched", incarnation="1")
+    from phalanx.queueing.scheduling_queue import Outcome
+    for e in popped:
+        q.done(e.key, Outcome.ASSUMED, 0)
+    clock.t = 100.0
+    assert q.pop(10, 0, consumer="sched", incarnation="2") == [] and q.returned_loans == 0
