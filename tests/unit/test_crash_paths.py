@@ -187,3 +187,23 @@ def test_a_verdict_ends_the_loan(store: StateStore) -> None:
         q.done(e.key, Outcome.ASSUMED, 0)
     clock.t = 100.0
     assert q.pop(10, 0, consumer="sched", incarnation="2") == [] and q.returned_loans == 0
+
+
+def test_two_strict_gangs_interleaved_the_one_that_fits_binds_without_waiting_for_the_others_timeout(
+        store: StateStore) -> None:
+    """Gang a can never fit (2 x 3 GPUs on a 4-GPU node), gang b can (2 x 2). Their pods arrive
+    interleaved. Before the fix, b waited for a's timeout (600 s): releasing a's reservations woke nobody."""
+    h = Harness(store)
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("a", 2, wait=600), gang("b", 2, wait=600)])
+    t = 0.0
+    for p in (pod("a0", "a", gpus=3, created=0), pod("b0", "b", gpus=2, created=1),
+              pod("a1", "a", gpus=3, created=0), pod("b1", "b", gpus=2, created=1)):
+        h.queue.add([p], t)
+        h.sched.step(t)
+        t += 0.3
+    while not h.bound() and t < 600:
+        r = h.sched.step(t)
+        t = max(t + 0.5, r.next_wakeup or 0)
+    assert h.bound() == {"default/b0": "n1", "default/b1": "n1"}
+    assert t < 30

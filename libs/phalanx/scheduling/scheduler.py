@@ -56,6 +56,7 @@ class _StepState:
     ready_groups: dict[tuple[str, ...], str] = field(default_factory=dict)  # group -> trace
     ordinary: list[Popped] = field(default_factory=list)
     bound: int = 0
+    freed: bool = False  # reservations were released: pods waiting for capacity get another try
 
 
 class GangScheduler:
@@ -249,6 +250,7 @@ class GangScheduler:
                 carry.verdicts += state.verdicts
                 carry.activate += state.activate
                 carry.failed += state.failed
+                carry.move_all = carry.move_all or state.freed
                 unsettled = []
                 if later and self._quiet_until(later[0][0], popped, state):
                     now = self._next_instant(now, later, carry, result)
@@ -326,6 +328,14 @@ class GangScheduler:
             return
         if status == GangStatus.SATISFIED:
             state.ordinary.extend(unit)  # once-satisfied: the gang rules no longer apply
+            return
+        until = self.gangs.backed_off_until(gang, state.now)
+        if until is not None:
+            # Its last attempt failed: it reserves nothing for a while, so a gang that can fit is not kept
+            # out, attempt after attempt, by one that cannot (they would otherwise take turns holding
+            # each other's capacity until one times out).
+            msg = f"{self.gangs.describe(gang)}; backing off until {until - state.now:.1f}s from now after a failed attempt"
+            self._reject(unit, Outcome.BACKOFF, msg, state, report=False)
             return
         spec = self.gangs.specs[gang]
         with child_span("phalanx.scheduler.gang_attempt", unit[0].trace,
@@ -445,6 +455,8 @@ class GangScheduler:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message))
             self.reports.pod(item.pod.key, message)
         state.failed.append(gang)
+        state.freed = state.freed or bool(previously)
+        self.gangs.back_off(gang, state.now)
         self._report_gang(gang, "Pending", "FailedScheduling", message, state.now, unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
