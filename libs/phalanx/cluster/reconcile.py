@@ -174,10 +174,11 @@ class Maintenance:
 
             differs = self._memory_differs(store.load_pods())
             if differs and self._memory_suspect:
+                log.warning("reconcile: scheduler memory differs from Redis: %s", differs)
                 s.resync()
                 repairs["scheduler-memory"] += 1
-                differs = False
-            self._memory_suspect = differs
+                differs = ""
+            self._memory_suspect = bool(differs)
 
             held_keys = set(s.assumed) | s.bound
             missing = [p for k, p in sorted(feed.mirror_pending().items()) if k not in held_keys]
@@ -189,10 +190,18 @@ class Maintenance:
                         ", ".join(f"{k}={v}" for k, v in sorted(repairs.items())))
         return repairs
 
-    def _memory_differs(self, records: dict[str, PodRecord]) -> bool:
+    def _memory_differs(self, records: dict[str, PodRecord]) -> str:
+        """How the scheduler's memory differs from Redis ("" when it does not), for the log line."""
         s = self.feed.scheduler
         assumed = {k for k, r in records.items() if r.state in ("assumed", BINDING_STATE)}
         bound = {k for k, r in records.items() if r.state == "bound"}
-        if assumed != set(s.assumed) or bound != s.bound:
-            return True
-        return s.snapshot.used_map() != {k: v for k, v in s.store.load_used().items() if v}
+        out = []
+        for name, mine, theirs in (("assumed", set(s.assumed), assumed), ("bound", s.bound, bound)):
+            if mine != theirs:
+                out.append(f"{name}: only in memory {sorted(mine - theirs)[:5]}, only in Redis {sorted(theirs - mine)[:5]}")
+        mem, red = s.snapshot.used_map(), {k: v for k, v in s.store.load_used().items() if v}
+        wrong = sorted(k for k in set(mem) | set(red) if mem.get(k, 0) != red.get(k, 0))
+        if wrong:
+            out.append("usage: " + ", ".join(f"{n}/{r} memory {mem.get((n, r), 0)} Redis {red.get((n, r), 0)}"
+                                             for n, r in wrong[:5]))
+        return "; ".join(out)
