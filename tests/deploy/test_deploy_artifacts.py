@@ -371,8 +371,10 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
         port = PORTS[name]
         assert c["command"] == [f"phalanx-{name}"]
         assert {"name": "grpc", "containerPort": port, "protocol": "TCP"} in c["ports"]
-        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-            assert c[probe]["grpc"] == {"port": port}, f"{name}: {probe} must be a native gRPC probe"
+        # Native gRPC probes on the health service names that separate "restart me" from "route no work to me".
+        for probe, service in (("readinessProbe", "readiness"), ("livenessProbe", "liveness"),
+                               ("startupProbe", "liveness")):
+            assert c[probe]["grpc"] == {"port": port, "service": service}, f"{name}: {probe}"
         env = {e["name"]: e for e in c["env"]}
         assert env["PHALANX_LISTEN"]["value"] == f"0.0.0.0:{port}"
         assert env["PHALANX_SCHEDULER_NAME"]["value"] == "phalanx"

@@ -239,17 +239,20 @@ spec:
           startupProbe:
             grpc:
               port: {{ .port }}
+              service: liveness
             periodSeconds: 2
             failureThreshold: {{ div .startupSeconds 2 }}
           readinessProbe:
             grpc:
               port: {{ .port }}
+              service: readiness
             periodSeconds: 5
             timeoutSeconds: 2
             failureThreshold: 3
           livenessProbe:
             grpc:
               port: {{ .port }}
+              service: liveness
             periodSeconds: 10
             timeoutSeconds: 2
             failureThreshold: 3
