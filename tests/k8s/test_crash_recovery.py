@@ -117,3 +117,35 @@ def test_reconciliation_repairs_stale_records_and_usage(cluster, phalanx) -> Non
     assert feed.maintenance.totals["stale-record"] >= 1 and feed.maintenance.totals["usage"] >= 1
     # The bound gang's records were never touched.
     assert {k: s for k, (_, s) in _states(phalanx, ns).items()} == {f"{ns}/{n}": "bound" for n in names}
+
+
+def test_redis_restarted_with_its_data_scheduling_goes_on(apiserver, cluster, tid) -> None:
+    """redis-server killed and restarted (append-only file, as the chart runs it) while a gang waits and
+    while new pods are created: events that failed during the outage are applied afterwards, the
+    waiting gang keeps its reservations and binds, and Redis agrees with the API server at the end."""
+    from conftest import Phalanx
+
+    from phalanx.testing.redis_server import RedisServer
+
+    redis = RedisServer(appendonly=True).start()
+    stack = Phalanx(apiserver, redis.url, f"aof-{tid}", cluster.scheduler_name).start()
+    try:
+        ns = cluster.namespace()
+        cluster.node("n1", gpus=4)
+        first = cluster.koord_pods(ns, "train", 2, min_available=3)
+        wait_for(lambda: len(_states(stack, ns)) == 2, BIND, "two pods reserved")
+        time.sleep(1.2)  # appendfsync everysec: the reservations reach the file
+        redis.kill()
+        during = cluster.koord_pods(ns, "train", 1, min_available=3, start=2)  # created while Redis is down
+        solo = cluster.pod(ns, "solo", gpus=1)["metadata"]["name"]
+        time.sleep(2)
+        redis.start()
+        names = first + during
+        wait_for(lambda: cluster.all_bound(ns, names), 30, "the gang bound after the restart")
+        wait_for(lambda: cluster.node_of(ns, solo), 30, "the pod created during the outage bound")
+        wait_for(lambda: {s for _, s in _states(stack, ns).values()} == {"bound"} and len(_states(stack, ns)) == 4,
+                 30, "Redis records every binding")
+        assert stack.store.load_used()[(cluster.nodes[0], GPU)] == 4000
+    finally:
+        stack.stop()
+        redis.stop()

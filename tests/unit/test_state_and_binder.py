@@ -480,3 +480,51 @@ def test_node_field_layout_matches_the_lua_script(nodes: StateStore, redis_clien
     nodes.must_apply(Txn(reserve=[reserve(pod("a", 1234), "n2")]))
     assert redis_client.hget(keys.used, node_field("n2", "cpu")) == "1234"
     assert redis_client.hget(keys.cap, node_field("n2", "cpu")) == "2000"
+
+
+class SilentApiBackend(FlakyBackend):
+    """Writes outside Redis (like the Kubernetes backend), and the API server does not answer for some
+    pods: their bindings are retryable failures."""
+
+    transactional = False
+
+
+def test_a_binding_the_api_server_did_not_answer_stays_started_and_is_rolled_forward(
+        nodes: StateStore, keys: Keys) -> None:
+    names = ["w0", "w1", "w2"]
+    reserve_gang(nodes, names)
+    silent = BindFailure("API server timed out", retryable=True)
+    first = make_binder(nodes, SilentApiBackend(nodes.redis, keys, {"default/w1": silent}))
+    results, _ = first.bind(assignments(names), True, now=1.0)
+    assert statuses(results) == {"w0": BOUND, "w1": PENDING, "w2": BOUND}
+    # Two of the gang are bound: w1's reservation must survive, never be released or rolled back.
+    assert {k: p.state for k, p in nodes.load_pods().items()} == {
+        "default/w0": "bound", "default/w1": "binding", "default/w2": "bound"}
+    assert used(nodes)[("n1", "cpu")] == 1500
+    later = make_binder(nodes, SilentApiBackend(nodes.redis, keys, {}))
+    assert statuses(later.finish_interrupted(now=2.0)) == {"w1": BOUND}
+    assert {p.state for p in nodes.load_pods().values()} == {"bound"}
+    assert nodes.redis.smembers(keys.gang_bound(GANG)) == {f"default/{n}" for n in names}
+    assert later.finish_interrupted(now=3.0) == []  # nothing left: idempotent
+
+
+def test_an_intent_whose_reservation_changed_writes_nothing(nodes: StateStore, keys: Keys) -> None:
+    """The intent is checked against the reservations it starts from: one released meanwhile (a
+    timeout) refuses the batch before any API call."""
+    names = ["w0", "w1"]
+    reserve_gang(nodes, names)
+    backend = SilentApiBackend(nodes.redis, keys, {})
+    binder = make_binder(nodes, backend)
+    original = nodes.get_pods
+
+    def stale_read(keys_: list[str]) -> dict[str, Any]:
+        records = original(keys_)
+        nodes.must_apply(Txn(release=["default/w1"]))  # released between the check and the intent
+        return records
+
+    nodes.get_pods = stale_read  # type: ignore[method-assign]
+    results, _ = binder.bind(assignments(names), True, now=1.0)
+    nodes.get_pods = original  # type: ignore[method-assign]
+    assert statuses(results) == {"w0": FAILED, "w1": ROLLED_BACK}
+    assert sim_binds(nodes) == []
+    assert nodes.load_pods() == {}  # released as the scheduler will mirror it: no reservation left stuck

@@ -126,8 +126,11 @@ class BatchBinder:
             ok, reason = self.store.apply(intent)
             if not ok:  # fenced out, or a reservation changed since the check: nothing was written
                 log.warning("binding intent refused: %s", reason)
-                return [results.get(a.pod_key) or binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=reason)
-                        for a in assignments]
+                if started:  # part of the batch is past the point of no return: retry, never undo
+                    return [results.get(a.pod_key) or binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING,
+                                                                            message=reason) for a in assignments]
+                # Nothing of it was written: give the reservations back, as before any bind.
+                return self._roll_back(assignments, records, {**problems, fresh[0].pod_key: reason}, fence)
             faults.reached("binder.after_intent")
         already = [a for a in todo if records[a.pod_key].state == "bound"]
         to_write = [a for a in todo if records[a.pod_key].state != "bound"]
@@ -154,9 +157,8 @@ class BatchBinder:
             # Fenced out: a newer holder exists. The bindings written stay "binding" in Redis and are
             # recorded by whoever finishes them; nothing is released.
             log.error("bind commit refused: %s", reason)
-            return [binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING if a.pod_key in results
-                                          and results[a.pod_key].status in (BOUND, PENDING) else FAILED,
-                                          message=reason) for a in assignments]
+            return [results[a.pod_key] if a.pod_key in problems else
+                    binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason) for a in assignments]
         return [results[a.pod_key] for a in assignments]
 
     def finish_interrupted(self, now: float) -> list[binder_pb2.BindResult]:
