@@ -10,6 +10,7 @@ from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import LockTimeout
 from phalanx.clock import Clock
+from phalanx.rpc import validation
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
 
@@ -21,7 +22,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         self.clock = clock
 
     def Bind(self, request: binder_pb2.BindRequest, context: grpc.ServicerContext) -> binder_pb2.BindResponse:
-        self._validate(request.assignments, context, "")
+        validation.abort_if_invalid(context, validation.bind_request(request))
         return self._bind(request.assignments, request.all_or_nothing, request.now, request.trace_parent, context)
 
     def BindManyStream(self, requests: Iterator[binder_pb2.BindManyRequest],
@@ -30,23 +31,9 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     def _bind_many(self, request: binder_pb2.BindManyRequest,
                    context: grpc.ServicerContext) -> binder_pb2.BindManyResponse:
-        for i, batch in enumerate(request.batches):
-            self._validate(batch.assignments, context, f"batches[{i}].")
+        validation.abort_if_invalid(context, validation.bind_many_request(request))
         return binder_pb2.BindManyResponse(batches=[
             self._bind(b.assignments, b.all_or_nothing, request.now, b.trace_parent, context) for b in request.batches])
-
-    @staticmethod
-    def _validate(assignments: Iterable[binder_pb2.Assignment], context: grpc.ServicerContext, prefix: str) -> None:
-        seen: set[str] = set()
-        for i, a in enumerate(assignments):
-            if a.pod_key.count("/") != 1 or not a.node:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"{prefix}assignments[{i}]: pod_key must be namespace/name and node must be set "
-                              f"(got pod_key={a.pod_key!r}, node={a.node!r})")
-            if a.pod_key in seen:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"{prefix}assignments[{i}]: pod {a.pod_key} appears twice")
-            seen.add(a.pod_key)
 
     def _bind(self, assignments: Iterable[binder_pb2.Assignment], all_or_nothing: bool, now: float, trace: str,
               context: grpc.ServicerContext) -> binder_pb2.BindResponse:
@@ -62,5 +49,6 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         return serve_stream(self.Bind)(requests, context)
 
     def Report(self, request: binder_pb2.ReportRequest, context: grpc.ServicerContext) -> binder_pb2.ReportResponse:
+        validation.abort_if_invalid(context, validation.report_request(request))
         self.backend.report(list(request.pods), list(request.gangs), self.clock.now(request.now))
         return binder_pb2.ReportResponse()

@@ -10,6 +10,7 @@ import grpc
 
 from phalanx.clock import Clock
 from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
+from phalanx.rpc import validation
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.telemetry.tracing import start_root
 from phalanx.v1 import queue_pb2, queue_pb2_grpc
@@ -50,22 +51,22 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         return parent
 
     def Add(self, request: queue_pb2.AddRequest, context: grpc.ServicerContext) -> queue_pb2.AddResponse:
+        validation.abort_if_invalid(context, validation.add_request(request))
         now = self.clock.now(request.now)
         added, rejected = 0, []
         for i, pod in enumerate(request.pods):
-            if not pod.name or not pod.namespace:
-                rejected.append(f"pods[{i}]: metadata.name and metadata.namespace are required")
-                continue
-            if pod.gang and pod.gang.count("/") != 1:
-                rejected.append(f"pods[{i}] {pod.namespace}/{pod.name}: gang {pod.gang!r} is not namespace/name")
+            problem = validation.pod_rejection(pod, i)
+            if problem:
+                rejected.append(problem)
                 continue
             pod.trace_parent = self._trace_for(pod)
-            self.queue.add(f"{pod.namespace}/{pod.name}", priority=pod.priority, created_at=pod.created_at,
-                           gang=pod.gang, gang_created_at=pod.gang_created_at, payload=pod, now=now)
-            added += 1
+            added += self.queue.add(f"{pod.namespace}/{pod.name}", priority=pod.priority, created_at=pod.created_at,
+                                    gang=pod.gang, gang_created_at=pod.gang_created_at, payload=pod, now=now,
+                                    only_missing=request.only_missing)
         return queue_pb2.AddResponse(added=added, rejected=rejected, incarnation=self.incarnation)
 
     def Pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
+        validation.abort_if_invalid(context, validation.pop_request(request))
         now = self.clock.now(request.now)
         if request.HasField("done"):
             self._done(request.done, now, context)
@@ -76,7 +77,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             rejected = list(self.Add(queue_pb2.AddRequest(pods=request.add, now=request.now), context).rejected)
         if request.move_all:
             self.queue.move_all(now)
-        entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0))
+        entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0),
+                                 consumer=request.consumer, incarnation=request.consumer_incarnation)
         nxt = self.queue.next_ready_at()
         return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0,
                                      pending=len(self.queue), rejected=rejected, incarnation=self.incarnation)
@@ -91,11 +93,7 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
 
     def _done(self, request: queue_pb2.DoneRequest, now: float, context: grpc.ServicerContext) -> None:
         # Validate the whole request first: a refused request must change nothing.
-        for i, res in enumerate(request.results):
-            if res.outcome not in _OUTCOMES:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"results[{i}].outcome: unknown value {res.outcome}")
-            if not res.pod.name or not res.pod.namespace:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"results[{i}].pod: namespace and name are required")
+        validation.abort_if_invalid(context, validation.done_request(request))
         for res in request.results:
             outcome = _OUTCOMES[res.outcome]
             pod = res.pod
@@ -107,9 +105,11 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             self.queue.activate_gang(gang, now)
 
     def Remove(self, request: queue_pb2.RemoveRequest, context: grpc.ServicerContext) -> queue_pb2.RemoveResponse:
+        validation.abort_if_invalid(context, validation.remove_request(request))
         return queue_pb2.RemoveResponse(removed=self.queue.remove(list(request.pod_keys)))
 
     def MoveAll(self, request: queue_pb2.MoveAllRequest, context: grpc.ServicerContext) -> queue_pb2.MoveAllResponse:
+        validation.abort_if_invalid(context, validation.move_all_request(request))
         return queue_pb2.MoveAllResponse(moved=self.queue.move_all(self.clock.now(request.now)))
 
     def ReleaseInFlight(self, request: queue_pb2.ReleaseInFlightRequest,
@@ -117,6 +117,7 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         return queue_pb2.ReleaseInFlightResponse(released=self.queue.release_in_flight(self.clock.now()))
 
     def Stats(self, request: queue_pb2.StatsRequest, context: grpc.ServicerContext) -> queue_pb2.StatsResponse:
+        validation.abort_if_invalid(context, validation.stats_request(request))
         s = self.queue.stats(self.clock.now(request.now))
         return queue_pb2.StatsResponse(active=s.active, backoff=s.backoff, unschedulable=s.unschedulable,
                                        in_flight=s.in_flight, next_ready_at=s.next_ready_at or 0.0)

@@ -39,3 +39,24 @@ def test_quoted_shows_strings_in_double_quotes():
     assert quoted("abc") == '"abc"'
     assert quoted("") == '""'
     assert quoted(5) == "5"
+
+
+def test_a_workload_with_mis_shaped_fields_reports_them_and_loads_the_rest(tmp_path):
+    # `annotations: "foo"` crashed `phalanx simulate` before the intake could name it.
+    from phalanx.sim.workload import load_workload
+
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        "kind: Pod\nmetadata: {name: a, annotations: foo}\n---\n"
+        "kind: Pod\nmetadata: {name: b}\nspec: [1]\n---\n"
+        "kind: [Pod]\nmetadata: {name: c}\n---\n"
+        "kind: Pod\nmetadata: {name: d, labels: [x]}\n---\n"
+        "kind: Pod\nmetadata: {name: e}\n")
+    w = load_workload([path])
+    assert w.errors == [
+        f"{path}#1: Pod default/a: metadata.annotations: expected a mapping, got str; skipped",
+        f"{path}#2: Pod default/b: spec: expected a mapping, got list; skipped",
+        f"{path}#3: kind a list is not simulated (expected one of ConfigMap, Node, Pod, PodGroup); skipped",
+    ]
+    # Labels are read by the intake only, which names them; the pod stays, to be reported with that reason.
+    assert [o.name for o in w.objects] == ["d", "e"]

@@ -4,6 +4,7 @@ import pytest
 import yaml
 from builders import make_configmap, make_pod, make_podgroup
 
+from phalanx.intake.errors import IntakeError
 from phalanx.intake.pods import parse_pod
 from phalanx.intake.resolver import GangResolver, Resolution
 from phalanx.model import keys
@@ -58,10 +59,13 @@ annotations:
   gang.scheduling.koordinator.sh/mode: Strict
   gang.scheduling.koordinator.sh/groups: ["namespaceA/gang-a", "namespaceB/gang-b"]
 """)
-    result = GangResolver().resolve(parse_pod({"metadata": metadata, "spec": {"containers": []}}))
-    # Upper-case namespaces are not RFC 1123: the example itself is refused, naming the annotation.
-    assert result.error.startswith(f"Pod namespaceA/pod-a: metadata.annotations[{keys.KOORD_GROUPS}]: ")
+    # Upper-case namespaces are not RFC 1123: the example itself is refused, first for the pod's own namespace.
+    with pytest.raises(IntakeError) as exc:
+        parse_pod({"metadata": metadata, "spec": {"containers": []}})
+    assert str(exc.value).startswith("Pod namespaceA/pod-a: metadata.namespace: ")
     metadata["namespace"] = "namespace-a"
+    result = GangResolver().resolve(parse_pod({"metadata": metadata, "spec": {"containers": []}}))
+    assert result.error.startswith(f"Pod namespace-a/pod-a: metadata.annotations[{keys.KOORD_GROUPS}]: ")
     metadata["annotations"][keys.KOORD_GROUPS] = ["namespace-a/gang-a", "namespace-b/gang-b"]
     spec = GangResolver().resolve(parse_pod({"metadata": metadata})).spec
     assert (spec.key, spec.min_available, spec.total_number, spec.wait_seconds, spec.groups) == (

@@ -84,3 +84,25 @@ def test_errors_name_the_node_and_the_field(raw, field, fragment):
 def test_a_node_without_a_name_is_refused():
     with pytest.raises(IntakeError, match="metadata.name: is required"):
         parse_node({"metadata": {}, "status": {}})
+
+
+@pytest.mark.parametrize(("builder", "field", "fragment"), [
+    # One column per GPU in the scheduler: 10^15 GPUs used to hang it.
+    (make_node("n1").gpu(1025), "status.allocatable.nvidia.com/gpu", "at most 1024"),
+    (make_node("n1").gpu(10**9).capacity_only(), "status.capacity.nvidia.com/gpu", "at most 1024"),
+    # Amounts must stay exact as the doubles the Redis state adds them up in.
+    (make_node("n1").memory(2**53), "status.allocatable.memory", "too large (at most 9007199254740991"),
+    (make_node("n1").cpu(10**5000), "status.allocatable.cpu", "too large"),
+    (make_node("a/b"), "metadata.name", "DNS-1123 subdomain"),
+    (make_node("N1"), "metadata.name", "DNS-1123 subdomain"),
+])
+def test_bounded_node_inputs_are_refused_by_name(builder, field, fragment):
+    with pytest.raises(IntakeError) as caught:
+        parse_node(builder.build())
+    assert caught.value.field == field
+    assert fragment in caught.value.message
+
+
+def test_the_largest_accepted_node():
+    node = parse_node(make_node("n" * 253).gpu(1024).memory(f"{2**53 - 1}m").build())
+    assert (node.allocatable["nvidia.com/gpu"], node.allocatable["memory"]) == (1_024_000, 2**53 - 1)

@@ -181,6 +181,25 @@ def test_node_selector_is_sorted_pairs():
         (make_pod("worker-0").set("metadata.annotations", "a=b"), "metadata.annotations", "expected a mapping"),
         (make_pod("worker-0").set("spec", []), "spec", "expected a mapping"),
         (make_pod("worker-0").node_name(7), "spec.nodeName", "expected a string"),
+        # Bounded inputs: every number must fit its protobuf field, every name must split cleanly.
+        (make_pod("worker-0").priority(2**31), "spec.priority", "out of range"),
+        (make_pod("worker-0").priority(-(2**31) - 1), "spec.priority", "out of range"),
+        (make_pod("worker-0").priority(10**5000), "spec.priority", "out of range"),
+        (make_pod("worker-0").container(requests={"cpu": 10**5000}), "spec.containers[0].resources.requests.cpu",
+         "too large"),
+        (make_pod("worker-0").container(requests={"cpu": "1e999990"}), "spec.containers[0].resources.requests.cpu",
+         "too large"),
+        (make_pod("worker-0").container(requests={"cpu": "1e10000000"}),
+         "spec.containers[0].resources.requests.cpu", "too large"),
+        (make_pod("worker-0").container(requests={"cpu": "9" * 100}), "spec.containers[0].resources.requests.cpu",
+         "too long"),
+        (make_pod("worker-0").container(requests={"cpu": "5T"}).container(requests={"cpu": "5T"}),
+         "spec.containers[*].resources.requests.cpu", "too large"),
+        (make_pod("worker-0").annotation(SIM_DURATION, "9" * 100 + "h"), f"metadata.annotations[{SIM_DURATION}]",
+         "too long"),
+        (make_pod("worker-0").label("big", 10**5000), "metadata.labels[big]", "cannot be read as text"),
+        (make_pod("worker-0").annotation("odd", "\ud800"), "metadata.annotations[odd]", "not valid UTF-8"),
+        (make_pod("worker-0").node_name("node/1"), "spec.nodeName", "DNS-1123 subdomain"),
     ],
 )
 def test_errors_name_the_pod_and_the_field(builder, field, fragment):
@@ -190,6 +209,29 @@ def test_errors_name_the_pod_and_the_field(builder, field, fragment):
     assert caught.value.field == field
     assert str(caught.value).startswith(f"Pod default/worker-0: {field}: ")
     assert fragment in caught.value.message
+
+
+@pytest.mark.parametrize(("name", "namespace", "field"), [
+    ("a/b", "default", "metadata.name"),
+    ("worker-0", "team/a", "metadata.namespace"),
+    ("Worker-0", "default", "metadata.name"),
+    ("worker_0", "default", "metadata.name"),
+    ("w" * 254, "default", "metadata.name"),
+    ("worker-0", "n" * 64, "metadata.namespace"),
+    ("worker-0", "team.a", "metadata.namespace"),
+    ("worker-0\n", "default", "metadata.name"),
+])
+def test_pod_names_and_namespaces_must_be_kubernetes_names(name, namespace, field):
+    # A "/" in either used to pass the intake and then fail a whole binder step.
+    with pytest.raises(IntakeError) as caught:
+        parse_pod(make_pod(name, namespace).build())
+    assert caught.value.field == field
+    assert "DNS-1123" in caught.value.message
+
+
+def test_the_longest_kubernetes_names_are_accepted():
+    pod = parse_pod(make_pod("w" * 253, "n" * 63).node_name("a." * 126 + "b").build())
+    assert (len(pod.name), len(pod.namespace), len(pod.node_name)) == (253, 63, 253)
 
 
 @pytest.mark.parametrize("raw", [{"metadata": {"namespace": "ns"}}, {"metadata": {"name": ""}}, {"spec": {}}])

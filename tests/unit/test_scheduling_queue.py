@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
-from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue
+from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue, backoff_delay
 
 NS = "default"
 
@@ -191,6 +192,29 @@ def test_backoff_doubles_up_to_the_maximum(settings: dict, expected: list[float]
         assert s.next_ready_at == pytest.approx(now + delay)
         assert q.pop(1, now + delay - 0.01) == []
         now += delay
+
+
+def test_backoff_never_overflows_however_many_attempts() -> None:
+    # Past 1,025 attempts of one pod, initial * 2 ** (attempts-1) raised OverflowError (it crashed `phalanx simulate`).
+    q = make_queue()
+    add(q, "p")
+    now = 0.0
+    for attempt in range(1, 1_101):
+        assert names(q.pop(1, now)) == ["p"]
+        q.done(key("p"), Outcome.BACKOFF, now)
+        ready = q.next_ready_at()
+        assert ready == pytest.approx(now + min(2.0 ** min(attempt - 1, 10), 10.0))
+        now = ready
+
+
+@pytest.mark.parametrize("attempts", [0, 1, 2, 11, 1_024, 1_025, 1_026, 5_000, 10**9, 10**30])
+@pytest.mark.parametrize("initial, maximum", [(1.0, 10.0), (0.5, 3.0), (5e-324, 1e308), (1e300, float("inf")),
+                                              (0.0, 10.0)])
+def test_backoff_delay_is_the_capped_doubling(attempts: int, initial: float, maximum: float) -> None:
+    exact = Fraction(initial) * 2 ** min(max(attempts - 1, 0), 3000)  # exact; past 2^3000 the cap always wins
+    as_float = float(exact) if exact < 2**1024 else float("inf")  # beyond the largest double: infinite
+    expected = maximum if exact >= maximum else as_float
+    assert backoff_delay(attempts, initial, maximum) == expected
 
 
 def test_backoff_pod_comes_back_at_its_time() -> None:

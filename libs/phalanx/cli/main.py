@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     from phalanx.bench.cli import add_bench_command
 
     add_bench_command(sub)
+    from phalanx.chaos.cli import add_chaos_command
+
+    add_chaos_command(sub)
     return parser
 
 

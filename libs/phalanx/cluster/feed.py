@@ -46,7 +46,6 @@ from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.ports import Popped, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
-from phalanx.state.store import TxnConflict
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -582,16 +581,8 @@ class ClusterFeed:
             log.warning("cluster feed: the queue did not answer (%s); retrying", exc)
 
     def _add_bound(self, pods: list[PodInfo]) -> None:
-        try:
-            self.scheduler.add_bound_pods(pods)
-        except TxnConflict:
-            # Bound pods are facts, but one that over-commits its node (as Redis counts it) fails the whole
-            # transaction: record the others one by one.
-            for pod in pods:
-                try:
-                    self.scheduler.add_bound_pods([pod])
-                except TxnConflict as exc:
-                    log.warning("cluster feed: bound pod %s on %s not counted: %s", pod.key, pod.node_name, exc)
+        # Bound pods are facts: recorded even where they over-commit their node as Redis counts it.
+        self.scheduler.add_bound_pods(pods)
 
     # -- reports -----------------------------------------------------------------------------------------
     def _gang_counts(self, gangs: Iterable[str]) -> list[binder_pb2.GangReport]:

@@ -49,8 +49,17 @@ class Subject:
         return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
 
 
+MAX_SHOWN = 100  # characters of a user's string echoed in an error; a 1 MB name must not make a 1 MB error
+
+
 def quoted(value: object) -> str:
     """Show a user's value in double quotes, as kubectl does, so "" and " 5" stay visible."""
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        shown = json.dumps(value[:MAX_SHOWN], ensure_ascii=False)
+        return shown if len(value) <= MAX_SHOWN else f"{shown}... ({len(value)} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        # repr() of an int over 4,300 digits raises ValueError; such a number is only ever "too large".
+        return f"a {value.bit_length()}-bit integer"
+    if isinstance(value, (list, tuple, dict, set)):
+        return f"a {type(value).__name__}"
     return repr(value)

@@ -9,16 +9,34 @@ resource names are map keys, which both spellings leave untouched.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from phalanx.intake.errors import Subject, quoted
+from phalanx.intake import names
+from phalanx.intake.errors import IntakeError, Subject, quoted
+from phalanx.model.duration import parse_duration
 from phalanx.model.objects import Resources
 from phalanx.model.quantity import QuantityError, parse_quantity
 
 _UPPER = re.compile(r"(?<!^)(?=[A-Z])")
+
+# Every number that crosses the wire must fit its protobuf field (see protos/phalanx/v1/objects.proto).
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+# Quantities are int64 on the wire, but the Redis state adds them up in Lua, whose numbers are doubles: past
+# 2^53 an amount is rounded and HINCRBY refuses it. 2^53 milli-units is 9e12 cores, or 8 TiB of memory.
+MAX_AMOUNT = 2**53 - 1
+# Real quantities and durations are a few characters long; longer text is refused before it is parsed,
+# since "1e999999" would otherwise make a million-digit integer (seconds of CPU) or a decimal overflow.
+MAX_QUANTITY_TEXT = 64
+# The scheduler keeps one column per GPU of a node (GPU sharing), so a node of 10^15 GPUs would never load.
+GPU = "nvidia.com/gpu"
+MAX_NODE_GPUS = 1024
+MAX_DURATION_TEXT = 64
+_EXPONENT = re.compile(r"[+-]?(\d*)\.?(\d*)[eE]([+-]?\d+)")
 
 
 def snake(name: str) -> str:
@@ -55,6 +73,17 @@ def text(value: Any, subject: Subject, field: str) -> str:
         return ""
     if not isinstance(value, str):
         raise subject.error(field, f"expected a string, got {quoted(value)}")
+    return wire_text(value, subject, field)
+
+
+def wire_text(value: str, subject: Subject, field: str) -> str:
+    """The string, if protobuf can send it: a lone surrogate (possible from JSON "\\ud800") cannot be UTF-8."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise subject.error(field, f"{quoted(value)} is not valid UTF-8 text") from None
     return value
 
 
@@ -72,12 +101,27 @@ def as_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"))
+        return str(value)  # ValueError past 4,300 digits: value_text names the field
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def value_text(value: Any, subject: Subject, field: str) -> str:
+    """as_text, with any value that has no text form (a 5,000-digit number, a lone surrogate) refused by name."""
+    try:
+        return wire_text(as_text(value), subject, field)
+    except ValueError as exc:
+        if isinstance(exc, IntakeError):
+            raise
+        raise subject.error(field, f"{quoted(value)} cannot be read as text") from None
 
 
 def string_map(value: Any, subject: Subject, field: str) -> dict[str, str]:
-    return {str(key): as_text(item) for key, item in mapping(value, subject, field).items()}
+    out: dict[str, str] = {}
+    for key, item in mapping(value, subject, field).items():
+        name = value_text(key, subject, f"{field} key {quoted(key)}") if not isinstance(key, str) else key
+        name = wire_text(name, subject, f"{field} key")
+        out[name] = value_text(item, subject, f"{field}[{name}]")
+    return out
 
 
 def metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[Mapping[str, Any], Subject]:
@@ -88,14 +132,30 @@ def metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[Ma
     meta = raw if isinstance(raw, Mapping) else {}
     name = meta.get("name")
     namespace = meta.get("namespace") or ("default" if namespaced else "")
-    subject = Subject(kind, str(namespace), str(name) if name else "<unnamed>")
+    subject = Subject(kind, _shown(namespace), _shown(name) if name else "<unnamed>")
     if raw is not None and not isinstance(raw, Mapping):
         raise subject.error("metadata", f"expected a mapping, got {type(raw).__name__}")
     if not isinstance(name, str) or not name:
         raise subject.error("metadata.name", "is required")
     if not isinstance(namespace, str):
         raise subject.error("metadata.namespace", f"expected a string, got {quoted(namespace)}")
+    if namespaced and not names.is_dns_label(namespace):
+        # The namespace is half of every pod and gang key ("namespace/name"): a "/" in it breaks them.
+        raise subject.error("metadata.namespace", f"{quoted(namespace)} is not {names.LABEL_RULE}")
     return meta, subject
+
+
+def subdomain_name(subject: Subject) -> None:
+    """Refuse an object name that is not a DNS-1123 subdomain (pods and nodes; gangs check their own)."""
+    if not names.is_dns_subdomain(subject.name):
+        raise subject.error("metadata.name", f"{quoted(subject.name)} is not {names.SUBDOMAIN_RULE}")
+
+
+def _shown(value: Any) -> str:
+    """A name as the error text shows it; a name of the wrong type is shown quoted, and short."""
+    if isinstance(value, str):
+        return value if len(value) <= 300 else quoted(value)
+    return quoted(value)
 
 
 def timestamp(value: Any, subject: Subject, field: str) -> float | None:
@@ -113,7 +173,10 @@ def timestamp(value: Any, subject: Subject, field: str) -> float | None:
         raise subject.error(field, f"expected an RFC 3339 time, got {quoted(value)}")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError):  # year 1 with a positive offset falls before datetime.min
+        raise subject.error(field, f"{quoted(value)} is out of range") from None
 
 
 def integer(value: Any, subject: Subject, field: str) -> int:
@@ -130,9 +193,52 @@ def integer(value: Any, subject: Subject, field: str) -> int:
 def resource_list(value: Any, subject: Subject, field: str) -> Resources:
     """A ResourceList in milli-units; each bad quantity is reported with its own path (`...requests.cpu`)."""
     out: Resources = {}
-    for name, quantity in mapping(value, subject, field).items():
-        try:
-            out[str(name)] = parse_quantity(quantity)
-        except QuantityError as exc:
-            raise subject.error(f"{field}.{name}", str(exc)) from None
+    for key, quantity in mapping(value, subject, field).items():
+        name = key if isinstance(key, str) else value_text(key, subject, f"{field} key {quoted(key)}")
+        name = wire_text(name, subject, f"{field} key")
+        out[name] = quantity_milli(quantity, subject, f"{field}.{name}")
     return out
+
+
+def quantity_milli(quantity: Any, subject: Subject, field: str) -> int:
+    """One quantity in milli-units, refused by name when it is not a quantity or does not fit an int64."""
+    if isinstance(quantity, int) and not isinstance(quantity, bool) and quantity.bit_length() > 64:
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+    if isinstance(quantity, str):
+        stripped = quantity.strip()
+        if len(stripped) > MAX_QUANTITY_TEXT:
+            raise subject.error(field, f"{quoted(quantity)} is not a quantity (too long)")
+        exponent = _EXPONENT.fullmatch(stripped)
+        if exponent is not None and int(exponent.group(3)) > 40 and (exponent.group(1) + exponent.group(2)).strip("0"):
+            raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+    try:
+        milli = parse_quantity(quantity)
+    except QuantityError as exc:
+        raise subject.error(field, str(exc)) from None
+    except ArithmeticError:  # decimal.Overflow from an exponent the checks above let through
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)") from None
+    if milli > MAX_AMOUNT:
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+    return milli
+
+
+def checked_total(resources: Resources, subject: Subject, field: str) -> Resources:
+    """A sum of quantities (containers, overhead) must still be an amount the services accept."""
+    for name, amount in resources.items():
+        if amount > MAX_AMOUNT:
+            raise subject.error(f"{field}.{name}", f"the total of {amount} milli-units is too large "
+                                                   f"(at most {MAX_AMOUNT})")
+    return resources
+
+
+def duration_seconds(value: Any) -> float:
+    """A Go duration or a number of seconds, finite as the protobuf double must be; ValueError otherwise."""
+    if isinstance(value, str) and len(value.strip()) > MAX_DURATION_TEXT:
+        raise ValueError(f"{quoted(value)} is not a duration (too long)")
+    try:
+        seconds = parse_duration(value)
+    except ArithmeticError:  # decimal.Overflow
+        raise ValueError(f"{quoted(value)} is too long a duration") from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"{quoted(value)} is too long a duration")
+    return seconds

@@ -30,10 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields as dataclass_fields, replace
 from typing import Any, Generic, TypeVar
 
-from phalanx.intake import fields
+from phalanx.intake import fields, names
 from phalanx.intake.errors import IntakeError, Subject, quoted
 from phalanx.model import keys
-from phalanx.model.duration import parse_duration
 from phalanx.model.objects import GangMode, GangSpec, PodInfo, Resources
 
 KOORDINATOR_ANNOTATIONS = "koordinator-annotations"
@@ -44,8 +43,7 @@ CONFIGMAP = "configmap"
 PODGROUP_GROUPS = (keys.GROUP_SIGS, keys.GROUP_X_K8S, keys.GROUP_VOLCANO)
 MATCH_POLICIES = ("once-satisfied", "only-waiting", "waiting-and-running")
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_POSITIVE_INT = re.compile(r"\+?[0-9]{1,20}")
 
 T = TypeVar("T")
 
@@ -246,9 +244,13 @@ _FORM_READERS: dict[str, Callable[[PodInfo, Subject, LinkSite], GangLink]] = {
 
 
 def positive_int(text: str) -> int:
-    if not re.fullmatch(r"\+?\d+", text.strip()) or int(text) <= 0:
+    """A gang size: it travels as a protobuf int32, so 2^31 and above is refused rather than overflowed."""
+    stripped = text.strip()
+    if not _POSITIVE_INT.fullmatch(stripped) or int(stripped) <= 0:
         raise ValueError(f"{quoted(text)} is not a positive integer")
-    return int(text)
+    if int(stripped) > fields.INT32_MAX:
+        raise ValueError(f"{quoted(text)} is too large (at most {fields.INT32_MAX})")
+    return int(stripped)
 
 
 def gang_mode(text: str) -> GangMode:
@@ -259,7 +261,7 @@ def gang_mode(text: str) -> GangMode:
 
 
 def positive_duration(text: str) -> float:
-    seconds = parse_duration(text)
+    seconds = fields.duration_seconds(text)
     if seconds <= 0:
         raise ValueError(f"{quoted(text)} is not a positive duration")
     return seconds
@@ -289,7 +291,7 @@ def gang_groups(text: str) -> tuple[str, ...]:
     members: list[str] = []
     for item in (entry.strip() for entry in value):
         namespace, _, name = item.partition("/")
-        if not _DNS_LABEL.match(namespace) or len(namespace) > 63 or not is_gang_name(name):
+        if not names.is_dns_label(namespace) or not is_gang_name(name):
             raise ValueError(f'{quoted(text)}: {quoted(item)} is not "namespace/name" with RFC 1123 parts')
         if item not in members:
             members.append(item)
@@ -304,7 +306,7 @@ def _unquoted_list(text: str) -> list[str] | None:
 
 
 def is_gang_name(name: str) -> bool:
-    return 0 < len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
+    return names.is_dns_subdomain(name)
 
 
 _PARAM_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -362,7 +364,8 @@ def object_ref(obj: Mapping[str, Any]) -> ObjectRef:
         return ObjectRef("PodGroup", group, subject.namespace, subject.name)
     if kind == "ConfigMap" and api_version in ("v1", None):
         return ObjectRef("ConfigMap", "", subject.namespace, subject.name)
-    raise subject.error("kind", f"{quoted(kind)} ({api_version}) does not declare a gang (PodGroup or ConfigMap)")
+    raise subject.error(
+        "kind", f"{quoted(kind)} ({quoted(api_version)}) does not declare a gang (PodGroup or ConfigMap)")
 
 
 def is_gang_object(obj: Mapping[str, Any]) -> bool:
@@ -415,6 +418,8 @@ def _read_configmap(obj: Mapping[str, Any], subject: Subject) -> GangParams:
 
 
 def _positive_field(raw: Any, subject: Subject, where: str) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw.bit_length() > 64:  # str() of it may fail
+        raise subject.error(where, f"{quoted(raw)} is too large (at most {fields.INT32_MAX})")
     try:
         return positive_int(fields.as_text(raw))
     except ValueError as exc:
@@ -428,7 +433,7 @@ def _timeout_seconds(raw: Any, subject: Subject, where: str) -> Declared[float] 
     try:
         if isinstance(raw, bool):
             raise ValueError(f"{raw!r} is not a number of seconds")
-        seconds = parse_duration(raw if isinstance(raw, (int, float)) else fields.as_text(raw))
+        seconds = fields.duration_seconds(raw if isinstance(raw, (int, float)) else fields.as_text(raw))
     except ValueError as exc:
         raise subject.error(where, str(exc)) from None
     return Declared(seconds, subject, where) if seconds > 0 else None

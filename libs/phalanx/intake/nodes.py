@@ -16,6 +16,7 @@ DEFAULT_MAX_PODS = 110_000  # kubelet's default --max-pods (110), in milli-units
 
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     meta, subject = fields.metadata(obj, "Node", namespaced=False)
+    fields.subdomain_name(subject)
     spec = fields.mapping(fields.get(obj, "spec"), subject, "spec")
     labels = fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels")
     # The kubelet always sets it; hand-written nodes often omit it, yet selectors and spread rely on it.
@@ -32,10 +33,11 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
 def _allocatable(obj: Mapping[str, Any], subject: Subject) -> dict[str, int]:
     status = fields.mapping(fields.get(obj, "status"), subject, "status")
     # Allocatable is capacity minus system reservations; only nodes written by hand lack it.
-    if fields.get(status, "allocatable"):
-        allocatable = fields.resource_list(fields.get(status, "allocatable"), subject, "status.allocatable")
-    else:
-        allocatable = fields.resource_list(fields.get(status, "capacity"), subject, "status.capacity")
+    where = "status.allocatable" if fields.get(status, "allocatable") else "status.capacity"
+    allocatable = fields.resource_list(fields.get(status, where.partition(".")[2]), subject, where)
+    if allocatable.get(fields.GPU, 0) > fields.MAX_NODE_GPUS * 1000:
+        raise subject.error(f"{where}.{fields.GPU}", f"{allocatable[fields.GPU] / 1000:g} GPUs is more than a node "
+                                                     f"can have (at most {fields.MAX_NODE_GPUS})")
     allocatable.setdefault("pods", DEFAULT_MAX_PODS)
     return allocatable
 
@@ -53,7 +55,7 @@ def _taint(raw: Any, subject: Subject, field: str) -> Taint:
         raise subject.error(f"{field}.key", "is required")
     if effect not in TAINT_EFFECTS:
         raise subject.error(f"{field}.effect", f"{quoted(effect)} is not one of {', '.join(TAINT_EFFECTS)}")
-    return Taint(key=key, value=fields.as_text(fields.get(item, "value")), effect=effect)
+    return Taint(key=key, value=fields.value_text(fields.get(item, "value"), subject, f"{field}.value"), effect=effect)
 
 
 def _unschedulable(spec: Mapping[str, Any], subject: Subject) -> bool:

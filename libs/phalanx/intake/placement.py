@@ -70,7 +70,8 @@ def _requirement(raw: Any, subject: Subject, field: str, *, on_fields: bool) -> 
     key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
     operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator")
     values = tuple(
-        fields.as_text(value) for value in fields.sequence(fields.get(item, "values"), subject, f"{field}.values")
+        fields.value_text(value, subject, f"{field}.values[{i}]")
+        for i, value in enumerate(fields.sequence(fields.get(item, "values"), subject, f"{field}.values"))
     )
     if not key:
         raise subject.error(f"{field}.key", "is required")
@@ -89,11 +90,14 @@ def _requirement(raw: Any, subject: Subject, field: str, *, on_fields: bool) -> 
 
 
 def _is_integer(value: str) -> bool:
+    # Kubernetes parses Gt/Lt values as int64; the length check keeps int() off 5,000-digit strings.
+    if len(value) > 20:
+        return False
     try:
-        int(value)
+        number = int(value)
     except ValueError:
         return False
-    return True
+    return -(2**63) <= number < 2**63
 
 
 def _tolerations(spec: Mapping[str, Any], subject: Subject) -> tuple[Toleration, ...]:
@@ -105,7 +109,7 @@ def _toleration(raw: Any, subject: Subject, field: str) -> Toleration:
     item = fields.mapping(raw, subject, field)
     key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
     operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator") or "Equal"
-    value = fields.as_text(fields.get(item, "value"))
+    value = fields.value_text(fields.get(item, "value"), subject, f"{field}.value")
     effect = fields.text(fields.get(item, "effect"), subject, f"{field}.effect")
     if operator not in ("Equal", "Exists"):
         raise subject.error(f"{field}.operator", f"{quoted(operator)} is not one of Equal, Exists")

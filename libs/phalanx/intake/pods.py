@@ -10,11 +10,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from phalanx.intake import fields
+from phalanx.intake import fields, names
 from phalanx.intake.errors import Subject, quoted
 from phalanx.intake.placement import parse_placement
 from phalanx.model import keys
-from phalanx.model.duration import parse_duration
 from phalanx.model.objects import PodInfo, Resources
 from phalanx.model.quantity import add
 
@@ -28,6 +27,7 @@ _UID_NAMESPACE = uuid.UUID("6f1f5d2e-8a47-4c55-9a1e-70686c616e78")
 def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
     """Read one pod; `epoch` is subtracted from creationTimestamp so simulations can start their clock at 0."""
     meta, subject = fields.metadata(obj, "Pod", namespaced=True)
+    fields.subdomain_name(subject)
     spec = fields.mapping(fields.get(obj, "spec"), subject, "spec")
     annotations = fields.string_map(fields.get(meta, "annotations"), subject, "metadata.annotations")
     created = fields.timestamp(fields.get(meta, "creationTimestamp"), subject, "metadata.creationTimestamp")
@@ -39,7 +39,7 @@ def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
         created_at=0.0 if created is None else created - epoch,
         requests=pod_requests(spec, subject),
         placement=parse_placement(spec, subject),
-        node_name=fields.text(fields.get(spec, "nodeName"), subject, "spec.nodeName"),
+        node_name=_node_name(spec, subject),
         annotations=annotations,
         labels=fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels"),
         duration=_duration(annotations, subject),
@@ -63,14 +63,24 @@ def _priority(spec: Mapping[str, Any], subject: Subject) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise subject.error("spec.priority", f"{quoted(value)} is not an integer")
+    if not fields.INT32_MIN <= value <= fields.INT32_MAX:
+        # Kubernetes priorities are int32, and so is the protobuf field the pod travels in.
+        raise subject.error("spec.priority", f"{quoted(value)} is out of range (a 32-bit integer)")
     return value
+
+
+def _node_name(spec: Mapping[str, Any], subject: Subject) -> str:
+    name = fields.text(fields.get(spec, "nodeName"), subject, "spec.nodeName")
+    if name and not names.is_dns_subdomain(name):
+        raise subject.error("spec.nodeName", f"{quoted(name)} is not {names.SUBDOMAIN_RULE}")
+    return name
 
 
 def _duration(annotations: Mapping[str, str], subject: Subject) -> float | None:
     if keys.SIM_DURATION not in annotations:
         return None
     try:
-        return parse_duration(annotations[keys.SIM_DURATION])
+        return fields.duration_seconds(annotations[keys.SIM_DURATION])
     except ValueError as exc:
         raise subject.error(f"metadata.annotations[{keys.SIM_DURATION}]", str(exc)) from None
 
@@ -99,7 +109,7 @@ def pod_requests(spec: Mapping[str, Any], subject: Subject) -> Resources:
     total = _max(_sum([app, sidecars]), init_peak)
     total = _sum([total, fields.resource_list(fields.get(spec, "overhead"), subject, "spec.overhead")])
     total["pods"] = POD_SLOT
-    return total
+    return fields.checked_total(total, subject, "spec.containers[*].resources.requests")
 
 
 def _container_requests(raw: Any, subject: Subject, field: str) -> Resources:

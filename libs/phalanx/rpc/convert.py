@@ -15,6 +15,16 @@ from phalanx.model.objects import (
 )
 from phalanx.v1 import objects_pb2 as pb
 
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _int32(value: int, obj: PodInfo | GangSpec, field: str) -> int:
+    """The intake keeps these in range; should a value slip through, name it rather than let protobuf
+    fail with a bare "Value out of range"."""
+    if not _INT32[0] <= value <= _INT32[1]:
+        raise ValueError(f"{type(obj).__name__} {obj.namespace}/{obj.name}: {field} {value} does not fit int32")
+    return value
+
 
 def _requirements_to_pb(reqs: tuple[SelectorRequirement, ...]) -> list[pb.SelectorRequirement]:
     return [pb.SelectorRequirement(key=r.key, operator=r.operator, values=list(r.values)) for r in reqs]
@@ -56,7 +66,7 @@ def pod_to_pb(p: PodInfo, trace_parent: str = "") -> pb.Pod:
         namespace=p.namespace,
         name=p.name,
         uid=p.uid,
-        priority=p.priority,
+        priority=_int32(p.priority, p, "priority"),
         created_at=p.created_at,
         requests=p.requests,
         placement=placement_to_pb(p.placement),
@@ -92,8 +102,8 @@ def gang_to_pb(g: GangSpec) -> pb.Gang:
     return pb.Gang(
         namespace=g.namespace,
         name=g.name,
-        min_available=g.min_available,
-        total_number=g.total_number,
+        min_available=_int32(g.min_available, g, "min_available"),
+        total_number=_int32(g.total_number, g, "total_number"),
         mode=pb.GANG_MODE_NON_STRICT if g.mode == GangMode.NON_STRICT else pb.GANG_MODE_STRICT,
         groups=list(g.groups),
         wait_seconds=-1.0 if g.wait_seconds is None else g.wait_seconds,

@@ -181,16 +181,18 @@ class GangScheduler:
         """Pods found already bound (e.g. on a restart against a real cluster) hold their node's capacity."""
         known = self.store.get_pods([p.key for p in pods])
         txn = Txn()
+        seen: set[str] = set()
         for p in pods:
-            if p.key in known or p.node_name not in self.snapshot.index:
+            if p.key in known or p.key in seen or p.node_name not in self.snapshot.index:
                 continue
-            txn.reserve.append(self.store.reserve_entry(p, p.node_name))
-            txn.set_state.append([p.key, "bound"])
+            seen.add(p.key)
+            # A fact, not a decision: counted even where it over-commits the node as Redis sees it.
+            txn.facts.append(self.store.reserve_entry(p, p.node_name))
             if p.gang:
                 txn.cmd("SADD", rel_gang_bound(p.gang), p.key)
-        if txn.reserve:
+        if txn.facts:
             self.store.must_apply(txn)
-            self.bound.update(entry[0] for entry in txn.reserve)
+            self.bound.update(entry[0] for entry in txn.facts)
             self.snapshot.load_used(self.store.load_used())
             for p in pods:  # memory mirrors the SADD above, so gang counts include them
                 if p.gang and p.key in self.bound:

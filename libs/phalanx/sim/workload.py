@@ -15,12 +15,17 @@ from typing import Any, Callable
 
 import yaml
 
+from phalanx.intake.errors import quoted
+
 try:  # the C loader is several times faster on large traces
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 KINDS = {"Node", "Pod", "PodGroup", "ConfigMap"}
+# Fields of a pod the simulator reads itself, before the intake: their shape is checked here, so a
+# `metadata: {annotations: "foo"}` is reported like any bad input instead of crashing the run.
+_POD_MAPPINGS = (("metadata", "annotations"), ("spec",))
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?$", re.MULTILINE)
 
 
@@ -61,6 +66,19 @@ def _timestamp(value: Any) -> float | None:
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     return datetime.fromisoformat(text).timestamp()
+
+
+def _shape_error(wo: WorkloadObject) -> str:
+    """Why a pod cannot even be looked at (a mapping field that is not a mapping), else ""."""
+    if wo.kind != "Pod":
+        return ""  # other kinds are read only by the intake, which names such fields itself
+    for path in _POD_MAPPINGS:
+        value: Any = wo.obj
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, dict):
+            return f"{'.'.join(path)}: expected a mapping, got {type(value).__name__}"
+    return ""
 
 
 def _documents(text: str) -> list[str]:
@@ -110,8 +128,8 @@ def load_workload(paths: list[str | Path]) -> Workload:
                 items = [obj]
             for item in items:
                 kind = item.get("kind") if isinstance(item, dict) else None
-                if kind not in KINDS:
-                    w.errors.append(f"{origin}: kind {kind!r} is not simulated (expected one of "
+                if not isinstance(kind, str) or kind not in KINDS:
+                    w.errors.append(f"{origin}: kind {quoted(kind)} is not simulated (expected one of "
                                     f"{', '.join(sorted(KINDS))}); skipped")
                     continue
                 meta = item.get("metadata")
@@ -119,6 +137,10 @@ def load_workload(paths: list[str | Path]) -> Workload:
                     w.errors.append(f"{origin}: {kind} without metadata.name; skipped")
                     continue
                 wo = WorkloadObject(kind, item, 0.0, origin)
+                shape = _shape_error(wo)
+                if shape:
+                    w.errors.append(f"{origin}: {wo.describe()}: {shape}; skipped")
+                    continue
                 try:
                     ts = _timestamp(meta.get("creationTimestamp"))
                 except ValueError:

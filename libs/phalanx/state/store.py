@@ -59,6 +59,7 @@ class Txn:
     expect: list[list[str]] = field(default_factory=list)
     release: list[str] = field(default_factory=list)
     reserve: list[list[Any]] = field(default_factory=list)
+    facts: list[list[Any]] = field(default_factory=list)  # bound pods: recorded without a capacity check
     set_state: list[list[str]] = field(default_factory=list)
     cmds: list[list[Any]] = field(default_factory=list)
 
@@ -68,7 +69,7 @@ class Txn:
 
     def payload(self) -> str:
         body: dict[str, Any] = {}
-        for name in ("expect", "release", "reserve", "set_state", "cmds"):
+        for name in ("expect", "release", "reserve", "facts", "set_state", "cmds"):
             value = getattr(self, name)
             if value:
                 body[name] = value
@@ -79,7 +80,7 @@ class Txn:
         return json.dumps(body, separators=(",", ":"))
 
     def empty(self) -> bool:
-        return not (self.expect or self.release or self.reserve or self.set_state or self.cmds)
+        return not (self.expect or self.release or self.reserve or self.facts or self.set_state or self.cmds)
 
 
 @dataclass

@@ -1,5 +1,8 @@
 -- One optimistic transaction over Phalanx's state: check, then apply, atomically.
--- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {lock?, fence?, expect?, release?, reserve?, set_state?, cmds?}.
+-- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {lock?, fence?, expect?, release?, reserve?, facts?, set_state?, cmds?}.
+-- `facts`: entries shaped like `reserve` for pods the API server already shows bound: recorded as bound and
+-- counted without the capacity check (they hold their node whether or not it had room: counting them
+-- keeps Phalanx from over-committing it further).
 -- Returns {1, fence} on success (fence: the token this script's lock took, else 0), {0, reason} when a
 -- check fails (nothing is written then, except that a taken lock has advanced the fence).
 -- `lock` = {token, lease_ms}: take the bind mutex for the length of this script (busy: {0, "locked"}),
@@ -76,7 +79,23 @@ for _, r in ipairs(txn.reserve or {}) do
     delta[f] = (delta[f] or 0) + amount
   end
 end
-for f, d in pairs(delta) do
+local checked = {}
+for f, d in pairs(delta) do checked[f] = d end
+for _, r in ipairs(txn.facts or {}) do
+  local pod, node, requests = r[1], r[2], r[3]
+  if reserving[pod] or (released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1) then
+    unlock(); return {0, "pod " .. pod .. " is already reserved"}
+  end
+  reserving[pod] = true
+  if redis.call("HEXISTS", K_NODES, node) == 0 then
+    unlock(); return {0, "node " .. node .. " does not exist"}
+  end
+  for res, amount in pairs(requests) do
+    local f = node .. SEP .. res
+    delta[f] = (delta[f] or 0) + amount
+  end
+end
+for f, d in pairs(checked) do
   if d > 0 then
     local cap = tonumber(redis.call("HGET", K_CAP, f) or "0")
     local used = tonumber(redis.call("HGET", K_USED, f) or "0")
@@ -110,6 +129,10 @@ end
 for _, r in ipairs(txn.reserve or {}) do
   redis.call("HSET", K_PODS, r[1], r[4])
   redis.call("HSET", K_STATE, r[1], "assumed")
+end
+for _, r in ipairs(txn.facts or {}) do
+  redis.call("HSET", K_PODS, r[1], r[4])
+  redis.call("HSET", K_STATE, r[1], "bound")
 end
 for _, s in ipairs(txn.set_state or {}) do
   redis.call("HSET", K_STATE, s[1], s[2])
