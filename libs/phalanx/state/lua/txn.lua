@@ -64,37 +64,30 @@ for _, pod in ipairs(txn.release or {}) do
     end
   end
 end
+-- New records (reserve: decided here; facts: bound already): each pod once, on an existing node. Returns an
+-- error reason, or nil after adding their requests to `delta`.
 local reserving = {}
-for _, r in ipairs(txn.reserve or {}) do
-  local pod, node, requests = r[1], r[2], r[3]
-  if reserving[pod] or (released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1) then
-    unlock(); return {0, "pod " .. pod .. " is already reserved"}
+local function add_records(entries)
+  for _, r in ipairs(entries or {}) do
+    local pod, node, requests = r[1], r[2], r[3]
+    if reserving[pod] or (released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1) then
+      return "pod " .. pod .. " is already reserved"
+    end
+    reserving[pod] = true
+    if redis.call("HEXISTS", K_NODES, node) == 0 then return "node " .. node .. " does not exist" end
+    for res, amount in pairs(requests) do
+      local f = node .. SEP .. res
+      delta[f] = (delta[f] or 0) + amount
+    end
   end
-  reserving[pod] = true
-  if redis.call("HEXISTS", K_NODES, node) == 0 then
-    unlock(); return {0, "node " .. node .. " does not exist"}
-  end
-  for res, amount in pairs(requests) do
-    local f = node .. SEP .. res
-    delta[f] = (delta[f] or 0) + amount
-  end
+  return nil
 end
-local checked = {}
+local refused = add_records(txn.reserve)
+if refused then unlock(); return {0, refused} end
+local checked = {}  -- the capacity check covers decisions, not facts
 for f, d in pairs(delta) do checked[f] = d end
-for _, r in ipairs(txn.facts or {}) do
-  local pod, node, requests = r[1], r[2], r[3]
-  if reserving[pod] or (released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1) then
-    unlock(); return {0, "pod " .. pod .. " is already reserved"}
-  end
-  reserving[pod] = true
-  if redis.call("HEXISTS", K_NODES, node) == 0 then
-    unlock(); return {0, "node " .. node .. " does not exist"}
-  end
-  for res, amount in pairs(requests) do
-    local f = node .. SEP .. res
-    delta[f] = (delta[f] or 0) + amount
-  end
-end
+refused = add_records(txn.facts)
+if refused then unlock(); return {0, refused} end
 for f, d in pairs(checked) do
   if d > 0 then
     local cap = tonumber(redis.call("HGET", K_CAP, f) or "0")
