@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo test test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick
+.PHONY: setup demo test test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -72,3 +72,19 @@ clean:
 bench-replay: $(STAMP)
 	@mkdir -p bench
 	$(VENV)/bin/phalanx replay-bench --output bench/replay.json | tee bench/replay.txt
+
+## Fault injection against a real kube-apiserver (needs `make tools`): Redis and the three services as
+## processes, one SIGKILLed (or exiting at a kill point) per trial under ~700 pods, invariants checked.
+## 25 trials per process target plus redis-empty, the kill points and fault-free runs; results in bench/.
+CHAOS_TRIALS ?= 25
+CHAOS_SEED ?= 1
+chaos: $(STAMP) tools
+	$(VENV)/bin/phalanx chaos --seed $(CHAOS_SEED) --output bench/chaos.json --targets \
+	  queue:$(CHAOS_TRIALS) scheduler:$(CHAOS_TRIALS) binder:$(CHAOS_TRIALS) redis:$(CHAOS_TRIALS) \
+	  redis-empty:10 binder.between_pods:10 binder.before_commit:10 scheduler.after_commit:10 none:5
+
+## No kills: gangs arriving and ending for SOAK_DURATION; pending gangs that fit (must be 0), RSS and
+## Redis keys over time (flat is the goal); results in bench/soak.json and bench/soak.txt.
+SOAK_DURATION ?= 30m
+soak: $(STAMP) tools
+	$(VENV)/bin/phalanx chaos --soak $(SOAK_DURATION) --output bench/soak.json

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import threading
 
 import redis
@@ -36,7 +37,8 @@ def build(args: argparse.Namespace) -> ServiceServer:
         from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
 
         backend = KubernetesBackend.from_args(args)
-    binder = BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease))
+    binder = BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease,
+                                                                                 owner=binder_identity(args)))
     clock = Clock(args.clock == "virtual")
     servicer = BinderServicer(binder, backend, clock)
     server = ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s))
@@ -46,6 +48,12 @@ def build(args: argparse.Namespace) -> ServiceServer:
         finisher = RollForward(binder, clock, args.finish_interval, beat, server.stopping)
         threading.Thread(target=finisher.run, name="roll-forward", daemon=True).start()
     return server
+
+
+def binder_identity(args: argparse.Namespace) -> str:
+    """Stable across restarts of this binder, distinct between replicas: the pod's name (the chart sets
+    PHALANX_BINDER_IDENTITY from metadata.name), else this host and the port it listens on."""
+    return args.identity or f"{socket.gethostname()}:{args.listen.rsplit(':', 1)[-1]}"
 
 
 class RollForward:
@@ -73,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
     p.add_argument("--lock-lease", type=float, default=float(env("LOCK_LEASE", "30")),
                    help="seconds a binder holds the bind mutex before another may take it over")
+    p.add_argument("--identity", default=env("BINDER_IDENTITY", ""),
+                   help="this replica's name, the same after a restart (env PHALANX_BINDER_IDENTITY; default: "
+                        "host:port): a restarted binder takes over the bind mutex its crashed predecessor held")
     p.add_argument("--finish-interval", type=float, default=float(env("FINISH_INTERVAL", "2")),
                    help="seconds between looks for bindings a crashed binder started and did not record, "
                         "which are then rolled forward (env PHALANX_FINISH_INTERVAL; 0: never)")

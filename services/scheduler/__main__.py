@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
                    help="kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: "
                         "cluster events arrive through the Scheduler API (env PHALANX_BACKEND)")
     p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
-    p.add_argument("--reconcile-interval", type=float, default=float(env("RECONCILE_INTERVAL", "30")),
+    p.add_argument("--reconcile-interval", type=float, default=float(env("RECONCILE_INTERVAL", "10")),
                    help="seconds between comparisons of the scheduler's view, Redis and the API server, which "
                         "repair any drift (env PHALANX_RECONCILE_INTERVAL)")
     p.add_argument("--liveness-timeout", type=float, default=float(env("LIVENESS_TIMEOUT", "120")),

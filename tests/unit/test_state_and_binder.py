@@ -528,3 +528,20 @@ def test_an_intent_whose_reservation_changed_writes_nothing(nodes: StateStore, k
     assert statuses(results) == {"w0": FAILED, "w1": ROLLED_BACK}
     assert sim_binds(nodes) == []
     assert nodes.load_pods() == {}  # released as the scheduler will mirror it: no reservation left stuck
+
+
+def test_a_restarted_binder_takes_over_the_mutex_its_crashed_predecessor_held(nodes: StateStore, keys: Keys) -> None:
+    """Same owner (the pod's name), new incarnation: the holder is dead, so no waiting out its 30 s lease;
+    another owner (a second replica) still waits."""
+    crashed = FencedLock(nodes.redis, keys, lease_seconds=30, owner="binder-0")
+    held = crashed.hold()
+    first = held.__enter__()  # never released: the process died holding it
+    with FencedLock(nodes.redis, keys, lease_seconds=30, owner="binder-0").hold(timeout=1) as fence:
+        assert fence > first
+    held2 = FencedLock(nodes.redis, keys, lease_seconds=30, owner="binder-0").hold()
+    held2.__enter__()
+    with pytest.raises(LockTimeout):
+        with FencedLock(nodes.redis, keys, lease_seconds=30, owner="binder-1").hold(timeout=0.3):
+            pass
+    for h in (held, held2):  # release (the taken-over one holds nothing any more: a no-op)
+        h.__exit__(None, None, None)

@@ -20,6 +20,14 @@ _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
+-- Held by an earlier incarnation of this same binder (same owner, other incarnation): that process is
+-- dead, since its replacement is asking. Take over at once instead of waiting out its lease.
+local holder = redis.call('GET', KEYS[1])
+local owner, me = ARGV[3], ARGV[4]
+if owner ~= '' and holder and string.sub(holder, 1, #owner) == owner and string.sub(holder, 1, #me) ~= me then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return redis.call('INCR', KEYS[2])
+end
 return 0
 """
 _RELEASE = """
@@ -33,21 +41,27 @@ class LockTimeout(Exception):
 
 
 class FencedLock:
-    def __init__(self, client: redis.Redis, keys: Keys, lease_seconds: float = 30.0) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, lease_seconds: float = 30.0, owner: str = "") -> None:
+        """`owner`: a name that stays the same when this binder restarts (its pod's name) and differs between
+        replicas; a restarted binder then takes over the lock its crashed predecessor still holds instead of
+        waiting out the lease. Empty: no takeover."""
         self.redis = client
         self.keys = keys
         self.lease_ms = int(lease_seconds * 1000)
+        self.owner = f"{owner}|" if owner else ""
+        self.me = f"{self.owner}{uuid.uuid4().hex}|"
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
 
     @contextmanager
     def hold(self, timeout: float = 30.0) -> Iterator[int]:
         """Yields the fencing token while the lock is held."""
-        token = uuid.uuid4().hex
+        token = f"{self.me}{uuid.uuid4().hex}"
         deadline = time.monotonic() + timeout
         delay = 0.0005
         while True:
-            fence = int(self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence], args=[token, self.lease_ms]))
+            fence = int(self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence],
+                                      args=[token, self.lease_ms, self.owner, self.me]))
             if fence:
                 break
             if time.monotonic() > deadline:

@@ -135,7 +135,7 @@ class ClusterFeed:
     def __init__(self, scheduler: GangScheduler, lock: threading.Lock, queue_client: FeedQueue, reporter: Reporter,
                  sources: list[Collection], *, scheduler_name: str,
                  now: Callable[[], float] = time.time, watch_timeout: int = 300, missing_retry: float = 30.0,
-                 reconcile_interval: float = 30.0) -> None:
+                 reconcile_interval: float = 10.0) -> None:
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client

@@ -44,7 +44,7 @@ FAST_PASS_SECONDS = 2.0
 class Maintenance:
     """Run from the feed's thread between event batches (`tick`)."""
 
-    def __init__(self, feed: "ClusterFeed", reconcile_interval: float = 30.0) -> None:
+    def __init__(self, feed: "ClusterFeed", reconcile_interval: float = 10.0) -> None:
         self.feed = feed
         self.interval = reconcile_interval
         self._clock = time.monotonic

@@ -597,6 +597,7 @@ class GangScheduler:
             self._bind_backoff = 0.0
         carry.verdicts += state.verdicts
         carry.activate += state.activate
+        carry.move_all = carry.move_all or state.freed
 
     def _apply_bind(self, results: list[binder_pb2.BindResult], assignments: list[binder_pb2.Assignment],
                     state: _StepState, items: dict[str, Popped]) -> None:
@@ -622,6 +623,7 @@ class GangScheduler:
             # Not bound: the binder already released the reservation in Redis; mirror it here.
             rec = self.assumed.pop(res.pod_key, None)
             if rec is not None:
+                state.freed = True  # pods that found no room because of it get another try
                 i = self.snapshot.index.get(rec.node)
                 if i is not None:
                     self.snapshot.reserve(i, rec.requests, sign=-1)
