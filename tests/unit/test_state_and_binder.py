@@ -545,3 +545,13 @@ def test_a_restarted_binder_takes_over_the_mutex_its_crashed_predecessor_held(no
             pass
     for h in (held, held2):  # release (the taken-over one holds nothing any more: a no-op)
         h.__exit__(None, None, None)
+
+
+def test_a_hold_whose_release_never_reached_redis_does_not_block_its_own_binder(nodes: StateStore, keys: Keys) -> None:
+    """Redis went away while this binder held the mutex, so the release was lost and the key came back
+    with the append-only file: the same binder must not wait 30 s for its own leftover."""
+    nodes.redis.set(keys.bind_lock, "binder-0|leftover", px=30_000)
+    start = time.monotonic()
+    with FencedLock(nodes.redis, keys, lease_seconds=30, owner="binder-0").hold(timeout=1):
+        pass
+    assert time.monotonic() - start < 0.5

@@ -7,6 +7,7 @@ lua/txn.lua because the next holder's acquisition advanced the token.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -20,11 +21,12 @@ _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
--- Held by an earlier incarnation of this same binder (same owner, other incarnation): that process is
--- dead, since its replacement is asking. Take over at once instead of waiting out its lease.
+-- Held under this binder's own name: the asking process holds nothing (one holder per process at a
+-- time), so it is an earlier incarnation that died (its replacement is asking) or a hold whose release
+-- never reached Redis (Redis was down). Nobody uses it: take over at once instead of waiting out the lease.
 local holder = redis.call('GET', KEYS[1])
-local owner, me = ARGV[3], ARGV[4]
-if owner ~= '' and holder and string.sub(holder, 1, #owner) == owner and string.sub(holder, 1, #me) ~= me then
+local owner = ARGV[3]
+if owner ~= '' and holder and string.sub(holder, 1, #owner) == owner then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return redis.call('INCR', KEYS[2])
 end
@@ -49,26 +51,35 @@ class FencedLock:
         self.keys = keys
         self.lease_ms = int(lease_seconds * 1000)
         self.owner = f"{owner}|" if owner else ""
-        self.me = f"{self.owner}{uuid.uuid4().hex}|"
+        self._local = threading.Lock()  # one holder per process at a time (see _ACQUIRE)
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
 
     @contextmanager
     def hold(self, timeout: float = 30.0) -> Iterator[int]:
         """Yields the fencing token while the lock is held."""
-        token = f"{self.me}{uuid.uuid4().hex}"
+        token = f"{self.owner}{uuid.uuid4().hex}"
         deadline = time.monotonic() + timeout
+        if not self._local.acquire(timeout=timeout):
+            raise LockTimeout(f"bind lock {self.keys.bind_lock} not acquired within {timeout:g}s")
+        try:
+            fence = self._acquire_redis(token, deadline, timeout)
+            try:
+                yield fence
+            finally:
+                self._release(keys=[self.keys.bind_lock], args=[token])
+        finally:
+            self._local.release()
+
+    def _acquire_redis(self, token: str, deadline: float, timeout: float) -> int:
         delay = 0.0005
         while True:
             fence = int(self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence],
-                                      args=[token, self.lease_ms, self.owner, self.me]))
+                                      args=[token, self.lease_ms, self.owner]))
             if fence:
                 break
             if time.monotonic() > deadline:
                 raise LockTimeout(f"bind lock {self.keys.bind_lock} not acquired within {timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
-        try:
-            yield fence
-        finally:
-            self._release(keys=[self.keys.bind_lock], args=[token])
+        return fence

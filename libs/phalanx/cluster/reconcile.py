@@ -69,6 +69,7 @@ class Maintenance:
             self._next_identity_check = now + IDENTITY_CHECK_SECONDS
             self._check_identity()
         if now >= self._next_pass:
+            self._next_pass = now + FAST_PASS_SECONDS  # a failed pass is retried, not spun on
             self.reconcile()
             if self._fast_passes > 0:
                 self._fast_passes -= 1

@@ -13,10 +13,6 @@ from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_
 from phalanx.state.store import GangRecord, Txn
 
 
-GANG_BACKOFF = 1.0  # seconds a Strict gang reserves nothing after its first failed attempt
-GANG_BACKOFF_MAX = 30.0
-
-
 class GangStatus(str, Enum):
     NO_GANG = "no-gang"
     UNDECLARED = "undeclared"  # its PodGroup/ConfigMap does not exist yet
@@ -32,23 +28,6 @@ class GangManager:
         self.specs: dict[str, GangSpec] = {}
         self.records: dict[str, GangRecord] = {}
         self.timers_changed = False  # a gang's timer was set or cleared since the flag was last reset
-        # Strict gangs whose attempt failed: (consecutive failures, until when they reserve nothing). Kept in
-        # memory only: after a restart every gang simply gets one more attempt.
-        self._backoff: dict[str, tuple[int, float]] = {}
-
-    # -- gang backoff ------------------------------------------------------------------------------
-    def back_off(self, key: str, now: float) -> None:
-        """A Strict gang failed and released its reservations: it waits GANG_BACKOFF * 2^(n-1) seconds
-        (capped) before it may reserve again, the longer the more often it failed in a row."""
-        failures = self._backoff.get(key, (0, 0.0))[0] + 1
-        delay = GANG_BACKOFF_MAX if failures > 16 else min(GANG_BACKOFF * 2 ** (failures - 1), GANG_BACKOFF_MAX)
-        self._backoff[key] = (failures, now + delay)
-
-    def backed_off_until(self, key: str, now: float) -> float | None:
-        entry = self._backoff.get(key)
-        if entry is None or now >= entry[1] or self.record(key).assumed:
-            return None
-        return entry[1]
 
     # -- declarations ----------------------------------------------------------------------------
     def upsert(self, spec: GangSpec) -> None:
@@ -58,7 +37,6 @@ class GangManager:
         self.specs.pop(key, None)
 
     def forget(self, key: str) -> None:
-        self._backoff.pop(key, None)
         self.specs.pop(key, None)
         self.records.pop(key, None)
         self.timers_changed = True
@@ -170,7 +148,6 @@ class GangManager:
         return all(self.reached_minimum(k) for k in self.group_of(key))
 
     def bound(self, key: str, pods: list[str], now: float) -> None:
-        self._backoff.pop(key, None)
         rec = self.record(key)
         rec.assumed.difference_update(pods)
         rec.bound.update(pods)

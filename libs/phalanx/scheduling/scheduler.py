@@ -331,14 +331,6 @@ class GangScheduler:
         if status == GangStatus.SATISFIED:
             state.ordinary.extend(unit)  # once-satisfied: the gang rules no longer apply
             return
-        until = self.gangs.backed_off_until(gang, state.now)
-        if until is not None:
-            # Its last attempt failed: it reserves nothing for a while, so a gang that can fit is not kept
-            # out, attempt after attempt, by one that cannot (they would otherwise take turns holding
-            # each other's capacity until one times out).
-            msg = f"{self.gangs.describe(gang)}; backing off until {until - state.now:.1f}s from now after a failed attempt"
-            self._reject(unit, Outcome.BACKOFF, msg, state, report=False)
-            return
         spec = self.gangs.specs[gang]
         with child_span("phalanx.scheduler.gang_attempt", unit[0].trace,
                         {"phalanx.gang": gang, "phalanx.pods": len(unit)}) as span:
@@ -458,7 +450,6 @@ class GangScheduler:
             self.reports.pod(item.pod.key, message)
         state.failed.append(gang)
         state.freed = state.freed or bool(previously)
-        self.gangs.back_off(gang, state.now)
         self._report_gang(gang, "Pending", "FailedScheduling", message, state.now, unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
