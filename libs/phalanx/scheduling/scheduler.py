@@ -566,8 +566,11 @@ class GangScheduler:
                 self.pending_groups[self.gangs.group_of(a.gang)] = items[a.pod_key].trace
             else:
                 self.pending_pods.add(a.pod_key)
-        self._bind_backoff = min(max(self._bind_backoff * 2, 0.5), 10.0)
-        self._bind_retry_at = state.now + self._bind_backoff
+        if self._bind_retry_at <= state.now:  # one backoff step per retry, however many batches failed
+            # Short and capped: a failed call to a binder that is down costs little, and a restarted
+            # binder should get the decided gangs within a second or two.
+            self._bind_backoff = min(max(self._bind_backoff * 2, 0.25), 2.0)
+            self._bind_retry_at = state.now + self._bind_backoff
 
     def _retry_binds(self, now: float, carry: Carry, force: bool = False) -> None:
         """Sends again the binds that did not finish (see _bind_unfinished), once their backoff is over."""
