@@ -149,3 +149,19 @@ def test_redis_restarted_with_its_data_scheduling_goes_on(apiserver, cluster, ti
     finally:
         stack.stop()
         redis.stop()
+
+
+def test_pods_that_finished_or_vanished_while_the_scheduler_was_down_free_their_capacity(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    node = cluster.node("n1", gpus=2)
+    names = cluster.koord_pods(ns, "train", 2, min_available=2)
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
+    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    phalanx.stop_scheduler()
+    cluster.set_phase(ns, names[0], "Succeeded")
+    cluster.delete_pod(ns, names[1])
+    phalanx.start_scheduler()
+    assert _states(phalanx, ns) == {}  # released by the rebuild, before scheduling starts
+    assert not phalanx.store.load_used().get((node, GPU))
+    late = cluster.koord_pods(ns, "late", 2, min_available=2)
+    wait_for(lambda: cluster.all_bound(ns, late), BIND, "the freed GPUs used again")

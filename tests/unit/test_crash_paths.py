@@ -207,3 +207,24 @@ def test_two_strict_gangs_interleaved_the_one_that_fits_binds_without_waiting_fo
         t = max(t + 0.5, r.next_wakeup or 0)
     assert h.bound() == {"default/b0": "n1", "default/b1": "n1"}
     assert t < 30
+
+
+def test_a_pod_turned_away_by_an_invalid_cycle_lets_the_cycle_end() -> None:
+    """Root cause of gangs left pending on an empty cluster: the pods of a Strict gang reach the scheduler
+    apart; one fails alone and invalidates the cycle; its sibling, turned away by the invalid cycle, was
+    not counted as tried, so the cycle never ended and every later attempt of the gang was refused."""
+    from phalanx.gang.manager import GangManager
+
+    gm = GangManager(60)
+    gm.upsert(gang("g", 2))
+    txn = Txn()
+    key = "default/g"
+    assert gm.try_enter_cycle(key, "p0", txn) and gm.try_enter_cycle(key, "p1", txn)
+    gm.invalidate_cycle(key, 1.0, txn)            # both tried and failed together: cycle 2 starts
+    assert gm.record(key).cycle == 2 and gm.record(key).valid
+    assert gm.try_enter_cycle(key, "p0", txn)      # p0 alone this time ...
+    gm.invalidate_cycle(key, 2.0, txn)            # ... and it fails: cycle 2 is invalid until p1 passes
+    assert not gm.record(key).valid
+    assert not gm.try_enter_cycle(key, "p1", txn)  # p1 turned away, but counted: the cycle ends
+    assert gm.record(key).cycle == 3 and gm.record(key).valid
+    assert gm.try_enter_cycle(key, "p0", txn) and gm.try_enter_cycle(key, "p1", txn)

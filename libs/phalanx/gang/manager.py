@@ -74,12 +74,19 @@ class GangManager:
         return spec is None or spec.mode == GangMode.STRICT
 
     def try_enter_cycle(self, key: str, pod: str, txn: Txn) -> bool:
-        """Strict PreFilter: a pod is tried once per cycle, and not at all while the cycle is invalid."""
+        """Strict PreFilter: a pod is tried once per cycle, and not at all while the cycle is invalid.
+
+        A pod turned away by an invalid cycle still counts as tried in it: the cycle ends once every pod
+        has been through it, and a pod that never counted would keep it invalid, and the gang rejected,
+        for good (its pods reaching the scheduler apart, one failing first, was enough)."""
         rec = self.record(key)
-        if not rec.valid or rec.rounds.get(pod, 0) >= rec.cycle:
+        if rec.rounds.get(pod, 0) >= rec.cycle:
             return False
         rec.rounds[pod] = rec.cycle
         txn.cmd("HSET", rel_gang_rounds(key), pod, rec.cycle)
+        if not rec.valid:
+            self.maybe_advance_cycle(key, txn)
+            return False
         return True
 
     def mark_tried(self, key: str, pod: str, txn: Txn) -> None:

@@ -17,6 +17,7 @@ answers it with its reservation when it pops it again, so a premature return cos
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import threading
 import time
@@ -82,6 +83,9 @@ class _HeapItem:
     sort_key: tuple[Any, ...]
     version: int
     key: str = field(compare=False)
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -329,7 +333,9 @@ class SchedulingQueue:
             # A cluster event while the pod was being scheduled may have made it schedulable: retry it.
             if outcome == Outcome.BACKOFF or e.move_seq_at_pop != self._move_seq:
                 self._to_backoff(e, now)
+                log.debug("%s: %s -> backoff until %.3f (attempt %d)", key, outcome.value, e.backoff_until, e.attempts)
             else:
+                log.debug("%s: unschedulable until a cluster event (move %d)", key, self._move_seq)
                 e.where = SubQueue.UNSCHEDULABLE
                 e.unschedulable_since = now
                 self._unschedulable[key] = e
@@ -355,6 +361,7 @@ class SchedulingQueue:
         moved = 0
         with self._lock:
             self._move_seq += 1
+            log.debug("move all %d: %d unschedulable pods", self._move_seq, len(self._unschedulable))
             for e in list(self._unschedulable.values()):
                 if e.backoff_until > now:
                     self._to_backoff_keep(e)
