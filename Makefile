@@ -75,13 +75,17 @@ bench-replay: $(STAMP)
 
 ## Fault injection against a real kube-apiserver (needs `make tools`): Redis and the three services as
 ## processes, one SIGKILLed (or exiting at a kill point) per trial under ~700 pods, invariants checked.
-## 25 trials per process target plus redis-empty, the kill points and fault-free runs; results in bench/.
+## 25 trials per process target, 10 with Redis emptied, 5 per kill point, 5 fault-free: 130 trials of
+## 50 gangs (~350 pods) each, about an hour on 2 cores (CHAOS_GANGS=100 for ~700 pods); results in bench/.
 CHAOS_TRIALS ?= 25
+CHAOS_POINT_TRIALS ?= 5
+CHAOS_GANGS ?= 50
 CHAOS_SEED ?= 1
 chaos: $(STAMP) tools
-	$(VENV)/bin/phalanx chaos --seed $(CHAOS_SEED) --output bench/chaos.json --targets \
+	$(VENV)/bin/phalanx chaos --seed $(CHAOS_SEED) --gangs $(CHAOS_GANGS) --output bench/chaos.json --targets \
 	  queue:$(CHAOS_TRIALS) scheduler:$(CHAOS_TRIALS) binder:$(CHAOS_TRIALS) redis:$(CHAOS_TRIALS) \
-	  redis-empty:10 binder.between_pods:10 binder.before_commit:10 scheduler.after_commit:10 none:5
+	  redis-empty:10 binder.between_pods:$(CHAOS_POINT_TRIALS) binder.before_commit:$(CHAOS_POINT_TRIALS) \
+	  scheduler.after_commit:$(CHAOS_POINT_TRIALS) none:5
 
 ## No kills: gangs arriving and ending for SOAK_DURATION; pending gangs that fit (must be 0), RSS and
 ## Redis keys over time (flat is the goal); results in bench/soak.json and bench/soak.txt.

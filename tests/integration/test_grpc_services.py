@@ -98,10 +98,11 @@ def test_binder_rejects_bad_assignments(binder: binder_pb2_grpc.BinderStub, assi
                                         detail: str) -> None:
     message = invalid(binder.Bind, binder_pb2.BindRequest(assignments=assignments, now=1.0))
     assert message.startswith(f"{field}:") and detail in message
-    # Still serving: a valid call goes through (a pod never reserved is reported gone, not an error).
+    # Still serving: a valid call goes through (a pod never reserved fails, to be placed again: only the
+    # cluster says a pod is gone).
     resp = binder.Bind(binder_pb2.BindRequest(assignments=[assignment("ns/never-reserved")], now=1.0),
                        timeout=TIMEOUT)
-    assert [r.status for r in resp.results] == [binder_pb2.BIND_STATUS_GONE]
+    assert [r.status for r in resp.results] == [binder_pb2.BIND_STATUS_FAILED]
     assert resp.fence >= 1
 
 

@@ -114,7 +114,9 @@ class BatchBinder:
             return self._roll_back(assignments, records, problems, fence)
 
         results: dict[str, binder_pb2.BindResult] = {
-            k: binder_pb2.BindResult(pod_key=k, status=GONE if "no longer exists" in why else FAILED, message=why)
+            # A missing reservation is not a missing pod (Redis may have lost it): FAILED sends the pod back to
+            # the queue to be placed again; only the API server's 404 makes it GONE.
+            k: binder_pb2.BindResult(pod_key=k, status=FAILED, message=why)
             for k, why in problems.items()
         }
         todo = [a for a in assignments if a.pod_key not in problems]
@@ -194,8 +196,7 @@ class BatchBinder:
         for a in assignments:
             if a.pod_key in problems:
                 why = problems[a.pod_key]
-                status = GONE if "no longer exists" in why else FAILED
-                out.append(binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=why))
+                out.append(binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=why))
             else:
                 out.append(binder_pb2.BindResult(
                     pod_key=a.pod_key, status=ROLLED_BACK,
