@@ -165,3 +165,22 @@ def test_pods_that_finished_or_vanished_while_the_scheduler_was_down_free_their_
     assert not phalanx.store.load_used().get((node, GPU))
     late = cluster.koord_pods(ns, "late", 2, min_available=2)
     wait_for(lambda: cluster.all_bound(ns, late), BIND, "the freed GPUs used again")
+
+
+def test_a_reservation_redis_lost_is_placed_again_as_a_member_of_its_gang(cluster, phalanx) -> None:
+    """Redis loses one reservation of a waiting gang (its last second before a crash, say): reconciliation
+    reloads the scheduler and hands the pod to the queue again, resolved to its gang, so it waits with the
+    gang instead of binding alone (it was once handed over without its gang, and bound pod by pod)."""
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    names = cluster.koord_pods(ns, "train", 2, min_available=3)
+    wait_for(lambda: len(_states(phalanx, ns)) == 2, BIND, "two pods reserved")
+    lost = f"{ns}/{names[1]}"
+    phalanx.store.must_apply(Txn(release=[lost]))
+    phalanx.store.redis.srem(phalanx.store.keys.gang_assumed(f"{ns}/train"), lost)
+    wait_for(lambda: lost in _states(phalanx, ns), BIND, "the lost pod reserved again")
+    time.sleep(2)
+    assert not any(cluster.node_of(ns, n) for n in names)  # still waiting for its gang
+    assert {s for _, s in _states(phalanx, ns).values()} == {"assumed"}
+    rest = cluster.koord_pods(ns, "train", 1, min_available=3, start=2)
+    wait_for(lambda: cluster.all_bound(ns, names + rest), BIND, "the gang bound whole")

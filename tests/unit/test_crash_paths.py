@@ -228,3 +228,15 @@ def test_a_pod_turned_away_by_an_invalid_cycle_lets_the_cycle_end() -> None:
     assert not gm.try_enter_cycle(key, "p1", txn)  # p1 turned away, but counted: the cycle ends
     assert gm.record(key).cycle == 3 and gm.record(key).valid
     assert gm.try_enter_cycle(key, "p0", txn) and gm.try_enter_cycle(key, "p1", txn)
+
+
+def test_a_pod_that_lost_its_place_may_try_again_in_a_valid_cycle() -> None:
+    """A bind the API server refused, or a reservation Redis lost, sends a gang's pod back: in a valid
+    cycle it is tried again (it was turned away as 'already tried' until the gang's timeout)."""
+    from phalanx.gang.manager import GangManager
+
+    gm = GangManager(60)
+    gm.upsert(gang("g", 3))
+    txn = Txn()
+    assert gm.try_enter_cycle("default/g", "p0", txn) and gm.try_enter_cycle("default/g", "p1", txn)
+    assert gm.try_enter_cycle("default/g", "p1", txn)

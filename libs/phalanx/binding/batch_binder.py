@@ -110,6 +110,8 @@ class BatchBinder:
             elif rec.state != "assumed":
                 problems[a.pod_key] = f"it is already {rec.state}"
 
+        log.debug("batch of %d (all_or_nothing=%s, fence %d): %s; problems %s", len(assignments), all_or_nothing,
+                  fence, {a.pod_key: getattr(records.get(a.pod_key), "state", None) for a in assignments}, problems)
         if problems and all_or_nothing and not started:
             return self._roll_back(assignments, records, problems, fence)
 

@@ -459,10 +459,6 @@ class ClusterFeed:
         return {k: replace(p.info, node_name=p.node) for k, p in self._pods.items()
                 if p.node and p.phase not in TERMINAL and p.info is not None}
 
-    def mirror_pending(self) -> dict[str, PodInfo]:
-        """Our pods the API server shows unbound and that the feed has handed to the queue."""
-        return {k: p.info for k, p in self._pods.items() if p.ours and p.queued and not p.node and p.info is not None}
-
     def mirror_has(self, key: str) -> bool:
         p = self._pods.get(key)
         return p is not None and p.phase not in TERMINAL
@@ -478,14 +474,24 @@ class ClusterFeed:
         if b.gangs:
             self.scheduler.upsert_gangs(list(b.gangs.values()))
 
-    def ensure_queued(self, pods: list[PodInfo]) -> None:
-        """Hands the queue pending pods it may have lost; those it holds stay where they are."""
-        add = getattr(self.queue, "add", None)
-        if pods and add is not None:
+    def requeue_missing(self) -> int:
+        """Hands the queue, again, every pending pod of ours that the scheduler does not hold (resolved to
+        its gang, as first handed); pods the queue still holds stay where they are. Caller holds the lock."""
+        b = _Batch()
+        held = set(self.scheduler.assumed) | self.scheduler.bound
+        for key, state in sorted(self._pods.items()):
+            if state.ours and state.queued and state.info is not None and not state.node and key not in held:
+                self._resolve(key, replace(state.info), state, b)
+        if b.gangs:
+            self.scheduler.upsert_gangs(list(b.gangs.values()))
+        pods = list(b.queue_add.values())
+        if pods:
+            add = getattr(self.queue, "add")
             try:
                 add(pods, self.now(), only_missing=True)
             except TypeError:  # a queue port without only_missing (tests): a plain add is still correct
                 add(pods, self.now())
+        return len(pods)
 
     def _requeue_all(self) -> None:
         """The queue restarted and lost what it held: hand it again every pending pod of ours that the

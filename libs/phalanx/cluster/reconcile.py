@@ -98,8 +98,7 @@ class Maintenance:
             log.warning("Redis restarted (run id %s -> %s): reloading and reconciling", previous[0], identity[0])
         with self.feed.lock:
             self.feed.scheduler.resync()
-            if emptied:
-                self.feed.resend_gangs()
+            self.feed.resend_gangs()  # a restarted Redis may have lost the newest specs, an emptied one all
         self._suspects.clear()
         self._fast_passes = FAST_PASSES_AFTER_RESTART
         self.request_reconcile()
@@ -181,9 +180,7 @@ class Maintenance:
                 differs = ""
             self._memory_suspect = bool(differs)
 
-            held_keys = set(s.assumed) | s.bound
-            missing = [p for k, p in sorted(feed.mirror_pending().items()) if k not in held_keys]
-            feed.ensure_queued(missing)
+            feed.requeue_missing()
         self.passes += 1
         if repairs:
             self.totals.update(repairs)

@@ -74,14 +74,18 @@ class GangManager:
         return spec is None or spec.mode == GangMode.STRICT
 
     def try_enter_cycle(self, key: str, pod: str, txn: Txn) -> bool:
-        """Strict PreFilter: a pod is tried once per cycle, and not at all while the cycle is invalid.
+        """Strict PreFilter: no pod is tried while the cycle is invalid (each is turned away once, then the
+        cycle ends); in a valid cycle a pod is tried.
 
         A pod turned away by an invalid cycle still counts as tried in it: the cycle ends once every pod
         has been through it, and a pod that never counted would keep it invalid, and the gang rejected,
         for good (its pods reaching the scheduler apart, one failing first, was enough)."""
         rec = self.record(key)
         if rec.rounds.get(pod, 0) >= rec.cycle:
-            return False
+            # Tried in this cycle already. While the cycle is valid it comes back only because it lost its
+            # place (a bind refused, a reservation Redis lost): it may try again; refusing it would strand
+            # the gang, as a valid cycle does not end by itself.
+            return rec.valid
         rec.rounds[pod] = rec.cycle
         txn.cmd("HSET", rel_gang_rounds(key), pod, rec.cycle)
         if not rec.valid:

@@ -599,6 +599,8 @@ class GangScheduler:
         by_key = {a.pod_key: a for a in assignments}
         bound_by_gang: dict[str, list[str]] = defaultdict(list)
         unfinished: list[binder_pb2.Assignment] = []
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("bind results: %s", {r.pod_key: binder_pb2.BindStatus.Name(r.status) for r in results})
         for res in results:
             a = by_key[res.pod_key]
             item = items[res.pod_key]
