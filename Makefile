@@ -76,10 +76,10 @@ bench-replay: $(STAMP)
 ## Fault injection against a real kube-apiserver (needs `make tools`): Redis and the three services as
 ## processes, one SIGKILLed (or exiting at a kill point) per trial under ~700 pods, invariants checked.
 ## 25 trials per process target, 10 with Redis emptied, 5 per kill point, 5 fault-free: 130 trials of
-## 50 gangs (~350 pods) each, about an hour on 2 cores (CHAOS_GANGS=100 for ~700 pods); results in bench/.
+## 30 gangs (~200 pods) each, about 40 minutes on 2 cores (CHAOS_GANGS=100 for ~700 pods); results in bench/.
 CHAOS_TRIALS ?= 25
 CHAOS_POINT_TRIALS ?= 5
-CHAOS_GANGS ?= 50
+CHAOS_GANGS ?= 30
 CHAOS_SEED ?= 1
 chaos: $(STAMP) tools
 	$(VENV)/bin/phalanx chaos --seed $(CHAOS_SEED) --gangs $(CHAOS_GANGS) --output bench/chaos.json --targets \

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,6 @@ from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import scheduler_pb2_grpc
-from phalanx_scheduler.faults import install_fault_hooks
 from phalanx_scheduler.servicer import SchedulerServicer
 
 if TYPE_CHECKING:
@@ -36,7 +34,6 @@ log = logging.getLogger("phalanx_scheduler")
 def build(args: argparse.Namespace) -> tuple[ServiceServer, SchedulerServicer]:
     clock = Clock(args.clock == "virtual")
     store = StateStore(redis.Redis.from_url(args.redis_url, decode_responses=True), Keys(args.redis_prefix))
-    install_fault_hooks(store, os.environ)
     wait_healthy(args.queue, timeout=args.dependency_timeout)
     wait_healthy(args.binder, timeout=args.dependency_timeout)
     queue, binder = QueueClient(args.queue), BinderClient(args.binder)

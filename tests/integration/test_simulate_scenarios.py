@@ -238,7 +238,7 @@ def test_scheduler_killed_mid_gang_and_restarted_loses_nothing(tmp_path: Path) -
                        .annotation(KOORD_MIN_AVAILABLE, "4").annotation(KOORD_WAITING_TIME, "60s")
                        .annotation(SIM_DURATION, "30s").build())
     objects.append(worker("other", at=20).build())  # an ordinary pod: no GPU is free until the gang finishes
-    report = run(tmp_path, objects, scheduler_env={"PHALANX_FAULT_EXIT_AFTER_COMMITS": "1"})
+    report = run(tmp_path, objects, scheduler_env={"PHALANX_FAULT": "scheduler.after_commit:1"})
     assert report["summary"]["schedulerRestarts"] == 1
     pods = by_name(report)
     assert [pods[f"w{i}"]["boundAt"] for i in range(4)] == [10.0] * 4
