@@ -29,6 +29,15 @@ def _states(phalanx, ns: str) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in phalanx.reserved().items() if k.startswith(f"{ns}/")}
 
 
+def _bound_gang(cluster, phalanx, ns: str, gang: str, size: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """A gang created, bound in the API server and recorded as bound in Redis."""
+    names = cluster.koord_pods(ns, gang, size, min_available=size)
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, f"gang {gang} bound")
+    wait_for(lambda: {s for k, (_, s) in _states(phalanx, ns).items() if k.split("/", 1)[1] in names} == {"bound"},
+             BIND, f"gang {gang} recorded as bound")
+    return names
+
+
 def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster, phalanx) -> None:
     """The binder dies after recording its intent and writing one of three bindings: the next binder rolls
     the batch forward from Redis; nothing is released, nothing is bound twice, the gang ends whole."""
@@ -58,9 +67,7 @@ def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster,
 def test_redis_emptied_while_the_scheduler_runs_is_rebuilt(cluster, phalanx) -> None:
     ns = cluster.namespace()
     node = cluster.node("n1", gpus=4)
-    held = cluster.koord_pods(ns, "held", 3, min_available=3)
-    wait_for(lambda: cluster.all_bound(ns, held), BIND, "the first gang bound")
-    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    held = _bound_gang(cluster, phalanx, ns, "held", 3)
     phalanx.store.wipe()  # Redis lost everything; the scheduler keeps running
     wait_for(lambda: phalanx.store.load_used().get((node, GPU)) == 3000, BIND, "bound pods counted again")
     assert phalanx.store.load_nodes()
@@ -101,9 +108,7 @@ def test_a_batch_of_events_that_failed_to_apply_is_not_lost(cluster, phalanx) ->
 def test_reconciliation_repairs_stale_records_and_usage(cluster, phalanx) -> None:
     ns = cluster.namespace()
     node = cluster.node("n1", gpus=2)
-    names = cluster.koord_pods(ns, "train", 2, min_available=2)
-    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
-    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    names = _bound_gang(cluster, phalanx, ns, "train", 2)
     # Drift: the record of a pod that does not exist (capacity nobody will ever give back), and usage
     # that does not match the records.
     ghost = PodInfo(ns, "ghost", uid="ghost-uid", requests={"cpu": 4000})
@@ -154,9 +159,7 @@ def test_redis_restarted_with_its_data_scheduling_goes_on(apiserver, cluster, ti
 def test_pods_that_finished_or_vanished_while_the_scheduler_was_down_free_their_capacity(cluster, phalanx) -> None:
     ns = cluster.namespace()
     node = cluster.node("n1", gpus=2)
-    names = cluster.koord_pods(ns, "train", 2, min_available=2)
-    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
-    wait_for(lambda: {s for _, s in _states(phalanx, ns).values()} == {"bound"}, BIND, "recorded as bound")
+    names = _bound_gang(cluster, phalanx, ns, "train", 2)
     phalanx.stop_scheduler()
     cluster.set_phase(ns, names[0], "Succeeded")
     cluster.delete_pod(ns, names[1])
