@@ -3,8 +3,8 @@
 Sequence, all under the lock: check that every pod is still reserved where the scheduler put it; record
 the intent (the pods become `binding` in Redis); write the bindings through the backend; commit `bound`
 to Redis with the lock's fencing token. A crash between the intent and the commit leaves `binding` pods,
-which the next holder of the lock rolls forward (`finish_interrupted`): a gang is never left partly bound. On a backend
-whose writes live in Redis (the embedded cluster) the whole sequence is one Lua script that takes and
+which the next holder of the lock rolls forward (`finish_interrupted`): a gang is never left partly
+bound. On a backend whose writes live in Redis (the embedded cluster) the whole sequence is one Lua script that takes and
 releases the mutex itself: one round trip per batch instead of four.
 - all_or_nothing (a gang's first bind): if any pod's reservation is gone, the whole batch is rolled back
   (every reservation released) and nothing is written to the cluster.
@@ -25,6 +25,7 @@ from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
 from phalanx.state.store import BINDING_STATE, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span
+from phalanx.rpc.convert import assignment_of
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,10 @@ class BatchBinder:
             elif rec.state != "assumed":
                 problems[a.pod_key] = f"it is already {rec.state}"
 
-        log.debug("batch of %d (all_or_nothing=%s, fence %d): %s; problems %s", len(assignments), all_or_nothing,
-                  fence, {a.pod_key: getattr(records.get(a.pod_key), "state", None) for a in assignments}, problems)
+        if log.isEnabledFor(logging.DEBUG):  # the hot path: build the dict only when it is logged
+            log.debug("batch of %d (all_or_nothing=%s, fence %d): %s; problems %s", len(assignments), all_or_nothing,
+                      fence, {a.pod_key: getattr(records.get(a.pod_key), "state", None) for a in assignments},
+                      problems)
         if problems and all_or_nothing and not started:
             return self._roll_back(assignments, records, problems, fence)
 
@@ -173,8 +176,7 @@ class BatchBinder:
         pending = self.store.pods_in_state(BINDING_STATE)
         if not pending:
             return []
-        assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
-                       for r in sorted(pending.values(), key=lambda r: r.key)]
+        assignments = [assignment_of(r) for r in sorted(pending.values(), key=lambda r: r.key)]
         with self.lock.hold() as fence:
             results = self._bind_locked(assignments, False, now, fence)
         done = sum(1 for r in results if r.status == BOUND)

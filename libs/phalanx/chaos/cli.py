@@ -13,17 +13,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.model.duration import parse_duration
+from phalanx.cli.args import duration_arg
 
 DEFAULT_OUTPUT = Path("bench/chaos.json")
 DEFAULT_SOAK_OUTPUT = Path("bench/soak.json")
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_chaos_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,8 +35,8 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--trial-seed", type=int, metavar="SEED",
                    help="run every trial with exactly this seed (re-runs a trial from a report)")
     p.add_argument("--gangs", type=int, default=100, help="gangs per trial (default 100, about 700 pods)")
-    p.add_argument("--time-limit", type=_duration, default=120.0, help="per trial, from the first pod (default 120s)")
-    p.add_argument("--soak", type=_duration, metavar="DURATION",
+    p.add_argument("--time-limit", type=duration_arg, default=120.0, help="per trial, from the first pod (default 120s)")
+    p.add_argument("--soak", type=duration_arg, metavar="DURATION",
                    help="instead of kill trials: no kills, gangs arriving and ending for DURATION (e.g. 30m)")
     p.add_argument("--output", "-o", metavar="FILE.json",
                    help="results as JSON, and the table next to it as .txt (default bench/chaos.json, "

@@ -7,18 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from phalanx.model.duration import parse_duration
+from phalanx.cli.args import duration_arg
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.report import summary_lines
 from phalanx.sim.run import Endpoints, simulate
 from phalanx.sim.workload import load_workload
-
-
-def _duration_arg(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_simulate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,14 +20,14 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
                                    "binder on a virtual clock, and reports what was bound when.")
     p.add_argument("-f", "--file", dest="files", action="append", required=True, metavar="FILE",
                    help="multi-document YAML of Kubernetes objects (repeatable)")
-    p.add_argument("--until", type=_duration_arg, default=None, metavar="DURATION",
+    p.add_argument("--until", type=duration_arg, default=None, metavar="DURATION",
                    help="stop at this virtual time (e.g. 120s, 2h); default: when nothing more can happen")
     p.add_argument("--mode", choices=["gang", "pod"], default="gang",
                    help="gang: all-or-nothing gangs; pod: ignore gangs, as kube-scheduler alone would")
     p.add_argument("--output", "-o", metavar="REPORT.json", help="write the JSON report here")
     p.add_argument("--html", metavar="REPORT.html", help="write a self-contained HTML page with tables and plots")
     p.add_argument("--png", metavar="REPORT.png", help="write the allocation-over-time plot as a PNG")
-    p.add_argument("--default-wait", type=_duration_arg, default=600.0,
+    p.add_argument("--default-wait", type=duration_arg, default=600.0,
                    help="wait of gangs that declare none (default 600s)")
     p.add_argument("--profile", help="scheduling profile YAML (filters, score weights)")
     p.add_argument("--redis-url", help="use this Redis and these running services instead of starting them")

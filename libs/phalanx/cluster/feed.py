@@ -58,7 +58,7 @@ _NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
 class FeedQueue(Protocol):
     """The queue client; one that also has `on_restart(listener)` gets its pods re-added after a queue restart."""
 
-    def add(self, pods: list[PodInfo], now: float) -> Any: ...
+    def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> Any: ...
 
     def remove(self, keys: list[str]) -> None: ...
 
@@ -475,33 +475,31 @@ class ClusterFeed:
             self.scheduler.upsert_gangs(list(b.gangs.values()))
 
     def requeue_missing(self) -> int:
-        """Hands the queue, again, every pending pod of ours that the scheduler does not hold (resolved to
-        its gang, as first handed); pods the queue still holds stay where they are. Caller holds the lock."""
-        b = _Batch()
-        held = set(self.scheduler.assumed) | self.scheduler.bound
-        for key, state in sorted(self._pods.items()):
-            if state.ours and state.queued and state.info is not None and not state.node and key not in held:
-                self._resolve(key, replace(state.info), state, b)
+        """Hands the queue, again, every pending pod of ours that the scheduler does not hold; pods the
+        queue still holds stay where they are. Caller holds the lock."""
+        b = self._resolve_unheld()
         if b.gangs:
             self.scheduler.upsert_gangs(list(b.gangs.values()))
         pods = list(b.queue_add.values())
         if pods:
-            add = getattr(self.queue, "add")
-            try:
-                add(pods, self.now(), only_missing=True)
-            except TypeError:  # a queue port without only_missing (tests): a plain add is still correct
-                add(pods, self.now())
+            self.queue.add(pods, self.now(), only_missing=True)
         return len(pods)
+
+    def _resolve_unheld(self) -> _Batch:
+        """A batch with every pending pod of ours the scheduler does not hold (reserved pods wait for their
+        gang in Redis, not in the queue), resolved to its gang as when it was first handed over."""
+        b = _Batch()
+        held = set(self.scheduler.assumed) | self.scheduler.bound
+        for key, state in sorted(self._pods.items()):
+            if state.queued and state.info is not None and not state.node and key not in held:
+                self._resolve(key, replace(state.info), state, b)
+        return b
 
     def _requeue_all(self) -> None:
         """The queue restarted and lost what it held: hand it again every pending pod of ours that the
         scheduler has not reserved (reserved pods wait for their gang in Redis, not in the queue)."""
-        b = _Batch()
         with self.lock:
-            held = set(self.scheduler.assumed) | self.scheduler.bound
-            for key, state in sorted(self._pods.items()):
-                if state.queued and state.info is not None and not state.node and key not in held:
-                    self._resolve(key, replace(state.info), state, b)
+            b = self._resolve_unheld()
             self._commit(b, initial=False)
         log.warning("cluster feed: the queue restarted; %d pending pods added again", len(b.queue_add))
 

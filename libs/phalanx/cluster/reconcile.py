@@ -55,10 +55,6 @@ class Maintenance:
         self._suspects: set[tuple[str, ...]] = set()  # release findings of the previous pass
         self._memory_suspect = False  # the previous pass found memory and Redis apart
         self.totals: Counter[str] = Counter()
-        self.passes = 0
-        self.redis_restarts = 0
-        self.redis_wipes = 0
-        self.redis_ok = True  # the last identity check reached Redis (readiness)
 
     def request_reconcile(self) -> None:
         self._next_pass = 0.0
@@ -79,22 +75,14 @@ class Maintenance:
 
     # -- Redis restarts and wipes ----------------------------------------------------------------------
     def _check_identity(self) -> None:
-        store = self.feed.scheduler.store
-        try:
-            identity = store.identity()
-        except Exception:
-            self.redis_ok = False
-            raise
-        self.redis_ok = True
+        identity = self.feed.scheduler.store.identity()
         previous, self._identity = self._identity, identity
         if previous is None or previous == identity:
             return
         emptied = previous[1] != identity[1]
         if emptied:
-            self.redis_wipes += 1
             log.error("Redis lost Phalanx's state (its epoch changed): rebuilding it from the API server")
         else:
-            self.redis_restarts += 1
             log.warning("Redis restarted (run id %s -> %s): reloading and reconciling", previous[0], identity[0])
         with self.feed.lock:
             self.feed.scheduler.resync()
@@ -140,14 +128,14 @@ class Maintenance:
             for name in stale_nodes:
                 findings.add(("stale-node", name))
 
-            confirmed = set()
-            if confirm:
-                # Only pods the scheduler holds as reserved can be confirmed through it; others (a
-                # reservation its memory lost) are recorded after the memory check below.
-                held = [p for p in confirm if p.key in s.assumed]
-                moved = s.confirm_bound(held, now)
-                confirmed = {p.key for p in held} - {p.key for p in moved}
-                repairs["unrecorded-binding"] += len(confirmed)
+            # Only pods the scheduler holds as reserved can be confirmed through it; others (a reservation its
+            # memory lost) are recorded after the memory check below.
+            held = [p for p in confirm if p.key in s.assumed]
+            if held:
+                moved = {p.key for p in s.confirm_bound(held, now)}
+                confirmed = len({p.key for p in held} - moved)
+                if confirmed:
+                    repairs["unrecorded-binding"] += confirmed
             if add:
                 feed._add_bound(add)
                 repairs["uncounted-pod"] += len(add)
@@ -172,7 +160,8 @@ class Maintenance:
             if fixed:
                 repairs["usage"] += fixed
 
-            differs = self._memory_differs(store.load_pods())
+            # Read again only if this pass changed the records.
+            differs = self._memory_differs(store.load_pods() if repairs or sure else records)
             if differs and self._memory_suspect:
                 log.warning("reconcile: scheduler memory differs from Redis: %s", differs)
                 s.resync()
@@ -181,7 +170,6 @@ class Maintenance:
             self._memory_suspect = bool(differs)
 
             feed.requeue_missing()
-        self.passes += 1
         if repairs:
             self.totals.update(repairs)
             log.warning("reconcile: repaired %d (%s)", sum(repairs.values()),

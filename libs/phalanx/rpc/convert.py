@@ -13,6 +13,8 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
+from phalanx.state.store import PodRecord
+from phalanx.v1 import binder_pb2
 from phalanx.v1 import objects_pb2 as pb
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -148,3 +150,8 @@ def node_from_pb(m: pb.Node) -> NodeInfo:
         taints=tuple(Taint(t.key, t.value, t.effect) for t in m.taints),
         unschedulable=m.unschedulable,
     )
+
+
+def assignment_of(r: PodRecord) -> binder_pb2.Assignment:
+    """The binder's assignment for a reservation: bind this pod (this incarnation of it) where it is reserved."""
+    return binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)

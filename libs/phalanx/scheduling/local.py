@@ -17,10 +17,10 @@ class LocalQueue:
     def __init__(self, queue: SchedulingQueue) -> None:
         self.queue = queue
 
-    def add(self, pods: list[PodInfo], now: float) -> None:
+    def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> None:
         for p in pods:
             self.queue.add(p.key, priority=p.priority, created_at=p.created_at, gang=p.gang,
-                           gang_created_at=p.gang_created_at, payload=Popped(p), now=now)
+                           gang_created_at=p.gang_created_at, payload=Popped(p), now=now, only_missing=only_missing)
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
         if carry is not None:

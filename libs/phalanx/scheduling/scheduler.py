@@ -26,6 +26,7 @@ from phalanx.scheduling.reports import StatusReports
 from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import BINDING_STATE, GangRecord, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span, nested_traceparent
+from phalanx.rpc.convert import assignment_of
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -115,9 +116,8 @@ class GangScheduler:
         for r in sorted(self.assumed.values(), key=lambda r: r.key):
             if not r.gang:
                 self.pending_pods.add(r.key)
-            elif self.gangs.group_ready(r.gang):
-                self.pending_groups[self.gangs.group_of(r.gang)] = self.gangs.record(r.gang).trace
-            elif r.state == BINDING_STATE:  # its binding started: finish it whatever the gang's count says
+            # A started binding is finished whatever the gang's count says.
+            elif r.state == BINDING_STATE or self.gangs.group_ready(r.gang):
                 self.pending_groups[self.gangs.group_of(r.gang)] = self.gangs.record(r.gang).trace
         self._bind_retry_at = 0.0
         self.needs_resync = False
@@ -525,8 +525,7 @@ class GangScheduler:
             records = sorted((r for r in self.assumed.values() if r.gang in group), key=lambda r: r.key)
             if not records:
                 continue
-            assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
-                           for r in records]
+            assignments = [assignment_of(r) for r in records]
             all_or_nothing = any(self.gangs.status(g) != GangStatus.SATISFIED for g in group)
             batches.append((group, trace, assignments, all_or_nothing, {r.key: Popped(r.pod, trace) for r in records}))
         if len(batches) == 1:
@@ -584,8 +583,7 @@ class GangScheduler:
         self._bind_ready(state)
         records = [self.assumed[k] for k in pods if k in self.assumed]
         if records:
-            assignments = [binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
-                           for r in records]
+            assignments = [assignment_of(r) for r in records]
             self._dispatch(assignments, False, state, "", {r.key: Popped(r.pod) for r in records})
         if not (self.pending_groups or self.pending_pods):
             self._bind_backoff = 0.0
