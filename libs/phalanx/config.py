@@ -5,8 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from typing import TYPE_CHECKING
+
+from phalanx.security.tls import PLAINTEXT, Security, TlsError, is_loopback
+
+if TYPE_CHECKING:
+    import redis
 
 DEFAULT_PORTS = {"queue": 50051, "scheduler": 50052, "binder": 50053}
+# Plaintext, health only (grpc.health.v1), for kubelet's gRPC probes, which cannot present a certificate.
+DEFAULT_HEALTH_PORTS = {"queue": 50061, "scheduler": 50062, "binder": 50063}
+DEFAULT_TLS_DIR = "/etc/phalanx/tls"
 
 
 def env(name: str, default: str) -> str:
@@ -21,7 +30,38 @@ def common_parser(service: str, description: str) -> argparse.ArgumentParser:
                    help="real: wall clock; virtual: the `now` each request carries is the time "
                         "(simulation; env PHALANX_CLOCK)")
     p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
+    p.add_argument("--tls-dir", default=env("TLS_DIR", DEFAULT_TLS_DIR),
+                   help="directory holding this service's ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret "
+                        "with ca.crt, as cert-manager writes it); re-read when the files change (env PHALANX_TLS_DIR)")
+    p.add_argument("--plaintext", action="store_true", default=env("PLAINTEXT", "").lower() in ("1", "true", "yes"),
+                   help="no TLS and no caller authorization: only for loopback addresses (the embedded simulator, "
+                        "tests); refused for any other --listen (env PHALANX_PLAINTEXT=true)")
+    p.add_argument("--health-listen", default=env("HEALTH_LISTEN", ""),
+                   help="plaintext address serving only the gRPC health service, for kubelet probes (default with "
+                        f"TLS: the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext: none, "
+                        "health is on --listen) (env PHALANX_HEALTH_LISTEN)")
     return p
+
+
+def security_of(args: argparse.Namespace) -> Security:
+    """The service's transport security from its flags; exits with a message naming the flag if the
+    certificates cannot be read."""
+    if args.plaintext:
+        if not is_loopback(args.listen):
+            raise SystemExit(f"--listen {args.listen}: --plaintext is allowed on loopback addresses only "
+                             "(127.0.0.1, ::1); give certificates with --tls-dir for any other address")
+        return PLAINTEXT
+    try:
+        return Security.tls(args.tls_dir)
+    except TlsError as exc:
+        raise SystemExit(f"--tls-dir: {exc}") from None
+
+
+def health_listen_of(args: argparse.Namespace, service: str) -> str:
+    if args.health_listen or args.plaintext:
+        return str(args.health_listen)
+    host = args.listen.rsplit(":", 1)[0]
+    return f"{host}:{DEFAULT_HEALTH_PORTS[service]}"
 
 
 def redis_args(p: argparse.ArgumentParser) -> None:
@@ -29,6 +69,20 @@ def redis_args(p: argparse.ArgumentParser) -> None:
                    help="Redis holding Phalanx's state (env PHALANX_REDIS_URL)")
     p.add_argument("--redis-prefix", default=env("REDIS_PREFIX", "phalanx"),
                    help="prefix of every Redis key (env PHALANX_REDIS_PREFIX)")
+    p.add_argument("--redis-password-file", default=env("REDIS_PASSWORD_FILE", ""),
+                   help="file holding Redis' password (AUTH); the password is never taken from a flag or logged "
+                        "(env PHALANX_REDIS_PASSWORD_FILE)")
+    p.add_argument("--redis-ca-file", default=env("REDIS_CA_FILE", ""),
+                   help="CA certificate to verify Redis with, for a rediss:// (TLS) URL (env PHALANX_REDIS_CA_FILE)")
+
+
+def redis_client(args: argparse.Namespace) -> "redis.Redis":
+    from phalanx.state.connection import RedisConfigError, connect
+
+    try:
+        return connect(args.redis_url, password_file=args.redis_password_file, ca_file=args.redis_ca_file)
+    except RedisConfigError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def setup_logging(level: str) -> None:

@@ -7,15 +7,14 @@ import logging
 import socket
 import threading
 
-import redis
-
 from phalanx.backends.base import ClusterBackend
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env, redis_args, setup_logging
+from phalanx.config import common_parser, env, health_listen_of, redis_args, redis_client, security_of, setup_logging
 from phalanx.lifecycle import exit_with_parent
+from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
 from phalanx.rpc.server import ServiceServer, serve_until_signal
 from phalanx.state.keys import Keys
@@ -28,7 +27,7 @@ log = logging.getLogger("phalanx_binder")
 
 
 def build(args: argparse.Namespace) -> ServiceServer:
-    client = redis.Redis.from_url(args.redis_url, decode_responses=True)
+    client = redis_client(args)
     keys = Keys(args.redis_prefix)
     backend: ClusterBackend
     if args.backend == "simulated":
@@ -41,7 +40,8 @@ def build(args: argparse.Namespace) -> ServiceServer:
                                                                                  owner=binder_identity(args)))
     clock = Clock(args.clock == "virtual")
     servicer = BinderServicer(binder, backend, clock)
-    server = ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s))
+    server = ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s),
+                           security=security_of(args), health_listen=health_listen_of(args, "binder"))
     server.monitor.add_check("redis", redis_check(client))
     if not backend.transactional and args.finish_interval > 0:
         beat = server.monitor.add_heartbeat(Heartbeat("roll-forward", max(60.0, 10 * args.finish_interval)))
@@ -79,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["simulated", "kubernetes"], default=env("BACKEND", "kubernetes"),
                    help="where bindings are written (env PHALANX_BACKEND)")
     p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
+    p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
+                   help="the spec.schedulerName of the pods Phalanx schedules; the binder binds and reports on "
+                        "no other pod (env PHALANX_SCHEDULER_NAME)")
     p.add_argument("--lock-lease", type=float, default=float(env("LOCK_LEASE", "30")),
                    help="seconds a binder holds the bind mutex before another may take it over")
     p.add_argument("--identity", default=env("BINDER_IDENTITY", ""),

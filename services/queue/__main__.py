@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env, setup_logging
+from phalanx.config import common_parser, env, health_listen_of, security_of, setup_logging
 from phalanx.lifecycle import exit_with_parent
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.server import ServiceServer, serve_until_signal
@@ -18,7 +18,8 @@ def build(args: argparse.Namespace) -> ServiceServer:
     settings = QueueSettings(initial_backoff=args.initial_backoff, max_backoff=args.max_backoff,
                              unschedulable_flush=args.unschedulable_flush, lease_seconds=args.lease)
     servicer = QueueServicer(SchedulingQueue(settings), Clock(args.clock == "virtual"))
-    return ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s))
+    return ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s),
+                         security=security_of(args), health_listen=health_listen_of(args, "queue"))
 
 
 def parser() -> argparse.ArgumentParser:

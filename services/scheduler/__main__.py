@@ -7,10 +7,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-import redis
-
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env, redis_args, setup_logging
+from phalanx.config import common_parser, env, health_listen_of, redis_args, redis_client, security_of, setup_logging
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import load_profile
 from phalanx.lifecycle import exit_with_parent
@@ -19,6 +17,7 @@ from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import Heartbeat, redis_check
 from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.security import tls
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.telemetry.tracing import setup_tracing
@@ -33,16 +32,20 @@ log = logging.getLogger("phalanx_scheduler")
 
 def build(args: argparse.Namespace) -> tuple[ServiceServer, SchedulerServicer]:
     clock = Clock(args.clock == "virtual")
-    store = StateStore(redis.Redis.from_url(args.redis_url, decode_responses=True), Keys(args.redis_prefix))
-    wait_healthy(args.queue, timeout=args.dependency_timeout)
-    wait_healthy(args.binder, timeout=args.dependency_timeout)
-    queue, binder = QueueClient(args.queue), BinderClient(args.binder)
+    security = security_of(args)
+    store = StateStore(redis_client(args), Keys(args.redis_prefix))
+    wait_healthy(args.queue, timeout=args.dependency_timeout, security=security, peer=tls.QUEUE)
+    wait_healthy(args.binder, timeout=args.dependency_timeout, security=security, peer=tls.BINDER)
+    queue, binder = QueueClient(args.queue, security), BinderClient(args.binder, security)
     settings = SchedulerSettings(default_wait_seconds=args.default_wait, pop_batch=args.pop_batch)
     scheduler = GangScheduler(store, queue, binder, Framework(load_profile(args.profile)), settings)
     scheduler.recover(clock.now(0.0))
-    servicer = SchedulerServicer(scheduler, queue, clock)
+    # In Kubernetes mode the API server's watch is the only source of cluster state: the RPCs that feed
+    # it (the simulator's) are refused.
+    servicer = SchedulerServicer(scheduler, queue, clock, simulated=args.backend != "kubernetes")
     server = ServiceServer("scheduler", args.listen,
-                           lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s))
+                           lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+                           security=security, health_listen=health_listen_of(args, "scheduler"))
     server.monitor.add_check("redis", redis_check(store.redis))
     server.monitor.add_check("scheduling", servicer.step_error)
     return server, servicer

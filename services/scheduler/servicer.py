@@ -24,8 +24,11 @@ log = logging.getLogger(__name__)
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, scheduler: GangScheduler, queue: QueuePort, clock: Clock) -> None:
+    def __init__(self, scheduler: GangScheduler, queue: QueuePort, clock: Clock, *, simulated: bool) -> None:
         self.scheduler = scheduler
+        # False (Kubernetes mode): cluster state comes from the API server's watch alone, so the calls that
+        # would feed it (ApplyClusterEvents, Step with its pods and events) are refused.
+        self.simulated = simulated
         self.queue = queue
         self.clock = clock
         self.lock = threading.Lock()  # the scheduler's memory is single-threaded by design
@@ -34,6 +37,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
                            context: grpc.ServicerContext) -> scheduler_pb2.ApplyClusterEventsResponse:
+        self._refuse_unless_simulated(context, "ApplyClusterEvents")
         self._validate(request, context, "")
         with self.lock:
             carry = self._apply(request, self.clock.now(request.now))
@@ -46,6 +50,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.ApplyClusterEventsResponse()
 
     def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
+        self._refuse_unless_simulated(context, "Step")
         validation.abort_if_invalid(context, validation.step_request(request))
         now = self.clock.now(request.now)
         with self.lock:
@@ -61,6 +66,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def StepStream(self, requests: Iterator[scheduler_pb2.StepRequest],
                    context: grpc.ServicerContext) -> Iterator[scheduler_pb2.StepResponse]:
         return serve_stream(self.Step)(requests, context)
+
+    def _refuse_unless_simulated(self, context: grpc.ServicerContext, method: str) -> None:
+        if not self.simulated:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{method}: this scheduler runs against the Kubernetes API server (--backend kubernetes), "
+                          "the only source of its cluster state; the calls that feed cluster state are served "
+                          "to the simulator (--backend simulated) only")
 
     @staticmethod
     def _validate(ev: scheduler_pb2.ClusterEvents, context: grpc.ServicerContext, prefix: str) -> None:

@@ -25,7 +25,7 @@ def test_restarting_a_service_while_grpc_threads_are_busy_never_hangs(tmp_path: 
     """The simulation restarts a crashed scheduler from a process full of gRPC client threads. Forking such
     a process and running Python before exec (a preexec_fn) could deadlock the child before it exec'd,
     and the starter waited on it forever."""
-    service = ServiceProcess("queue", "phalanx_queue", ["--clock", "virtual"], free_port(), tmp_path / "q.log")
+    service = ServiceProcess("queue", "phalanx_queue", ["--clock", "virtual", "--plaintext"], free_port(), tmp_path / "q.log")
     service.start()
     stop = threading.Event()
 

@@ -14,6 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from phalanx.security.tls import PLAINTEXT
 from phalanx.sim.services import ServiceProcess, Stack
 from phalanx.v1 import (
     binder_pb2,
@@ -268,10 +269,11 @@ def test_queue_client_notices_a_restarted_queue() -> None:
     from phalanx_queue import __main__ as queue_main
 
     def start(listen: str):  # type: ignore[no-untyped-def]
-        return queue_main.build(queue_main.parser().parse_args(["--listen", listen, "--clock", "virtual"])).start()
+        return queue_main.build(queue_main.parser().parse_args(["--listen", listen, "--plaintext", "--clock", "virtual"])
+                               ).start()
 
     server = start("127.0.0.1:0")
-    client = QueueClient(server.address, timeout=TIMEOUT)
+    client = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT)
     restarts: list[str] = []
     client.on_restart(lambda: restarts.append(client.incarnation))
     try:
@@ -304,7 +306,8 @@ def test_waiting_for_a_service_notices_it_soon_after_it_starts() -> None:
     waiter.start()
     time.sleep(1.2)  # several refused connections first
     started = time.monotonic()
-    server = queue_main.build(queue_main.parser().parse_args(["--listen", address, "--clock", "virtual"])).start()
+    server = queue_main.build(queue_main.parser().parse_args(["--listen", address, "--plaintext", "--clock",
+                                                               "virtual"])).start()
     try:
         waiter.join(timeout=20)
         assert done, "wait_healthy never returned"

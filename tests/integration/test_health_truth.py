@@ -28,7 +28,8 @@ def test_the_binder_is_not_ready_while_redis_is_down_and_ready_again_after() -> 
 
     redis = RedisServer().start()
     server = binder_main.build(binder_main.parser().parse_args([
-        "--listen", "127.0.0.1:0", "--clock", "virtual", "--backend", "simulated", "--redis-url", redis.url])).start()
+        "--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual", "--backend", "simulated",
+        "--redis-url", redis.url])).start()
     try:
         assert status(server.address, READINESS) == SERVING
         redis.kill()
@@ -93,7 +94,7 @@ def test_the_scheduler_reports_steps_that_keep_failing() -> None:
 
     import threading
 
-    servicer = SchedulerServicer(Failing(), None, Clock(False))  # type: ignore[arg-type]
+    servicer = SchedulerServicer(Failing(), None, Clock(False), simulated=True)  # type: ignore[arg-type]
     stop = threading.Event()
     loop = threading.Thread(target=servicer.run_forever, args=(stop,), daemon=True)
     loop.start()

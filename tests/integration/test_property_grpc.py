@@ -44,6 +44,7 @@ from phalanx.v1 import (
 from phalanx_binder.servicer import BinderServicer
 from phalanx_queue.servicer import QueueServicer
 from phalanx_scheduler.servicer import SchedulerServicer
+from phalanx.security.tls import PLAINTEXT
 
 pytestmark = pytest.mark.integration
 
@@ -85,19 +86,21 @@ def services(redis_server: RedisServer) -> Iterator[Services]:
     clock = Clock(virtual=True)
     queue_servicer = QueueServicer(SchedulingQueue(QueueSettings(unschedulable_flush=0.0)), clock)
     queue = ServiceServer("queue", "127.0.0.1:0",
-                          lambda s: queue_pb2_grpc.add_QueueServicer_to_server(queue_servicer, s)).start()
+                          lambda s: queue_pb2_grpc.add_QueueServicer_to_server(queue_servicer, s), security=PLAINTEXT).start()
     backend = SimulatedBackend(client, keys)
     binder_servicer = BinderServicer(BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys)),
                                      backend, clock)
     binder = ServiceServer("binder", "127.0.0.1:0",
-                           lambda s: binder_pb2_grpc.add_BinderServicer_to_server(binder_servicer, s)).start()
-    queue_client, binder_client = QueueClient(queue.address), BinderClient(binder.address)
+                           lambda s: binder_pb2_grpc.add_BinderServicer_to_server(binder_servicer, s),
+                           security=PLAINTEXT).start()
+    queue_client, binder_client = QueueClient(queue.address, PLAINTEXT), BinderClient(binder.address, PLAINTEXT)
     scheduler = GangScheduler(StateStore(client, keys), queue_client, binder_client, Framework(load_profile(None)),
                               SchedulerSettings(default_wait_seconds=600.0))
     scheduler.recover(0.0)
-    scheduler_servicer = SchedulerServicer(scheduler, queue_client, clock)
+    scheduler_servicer = SchedulerServicer(scheduler, queue_client, clock, simulated=True)
     sched = ServiceServer("scheduler", "127.0.0.1:0",
-                          lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler_servicer, s)).start()
+                          lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler_servicer, s),
+                          security=PLAINTEXT).start()
     servers = [queue, binder, sched]
     channels = {s.name: grpc.insecure_channel(s.address) for s in servers}
     yield Services(servers, channels)

@@ -28,6 +28,7 @@ from phalanx.testing.redis_server import RedisServer
 from phalanx_binder.__main__ import build as build_binder, parser as binder_parser
 from phalanx_queue.__main__ import build as build_queue, parser as queue_parser
 from phalanx_scheduler.__main__ import build as build_scheduler, parser as scheduler_parser
+from phalanx.security.tls import PLAINTEXT
 
 pytestmark = pytest.mark.integration
 
@@ -49,12 +50,12 @@ def services(redis_server: RedisServer, exporter: InMemorySpanExporter,
     monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
     prefix = "tracing"
     StateStore(redis.Redis.from_url(redis_server.url, decode_responses=True), Keys(prefix)).wipe()
-    common = ["--listen", "127.0.0.1:0", "--clock", "virtual"]
+    common = ["--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual"]
     state = ["--redis-url", redis_server.url, "--redis-prefix", prefix]
     queue = build_queue(queue_parser().parse_args([*common, "--unschedulable-flush", "0"])).start()
     binder = build_binder(binder_parser().parse_args([*common, *state, "--backend", "simulated"])).start()
     sched, _ = build_scheduler(scheduler_parser().parse_args(
-        [*common, *state, "--queue", queue.address, "--binder", binder.address]))
+        [*common, *state, "--backend", "simulated", "--queue", queue.address, "--binder", binder.address]))
     sched.start()
     exporter.clear()
     yield queue.address, sched.address, prefix
@@ -77,7 +78,7 @@ def test_gang_path_is_one_trace_across_services(tmp_path: Path, services: tuple[
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump_all(objects))
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    queue, sched = QueueClient(queue_addr), SchedulerClient(sched_addr)
+    queue, sched = QueueClient(queue_addr, PLAINTEXT), SchedulerClient(sched_addr, PLAINTEXT)
     try:
         result = Simulation(load_workload([path]), queue, sched, client, Keys(prefix), SimOptions()).run()
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,8 @@ from waiting import wait_for
 import redis
 import yaml
 
+from phalanx.security.cli import make_tree
+from phalanx.security.tls import ALL_IDENTITIES, BINDER, QUEUE, SCHEDULER
 from phalanx.model.keys import KOORD_GROUPS, KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
@@ -205,9 +208,19 @@ class Cluster:
 
 # --- the services ---------------------------------------------------------------------------------------------
 
+TLS_DIR = Path(tempfile.mkdtemp(prefix="phalanx-k8s-tls-"))
+make_tree(TLS_DIR, list(ALL_IDENTITIES), [], ["127.0.0.1"], days=1)  # one CA for the test session
+
+
+def transport(identity: str) -> list[str]:
+    """Flags of a service as deployed: mutual TLS with its identity's files, plaintext health on its own port."""
+    return ["--tls-dir", str(TLS_DIR / identity), "--health-listen", "127.0.0.1:0"]
+
+
 class Phalanx:
     """Queue, binder and scheduler in this process, each through its service's own build(), on the wall
-    clock against the API server; the scheduler can be stopped and started again (a restart)."""
+    clock against the API server, with mutual TLS as deployed; the scheduler can be stopped and started
+    again (a restart)."""
 
     def __init__(self, server: LocalApiServer, redis_url: str, prefix: str, scheduler_name: str) -> None:
         self.redis_url = redis_url
@@ -233,7 +246,8 @@ class Phalanx:
 
         self.binder = binder_main.build(binder_main.parser().parse_args([
             "--listen", listen, "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
-            "--redis-url", self.redis_url, "--redis-prefix", self.prefix, "--finish-interval", "0.5"])).start()
+            *transport(BINDER), "--redis-url", self.redis_url, "--redis-prefix", self.prefix, "--finish-interval", "0.5",
+            "--scheduler-name", self.scheduler_name])).start()
 
     def stop_binder(self) -> str:
         """Stops the binder (as if it crashed); returns its address, to start the next one on."""
@@ -245,7 +259,7 @@ class Phalanx:
         from phalanx_queue import __main__ as queue_main
 
         self.queue = queue_main.build(queue_main.parser().parse_args([
-            "--listen", listen, "--clock", "real", "--initial-backoff", "0.2", "--max-backoff", "1",
+            "--listen", listen, "--clock", "real", *transport(QUEUE), "--initial-backoff", "0.2", "--max-backoff", "1",
             "--unschedulable-flush", "5"])).start()
 
     def restart_queue(self) -> None:
@@ -259,7 +273,7 @@ class Phalanx:
 
         args = scheduler_main.parser().parse_args([
             "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
-            "--scheduler-name", self.scheduler_name, "--redis-url", self.redis_url, "--redis-prefix", self.prefix,
+            *transport(SCHEDULER), "--scheduler-name", self.scheduler_name, "--redis-url", self.redis_url, "--redis-prefix", self.prefix,
             "--queue", self.queue.address, "--binder", self.binder.address, "--default-wait", "30",
             "--reconcile-interval", "1"])
         server, servicer = scheduler_main.build(args)

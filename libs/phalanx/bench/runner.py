@@ -37,6 +37,7 @@ from phalanx.bench.stats import (
 )
 from phalanx.bench.workloads import GPU, BenchWorkload
 from phalanx.rpc.call_stats import ENV_DIR
+from phalanx.security.tls import PLAINTEXT
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.rpc.convert import pod_to_pb
 from phalanx.sim.services import Stack
@@ -71,8 +72,8 @@ def run_workload(w: BenchWorkload, opts: RunOptions | None = None) -> dict[str, 
     rpc_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack.launch(clock="real", log_dir=logs, env={ENV_DIR: str(rpc_dir)}, default_wait=opts.default_wait)
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    queue = QueueClient(stack.queue.address)
-    sched = SchedulerClient(stack.scheduler.address)
+    queue = QueueClient(stack.queue.address, PLAINTEXT)
+    sched = SchedulerClient(stack.scheduler.address, PLAINTEXT)
     try:
         result = _run(w, opts, stack, client, queue, sched, rpc_dir)
         result["load_average_before"] = load  # other work on the machine shows here
@@ -246,7 +247,7 @@ def _round(v: float | None, nd: int) -> float | None:
 
 def _queue_state(stack: Stack) -> str:
     try:
-        q = QueueClient(stack.queue.address, timeout=5)
+        q = QueueClient(stack.queue.address, PLAINTEXT, timeout=5)
         s = q.stats(time.time())
         q.close()
         return f"active={s.active} backoff={s.backoff} unschedulable={s.unschedulable} in_flight={s.in_flight}"

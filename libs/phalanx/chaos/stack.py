@@ -10,6 +10,7 @@ that spawned them ends.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from phalanx.faults import FAULT_ENV
 from phalanx.rpc.server import wait_healthy
+from phalanx.security.cli import make_tree
+from phalanx.security.tls import SERVICE_IDENTITIES
 from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.redis_server import RedisServer, free_port
 
@@ -36,6 +39,7 @@ class ServiceProcess:
     argv: list[str]
     port: int
     log_path: Path
+    health_port: int = 0  # plaintext, health only (what kubelet probes); 0: health on `port`
     proc: subprocess.Popen[bytes] | None = None
     incarnations: int = 0
     fault: str = ""  # PHALANX_FAULT of the current incarnation ("" for none)
@@ -43,6 +47,10 @@ class ServiceProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def health_address(self) -> str:
+        return f"127.0.0.1:{self.health_port or self.port}"
 
     def start(self, fault: str = "") -> None:
         env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
@@ -97,7 +105,8 @@ class StackConfig:
 
 @dataclass
 class ChaosStack:
-    """redis-server (append-only, like the chart) plus queue, binder and scheduler."""
+    """redis-server (append-only and password-protected, like the chart) plus queue, binder and scheduler
+    with mutual TLS (certificates made in the run directory)."""
 
     config: StackConfig
     redis: RedisServer
@@ -106,22 +115,28 @@ class ChaosStack:
     @classmethod
     def create(cls, config: StackConfig) -> ChaosStack:
         config.run_dir.mkdir(parents=True, exist_ok=True)
-        redis = RedisServer(appendonly=True, log_path=config.run_dir / "redis.log")
+        redis = RedisServer(appendonly=True, log_path=config.run_dir / "redis.log", password=secrets.token_hex(16))
         ports = {name: free_port() for name in SERVICES}
+        health_ports = {name: free_port() for name in SERVICES}
         addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+        tls_dir = config.run_dir / "tls"
+        make_tree(tls_dir, list(SERVICE_IDENTITIES.values()), [], ["127.0.0.1"], days=30)
         common = ["--clock", "real", "--log-level", config.log_level]
-        state = ["--redis-url", redis.url, "--redis-prefix", config.redis_prefix]
+        state = ["--redis-url", redis.address_url, "--redis-password-file", str(redis.password_file()),
+                 "--redis-prefix", config.redis_prefix]
         kube = ["--backend", "kubernetes", "--kubeconfig", config.kubeconfig]
         argv = {
             "queue": [*common],
-            "binder": [*common, *state, *kube],
+            "binder": [*common, *state, *kube, "--scheduler-name", config.scheduler_name],
             "scheduler": [*common, *state, *kube, "--scheduler-name", config.scheduler_name,
                           "--queue", addr["queue"], "--binder", addr["binder"],
                           "--default-wait", str(config.default_wait)],
         }
         services = {
-            name: ServiceProcess(name, [sys.executable, "-m", f"phalanx_{name}", "--listen", addr[name], *argv[name]],
-                                 ports[name], config.run_dir / f"{name}.log")
+            name: ServiceProcess(name, [sys.executable, "-m", f"phalanx_{name}", "--listen", addr[name],
+                                        "--health-listen", f"127.0.0.1:{health_ports[name]}",
+                                        "--tls-dir", str(tls_dir / SERVICE_IDENTITIES[name]), *argv[name]],
+                                 ports[name], config.run_dir / f"{name}.log", health_ports[name])
             for name in SERVICES
         }
         return cls(config, redis, services)
@@ -134,7 +149,7 @@ class ChaosStack:
             self.services[name].start(faults.get(name, ""))
         for name in SERVICES:
             try:
-                wait_healthy(self.services[name].address, timeout=timeout)
+                wait_healthy(self.services[name].health_address, timeout=timeout)
             except TimeoutError:
                 raise RuntimeError(f"{name} did not become healthy; see {self.services[name].log_path}") from None
 
@@ -177,7 +192,7 @@ class ChaosStack:
                     client.close()
             except redis.RedisError:
                 return False
-        with grpc.insecure_channel(self.services[name].address) as ch:
+        with grpc.insecure_channel(self.services[name].health_address) as ch:  # kubelet's view
             try:
                 resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
             except grpc.RpcError:

@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     from phalanx.chaos.cli import add_chaos_command
 
     add_chaos_command(sub)
+    from phalanx.security.cli import add_certs_command
+
+    add_certs_command(sub)
     return parser
 
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Callable
+
+import grpc
 
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
 from phalanx.rpc.server import channel
 from phalanx.rpc.stream_call import StreamCaller
+from phalanx.rpc.validation import MAX_BIND_TOTAL, MAX_ITEMS
+from phalanx.security import tls
+from phalanx.security.tls import Security
 from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.v1 import objects_pb2, binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
@@ -23,21 +29,78 @@ _OUTCOME_PB = {
 }
 
 DEFAULT_TIMEOUT = 120.0
+RETIRE_SECONDS = 60.0  # a channel replaced after a certificate renewal is closed this long after
 
 
-class QueueClient:
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT, consumer: str = "") -> None:
+class _Client:
+    """One service's channel, stub and streams; built again when this process's certificate files change
+    (a renewed certificate), so that new connections present the new one. Calls in flight (on another
+    thread) finish on the old channel, which is closed a minute later."""
+
+    peer = ""  # the identity of the service called
+
+    def __init__(self, address: str, security: Security, timeout: float) -> None:
         self.address = address
+        self.security = security
+        self.timeout = timeout
+        self._generation = -1
+        self._retired: list[tuple[float, grpc.Channel, list[StreamCaller]]] = []  # type: ignore[type-arg]
+        self._connect()
+
+    def _connect(self) -> None:
+        files = self.security.files
+        self._generation = files.generation if files is not None else 0
+        self.channel = channel(self.address, self.security, self.peer)
+        self._open(self.channel)
+
+    def _open(self, ch: grpc.Channel) -> None:
+        raise NotImplementedError
+
+    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+        return []
+
+    def _fresh(self) -> None:
+        files = self.security.files
+        if files is None:
+            return
+        files.current()  # looks at the files' metadata every few seconds at most
+        if files.generation != self._generation:
+            self._retired.append((time.monotonic(), self.channel, self._streams()))
+            self._connect()
+        while self._retired and time.monotonic() - self._retired[0][0] > RETIRE_SECONDS:
+            self._close(*self._retired.pop(0)[1:])
+
+    @staticmethod
+    def _close(ch: grpc.Channel, streams: list[StreamCaller]) -> None:  # type: ignore[type-arg]
+        for caller in streams:
+            caller.close()
+        ch.close()
+
+    def close(self) -> None:
+        for _, ch, streams in self._retired:
+            self._close(ch, streams)
+        self._retired = []
+        self._close(self.channel, self._streams())
+
+
+class QueueClient(_Client):
+    peer = tls.QUEUE
+
+    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT, consumer: str = "") -> None:
         # Pods this client pops are lent to (consumer, incarnation): a new client of the same consumer
         # (a restarted scheduler) gets the old one's pods returned to the queue at once.
         self.consumer = consumer or socket.gethostname()
         self.consumer_incarnation = uuid.uuid4().hex
-        self.channel = channel(address)
-        self.stub = queue_pb2_grpc.QueueStub(self.channel)
-        self.timeout = timeout
-        self._pop = StreamCaller(self.stub.PopStream)
+        super().__init__(address, security, timeout)
         self.incarnation = ""  # of the queue process last heard from
         self._restart_listeners: list[Callable[[], None]] = []
+
+    def _open(self, ch: grpc.Channel) -> None:
+        self.stub = queue_pb2_grpc.QueueStub(ch)
+        self._pop = StreamCaller(self.stub.PopStream)
+
+    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+        return [self._pop]
 
     def on_restart(self, listener: Callable[[], None]) -> None:
         """Calls `listener` (on the calling thread of add or pop) when the queue answers with a new
@@ -53,12 +116,21 @@ class QueueClient:
                 listener()
 
     def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> queue_pb2.AddResponse:
-        resp = self.stub.Add(queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods], now=now, only_missing=only_missing),
-                             timeout=self.timeout)
-        self._heard(resp.incarnation)
-        return resp
+        """Adds `pods`, in requests of at most MAX_ITEMS pods (the queue's limit per call)."""
+        self._fresh()
+        total = queue_pb2.AddResponse()
+        for i in range(0, max(len(pods), 1), MAX_ITEMS):
+            req = queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods[i:i + MAX_ITEMS]], now=now,
+                                       only_missing=only_missing)
+            resp = self.stub.Add(req, timeout=self.timeout)
+            self._heard(resp.incarnation)
+            total.added += resp.added
+            total.rejected.extend(resp.rejected)
+            total.incarnation = resp.incarnation
+        return total
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
+        self._fresh()
         req = queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds, consumer=self.consumer,
                                    consumer_incarnation=self.consumer_incarnation)
         if carry is not None and not carry.empty():
@@ -72,29 +144,27 @@ class QueueClient:
         return PopResult(items, resp.next_ready_at or None, resp.pending)
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
+        self._fresh()
         if not verdicts and not activate and not failed:
             return
         self.stub.Done(_done_request(verdicts, activate, failed, now), timeout=self.timeout)
 
     def remove(self, keys: list[str]) -> None:
+        self._fresh()
         if keys:
             self.stub.Remove(queue_pb2.RemoveRequest(pod_keys=keys), timeout=self.timeout)
 
     def move_all(self, event: str, now: float) -> None:
+        self._fresh()
         self.stub.MoveAll(queue_pb2.MoveAllRequest(event=event, now=now), timeout=self.timeout)
 
     def release_in_flight(self) -> int:
+        self._fresh()
         return self.stub.ReleaseInFlight(queue_pb2.ReleaseInFlightRequest(), timeout=self.timeout).released
 
     def stats(self, now: float) -> queue_pb2.StatsResponse:
+        self._fresh()
         return self.stub.Stats(queue_pb2.StatsRequest(now=now), timeout=self.timeout)
-
-    def close(self) -> None:
-        for attr in ("_pop", "_bind", "_bind_many", "_step"):
-            caller = getattr(self, attr, None)
-            if caller is not None:
-                caller.close()
-        self.channel.close()
 
 
 _LEAVING = (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED)
@@ -110,45 +180,62 @@ def _done_request(verdicts: list[Verdict], activate: list[str], failed: list[str
     return queue_pb2.DoneRequest(results=results, activate_gangs=activate, failed_gangs=failed, now=now)
 
 
-class BinderClient:
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.address = address
-        self.channel = channel(address)
-        self.stub = binder_pb2_grpc.BinderStub(self.channel)
-        self.timeout = timeout
+class BinderClient(_Client):
+    peer = tls.BINDER
+
+    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(address, security, timeout)
+
+    def _open(self, ch: grpc.Channel) -> None:
+        self.stub = binder_pb2_grpc.BinderStub(ch)
         self._bind = StreamCaller(self.stub.BindStream)
         self._bind_many = StreamCaller(self.stub.BindManyStream)
 
+    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+        return [self._bind, self._bind_many]
+
     def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
              trace: str) -> list[binder_pb2.BindResult]:
+        self._fresh()
         req = binder_pb2.BindRequest(assignments=assignments, all_or_nothing=all_or_nothing, now=now,
                                      trace_parent=trace)
         return list(self._bind.call(req).results)
 
     def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
                   now: float) -> list[list[binder_pb2.BindResult]]:
-        req = binder_pb2.BindManyRequest(now=now, batches=[
-            binder_pb2.BindBatch(assignments=a, all_or_nothing=aon, trace_parent=trace) for a, aon, trace in batches])
-        return [list(r.results) for r in self._bind_many.call(req).batches]
+        """Binds the batches, in as many requests as the binder's limit of assignments per call needs."""
+        self._fresh()
+        out: list[list[binder_pb2.BindResult]] = []
+        chunk: list[binder_pb2.BindBatch] = []
+        size = 0
+        for a, aon, trace in batches:
+            if chunk and size + len(a) > MAX_BIND_TOTAL:
+                out += self._send_many(chunk, now)
+                chunk, size = [], 0
+            chunk.append(binder_pb2.BindBatch(assignments=a, all_or_nothing=aon, trace_parent=trace))
+            size += len(a)
+        return out + (self._send_many(chunk, now) if chunk else [])
+
+    def _send_many(self, batches: list[binder_pb2.BindBatch], now: float) -> list[list[binder_pb2.BindResult]]:
+        return [list(r.results) for r in self._bind_many.call(binder_pb2.BindManyRequest(now=now, batches=batches)).batches]
 
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+        self._fresh()
         self.stub.Report(binder_pb2.ReportRequest(pods=pods, gangs=gangs, now=now), timeout=self.timeout)
 
-    def close(self) -> None:
-        for attr in ("_pop", "_bind", "_bind_many", "_step"):
-            caller = getattr(self, attr, None)
-            if caller is not None:
-                caller.close()
-        self.channel.close()
 
+class SchedulerClient(_Client):
+    peer = tls.SCHEDULER
 
-class SchedulerClient:
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.address = address
-        self.channel = channel(address)
-        self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)
-        self.timeout = timeout
+    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(address, security, timeout)
+
+    def _open(self, ch: grpc.Channel) -> None:
+        self.stub = scheduler_pb2_grpc.SchedulerStub(ch)
         self._step = StreamCaller(self.stub.StepStream)
+
+    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+        return [self._step]
 
     @staticmethod
     def events(now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
@@ -164,6 +251,11 @@ class SchedulerClient:
     def apply(self, now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
               gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
               finished: list[str] = (), deleted: list[str] = (), bound: list[PodInfo] = ()) -> None:  # type: ignore[assignment]
+        self._fresh()
+        nodes = list(nodes)
+        while len(nodes) > MAX_ITEMS:  # the scheduler's limit per call
+            self.stub.ApplyClusterEvents(self.events(now, nodes=nodes[:MAX_ITEMS]), timeout=self.timeout)
+            nodes = nodes[MAX_ITEMS:]
         ev = self.events(now, nodes=nodes, nodes_removed=nodes_removed, gangs=gangs, gangs_removed=gangs_removed,
                          finished=finished, deleted=deleted, bound=bound)
         self.stub.ApplyClusterEvents(ev, timeout=self.timeout)
@@ -172,6 +264,7 @@ class SchedulerClient:
              pods: list[PodInfo] = (),  # type: ignore[assignment]
              later: list[tuple[float, list[PodInfo], list[str]]] = ()  # type: ignore[assignment]
              ) -> scheduler_pb2.StepResponse:
+        self._fresh()
         req = scheduler_pb2.StepRequest(now=now, pods_added=[pod_to_pb(p) for p in pods],
                                         later=[scheduler_pb2.Instant(now=t, pods_added=[pod_to_pb(p) for p in ps],
                                                                      pods_finished=fin)
@@ -181,11 +274,5 @@ class SchedulerClient:
         return self._step.call(req)
 
     def list_gangs(self) -> list[scheduler_pb2.GangStatus]:
+        self._fresh()
         return list(self.stub.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=self.timeout).gangs)
-
-    def close(self) -> None:
-        for attr in ("_pop", "_bind", "_bind_many", "_step"):
-            caller = getattr(self, attr, None)
-            if caller is not None:
-                caller.close()
-        self.channel.close()

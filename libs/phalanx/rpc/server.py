@@ -14,46 +14,79 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from phalanx.rpc import call_stats
 from phalanx.rpc.health import HealthMonitor
 from phalanx.rpc.interceptors import TracingServerInterceptor
+from phalanx.security.authz import AuthorizationInterceptor
+from phalanx.security.tls import PLAINTEXT, Security, channel_credentials, is_loopback, server_credentials
 from phalanx.telemetry.tracing import tracing_enabled
 
 log = logging.getLogger(__name__)
 
-# Messages carry whole gangs (10,000 pods at most in one call), well above gRPC's 4 MiB default. Measured:
-# an AddRequest of 10,000 pods (gang and sim annotations, five resources, a selector, a toleration, a trace
-# parent) is 5.4 MiB, and 15.4 MiB with a 1 KB last-applied-configuration annotation on every pod; 64 MiB
-# keeps four times that headroom while bounding what one call can make a service allocate.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# A request carries at most one gang's pods (10,000 at most, validation.MAX_ITEMS) or one batch of cluster
+# events. Measured: an AddRequest of 10,000 pods (gang and sim annotations, five resources, a selector, a
+# toleration, a trace parent) is 5.4 MiB. 16 MiB leaves three times that while bounding what one call can
+# make a service allocate (gRPC refuses a larger message before parsing it: RESOURCE_EXHAUSTED). Answers
+# (a ListGangs of a big cluster) may be larger.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_REQUEST_BYTES),
+    ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
     # A restarted peer is back within seconds; gRPC's default reconnect backoff grows to 120 s.
     ("grpc.max_reconnect_backoff_ms", 5000),
+]
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+    ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
 ]
 
 
 class ServiceServer:
-    """A started gRPC server with the health service; `port` is the bound port (useful with port 0)."""
+    """A started gRPC server with the health service; `port` is the bound port (useful with port 0).
 
-    def __init__(self, name: str, listen: str, register: Callable[[grpc.Server], None], workers: int = 8) -> None:
+    With TLS (`security` holds certificate files) every call needs a client certificate from the
+    installation's CA and passes the authorization table (phalanx.security.authz); the health service is
+    then also served in plaintext on `health_listen`, alone, for kubelet probes, which cannot do TLS.
+    Plaintext is accepted on loopback addresses only."""
+
+    def __init__(self, name: str, listen: str, register: Callable[[grpc.Server], None], *, security: Security,
+                 health_listen: str = "", workers: int = 8) -> None:
         self.name = name
-        interceptors = [TracingServerInterceptor()] if tracing_enabled() else []
+        if security.plaintext and not is_loopback(listen):
+            raise ValueError(f"{name}: --listen {listen}: plaintext gRPC is served on loopback addresses only "
+                             "(127.0.0.1, ::1); give certificates with --tls-dir for any other address")
+        interceptors: list[grpc.ServerInterceptor] = [] if security.plaintext else [AuthorizationInterceptor()]
+        if tracing_enabled():
+            interceptors.append(TracingServerInterceptor())
         interceptors += call_stats.interceptors_from_env(name)  # PHALANX_RPC_STATS_DIR: count calls (bench)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name),
-                                  interceptors=interceptors, options=CHANNEL_OPTIONS)
+                                  interceptors=interceptors, options=SERVER_OPTIONS)
         register(self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # Loops and dependency checks register here before start(); see phalanx.rpc.health.
         self.monitor = HealthMonitor(self.health, f"phalanx.v1.{name.capitalize()}")
         self.stopping = threading.Event()  # set by stop(): background loops of the service end with it
-        self.port = self.server.add_insecure_port(listen)
+        if security.files is None:
+            self.port = self.server.add_insecure_port(listen)
+        else:
+            self.port = self.server.add_secure_port(listen, server_credentials(security.files))
         if self.port == 0:
             raise RuntimeError(f"{name}: cannot listen on {listen}")
-        host = listen.rsplit(":", 1)[0]
-        self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{self.port}"
+        self.address = f"{_dial_host(listen)}:{self.port}"
+        self.health_server: grpc.Server | None = None
+        self.health_address = ""
+        if health_listen:
+            self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{name}-health"),
+                                             options=[("grpc.max_receive_message_length", 4096)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+            port = self.health_server.add_insecure_port(health_listen)
+            if port == 0:
+                raise RuntimeError(f"{name}: cannot serve health on {health_listen}")
+            self.health_address = f"{_dial_host(health_listen)}:{port}"
 
     def start(self) -> "ServiceServer":
         self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
         self.monitor.start()
         log.info("%s serving on %s", self.name, self.address)
         return self
@@ -62,7 +95,14 @@ class ServiceServer:
         self.stopping.set()
         self.monitor.stop()
         self.health.enter_graceful_shutdown()
+        if self.health_server is not None:
+            self.health_server.stop(0)
         self.server.stop(grace).wait()
+
+
+def _dial_host(listen: str) -> str:
+    host = listen.rsplit(":", 1)[0]
+    return "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
 
 
 def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None = None) -> None:
@@ -81,16 +121,22 @@ def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None
     server.stop()
 
 
-def channel(address: str) -> grpc.Channel:
+def channel(address: str, security: Security, peer: str) -> grpc.Channel:
+    """A channel to the service whose certificate names `peer` (its identity, checked as the server's
+    name whatever the address), presenting this process's own certificate; plaintext with PLAINTEXT."""
     from phalanx.rpc.interceptors import TracingClientInterceptor
 
-    plain = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    if security.files is None:
+        plain = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    else:
+        plain = grpc.secure_channel(address, channel_credentials(security.files),
+                                    options=[*CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", peer)])
     # With tracing off (OTEL_SDK_DISABLED=true), skip the interceptor's per-call cost altogether.
     return grpc.intercept_channel(plain, TracingClientInterceptor()) if tracing_enabled() else plain
 
 
-def wait_healthy(address: str, timeout: float = 20.0) -> None:
-    """Waits until the service at `address` reports SERVING."""
+def wait_healthy(address: str, timeout: float = 20.0, security: Security = PLAINTEXT, peer: str = "") -> None:
+    """Waits until the service at `address` reports SERVING (over TLS as `security` says, to `peer`)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -98,7 +144,12 @@ def wait_healthy(address: str, timeout: float = 20.0) -> None:
     # growing) would then hold every later check back, so retry the connection at the polling pace.
     fast_retry = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
                   ("grpc.max_reconnect_backoff_ms", 250)]
-    with grpc.insecure_channel(address, options=fast_retry) as ch:
+    if security.files is None:
+        ch = grpc.insecure_channel(address, options=fast_retry)
+    else:
+        ch = grpc.secure_channel(address, channel_credentials(security.files),
+                                 options=[*fast_retry, ("grpc.ssl_target_name_override", peer)])
+    with ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             try:

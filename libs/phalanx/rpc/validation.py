@@ -21,9 +21,11 @@ from phalanx.intake import names
 from phalanx.intake.fields import GPU, MAX_AMOUNT, MAX_NODE_GPUS
 from phalanx.v1 import binder_pb2, objects_pb2, queue_pb2, scheduler_pb2
 
-MAX_ITEMS = 100_000  # pods, nodes, keys... in one list of a request
+# Pods, nodes, keys... in one request (and its lists together, for a step): a gang of 10,000 pods fits one
+# call; a cluster's nodes or a burst of pods go in several. Clients split what is larger.
+MAX_ITEMS = 10_000
 MAX_BIND_BATCH = 10_000  # assignments bound as one batch
-MAX_BIND_TOTAL = 100_000  # assignments across the batches of one BindMany
+MAX_BIND_TOTAL = 10_000  # assignments across the batches of one BindMany
 MAX_TIME = 1e12  # seconds: unix time or virtual time, ~31,700 years; keeps `now + delay` finite
 MAX_KEY = 317  # a qualified label/annotation/resource name: 253-character prefix, "/", 63-character name
 MAX_VALUE = 256 * 1024  # an annotation value (Kubernetes caps all of a pod's annotations at 256 KiB)

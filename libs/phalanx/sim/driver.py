@@ -25,6 +25,7 @@ import grpc
 import redis
 
 from phalanx.intake.errors import IntakeError
+from phalanx.rpc.validation import MAX_ITEMS
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.intake.resolver import GangResolver
@@ -281,6 +282,7 @@ class Simulation:
         if earlier:
             horizon = min(horizon, now + min(earlier))
         out: list[_Instant] = []
+        carried = len(due.pods)  # pods (arriving or finishing) the step request carries so far
         while len(out) < self._later_limit and (self._events or foreseen):
             at = min(self._events[0][0] if self._events else float("inf"), foreseen[0][0] if foreseen else float("inf"))
             if at >= horizon or (self.opt.until is not None and at > self.opt.until):
@@ -307,10 +309,12 @@ class Simulation:
                     pod = self._admit_pod(payload)
                     if pod is not None:
                         inst.pods.append(pod)
-            if self._declares_gang(inst.pods):
+            if self._declares_gang(inst.pods) or carried + len(inst.pods) + len(inst.finished) > MAX_ITEMS:
                 # Declaring a gang is a cluster event (it retries unschedulable pods): it gets its own step.
+                # And one request carries at most MAX_ITEMS pods: the instant waits for the next step.
                 self._put_back([inst])
                 break
+            carried += len(inst.pods) + len(inst.finished)
             foresee(inst.pods, at)
             out.append(inst)
         return out
@@ -436,10 +440,20 @@ class Simulation:
     def _step(self, now: float, due: "_Due", later: list[_Instant]) -> Any:
         self.steps += 1
         events = None
+        nodes = due.nodes
+        if len(nodes) > MAX_ITEMS:  # a big cluster's nodes arrive in requests of MAX_ITEMS before the step
+            self._call(lambda s: s.apply(now, nodes=nodes[:-MAX_ITEMS]))
+            due.nodes = nodes[-MAX_ITEMS:]
         if not due.no_events():
             events = SchedulerClient.events(now, nodes=due.nodes, gangs=due.gangs, finished=due.finished,
                                             deleted=due.deleted, bound=due.bound)
-        step = self._call(lambda s: s.step(now, events, due.pods, [(i.at, i.pods, i.releases) for i in later]))
+        pods = due.pods
+        if len(pods) > MAX_ITEMS:
+            # One request carries at most MAX_ITEMS pods: the others enter the queue first, at the same
+            # instant, which is what the step would have done with them before popping.
+            self.queue.add(pods[:-MAX_ITEMS], now)
+            pods = pods[-MAX_ITEMS:]
+        step = self._call(lambda s: s.step(now, events, pods, [(i.at, i.pods, i.releases) for i in later]))
         self.attempts += step.pods_attempted
         for p in due.bound:
             self._record_bind(p.key, p.node_name, now)

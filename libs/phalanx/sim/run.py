@@ -8,6 +8,7 @@ from typing import Any
 
 import redis
 
+from phalanx.security.tls import PLAINTEXT, security_from_env
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.sim.driver import SimOptions, Simulation
 from phalanx.sim.report import build_report
@@ -37,8 +38,11 @@ def simulate(workload: Workload, options: SimOptions, endpoints: Endpoints | Non
         endpoints = Endpoints(stack.redis_url, stack.queue.address, stack.scheduler.address, stack.prefix)
     client = redis.Redis.from_url(endpoints.redis_url, decode_responses=True)
     keys = Keys(endpoints.prefix)
-    queue = QueueClient(endpoints.queue)
-    scheduler = SchedulerClient(endpoints.scheduler)
+    # The embedded stack is plaintext on loopback; services elsewhere (docker-compose) are called with the
+    # simulator's certificate from PHALANX_TLS_DIR.
+    security = PLAINTEXT if stack is not None else security_from_env()
+    queue = QueueClient(endpoints.queue, security)
+    scheduler = SchedulerClient(endpoints.scheduler, security)
 
     def recover() -> SchedulerClient:
         """The scheduler process died: start it again (it rebuilds from Redis) and carry on."""
@@ -46,7 +50,7 @@ def simulate(workload: Workload, options: SimOptions, endpoints: Endpoints | Non
             raise RuntimeError("the scheduler at %s is unavailable" % endpoints.scheduler)  # type: ignore[union-attr]
         stack.scheduler.kill()
         stack.scheduler.start()
-        return SchedulerClient(stack.scheduler.address)
+        return SchedulerClient(stack.scheduler.address, security)
 
     try:
         if stack is not None:

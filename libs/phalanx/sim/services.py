@@ -98,18 +98,18 @@ class Stack:
             redis_url = redis.url
         logs = log_dir or Path(tempfile.mkdtemp(prefix="phalanx-sim-"))
         logs.mkdir(parents=True, exist_ok=True)
-        common = ["--clock", clock, "--log-level", os.environ.get("PHALANX_LOG_LEVEL", "WARNING")]
+        # Loopback only, so plaintext: the embedded cluster's services are reachable from this machine alone.
+        common = ["--clock", clock, "--log-level", os.environ.get("PHALANX_LOG_LEVEL", "WARNING"), "--plaintext"]
         state = ["--redis-url", redis_url, "--redis-prefix", prefix]
         queue = ServiceProcess("queue", "phalanx_queue", [*common, "--unschedulable-flush", "0"], free_port(),
                                logs / "queue.log")
         binder = ServiceProcess("binder", "phalanx_binder", [*common, *state, "--backend", "simulated"], free_port(),
                                 logs / "binder.log")
-        sched_args = [*common, *state, "--queue", queue.address, "--binder", binder.address,
+        # Cluster events come through the Scheduler API (the simulator's), on either clock.
+        sched_args = [*common, *state, "--backend", "simulated", "--queue", queue.address, "--binder", binder.address,
                       "--default-wait", str(default_wait)]
         if profile:
             sched_args += ["--profile", profile]
-        if clock == "real":  # cluster events come through the Scheduler API, as in virtual mode
-            sched_args += ["--backend", "simulated"]
         scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, free_port(), logs / "scheduler.log")
         for svc in (queue, binder, scheduler):
             svc.extra_env.update(env or {})

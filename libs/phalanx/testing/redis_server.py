@@ -30,10 +30,12 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(self, port: int | None = None, *, appendonly: bool = False,
-                 log_path: str | os.PathLike[str] | None = None) -> None:
+                 log_path: str | os.PathLike[str] | None = None, password: str = "") -> None:
         """appendonly: persist like the Helm chart (`--appendonly yes --save ""`).
-        log_path: append redis-server's output there (default: discarded)."""
+        log_path: append redis-server's output there (default: discarded).
+        password: require AUTH, as the chart's Redis does (given in a config file, not on the command line)."""
         self.port = port or free_port()
+        self.password = password
         self.appendonly = appendonly
         self.log_path = Path(log_path) if log_path is not None else None
         self.dir = tempfile.mkdtemp(prefix="phalanx-redis-")
@@ -41,15 +43,33 @@ class RedisServer:
 
     @property
     def url(self) -> str:
+        """With the password in it, for test code; services get `address_url` and a password file."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def address_url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def password_file(self) -> Path:
+        path = Path(self.dir) / "password"
+        path.touch(mode=0o600)
+        path.write_text(self.password + "\n")
+        return path
 
     def argv(self) -> list[str]:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
         persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else ["--appendonly", "no"]
-        return [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-                *persistence, "--protected-mode", "no"]
+        config: list[str] = []
+        if self.password:
+            conf = Path(self.dir) / "redis.conf"
+            conf.touch(mode=0o600)
+            conf.write_text(f"requirepass {self.password}\n")
+            config = [str(conf)]
+        return [binary, *config, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+                *persistence, "--protected-mode", "yes" if self.password else "no"]
 
     def start(self, timeout: float = 10.0) -> "RedisServer":
         out = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL
@@ -58,7 +78,7 @@ class RedisServer:
         finally:
             if self.log_path is not None:
                 out.close()  # type: ignore[union-attr]
-        client = redis.Redis(port=self.port)
+        client = redis.Redis(port=self.port, password=self.password or None)
         deadline = time.monotonic() + timeout
         while True:
             try:
