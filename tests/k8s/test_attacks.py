@@ -1,0 +1,170 @@
+"""The attacks of a caller who can reach the services' ports, replayed against a real kube-apiserver with
+the services as deployed (mutual TLS, Kubernetes mode). Each one worked before the services authenticated
+callers and took cluster state from the API server alone; each is now refused, and the cluster shows it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import GPU, TLS_DIR, Cluster, Phalanx
+from waiting import wait_for
+
+from phalanx.security import tls
+from phalanx.v1 import binder_pb2, binder_pb2_grpc, objects_pb2, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+
+def _secure(address: str, identity: str, peer: str) -> grpc.Channel:
+    files = TLS_DIR / identity
+    creds = grpc.ssl_channel_credentials((files / "ca.crt").read_bytes(), (files / "tls.key").read_bytes(),
+                                         (files / "tls.crt").read_bytes())
+    return grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", peer)])
+
+
+def _callers(address: str, peer: str) -> list[tuple[str, grpc.Channel]]:
+    """An anonymous caller, and holders of every certificate of the installation but the scheduler's."""
+    out = [("anonymous", grpc.insecure_channel(address))]
+    out += [(identity, _secure(address, identity, peer))
+            for identity in (tls.OPERATOR, tls.SIMULATOR, tls.QUEUE, tls.BINDER) if identity != peer]
+    return out
+
+
+def _refused(call) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.RpcError) as err:
+        call()
+    code = err.value.code()
+    assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED,
+                    grpc.StatusCode.FAILED_PRECONDITION), err.value
+    return code  # type: ignore[no-any-return]
+
+
+def _scheduler_address(phalanx: Phalanx) -> str:
+    return str(phalanx.scheduler[0].address)
+
+
+def _foreign_pod(cluster: Cluster) -> tuple[str, str]:
+    ns = cluster.namespace("foreign")
+    cluster.pod(ns, "victim", gpus=0, scheduler="default-scheduler")
+    return ns, "victim"
+
+
+def test_a_foreign_pod_cannot_be_bound_through_step(cluster: Cluster, phalanx: Phalanx) -> None:
+    node = cluster.node("n1", gpus=8)
+    ns, name = _foreign_pod(cluster)
+    pod = objects_pb2.Pod(namespace=ns, name=name, created_at=time.time())
+    for who, ch in _callers(_scheduler_address(phalanx), tls.SCHEDULER):
+        stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        code = _refused(lambda: stub.Step(scheduler_pb2.StepRequest(now=time.time(), pods_added=[pod]), timeout=5))
+        # The simulator's certificate passes authorization, but Kubernetes mode takes no pods from callers.
+        assert code == (grpc.StatusCode.FAILED_PRECONDITION if who == tls.SIMULATOR else
+                        grpc.StatusCode.UNAVAILABLE if who == "anonymous" else grpc.StatusCode.PERMISSION_DENIED), who
+        ch.close()
+    # A gang of Phalanx's own still binds, so the scheduler did run meanwhile; the foreign pod did not move.
+    app = cluster.namespace("app")
+    names = cluster.koord_pods(app, "g", 2, min_available=2)
+    wait_for(lambda: cluster.all_bound(app, names), 30, "Phalanx's own gang binds")
+    assert cluster.node_of(ns, name) == ""
+    assert node
+
+
+def test_a_ghost_node_cannot_be_declared(cluster: Cluster, phalanx: Phalanx) -> None:
+    real = cluster.node("n1", gpus=8)
+    ghost = objects_pb2.Node(name=f"{cluster.tid}-ghost", allocatable={GPU: 64_000, "cpu": 640_000, "pods": 110_000})
+    for who, ch in _callers(_scheduler_address(phalanx), tls.SCHEDULER):
+        stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        _refused(lambda: stub.ApplyClusterEvents(scheduler_pb2.ClusterEvents(nodes_upserted=[ghost],
+                                                                              now=time.time()), timeout=5))
+        ch.close()
+    ns = cluster.namespace()
+    names = cluster.koord_pods(ns, "g", 8, min_available=8)
+    wait_for(lambda: cluster.all_bound(ns, names), 30, "the gang binds")
+    assert set(cluster.all_bound(ns, names).values()) == {real}  # type: ignore[union-attr]
+
+
+def test_running_pods_cannot_be_reported_finished_to_overcommit_a_node(cluster: Cluster, phalanx: Phalanx) -> None:
+    cluster.node("n1", gpus=8)
+    ns = cluster.namespace()
+    first = cluster.koord_pods(ns, "a", 8, min_available=8)
+    wait_for(lambda: cluster.all_bound(ns, first), 30, "the first gang binds")
+    finished = [f"{ns}/{n}" for n in first]
+    for _, ch in _callers(_scheduler_address(phalanx), tls.SCHEDULER):
+        stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        _refused(lambda: stub.ApplyClusterEvents(scheduler_pb2.ClusterEvents(pods_finished=finished, now=time.time()),
+                                                 timeout=5))
+        ch.close()
+    second = cluster.koord_pods(ns, "b", 8, min_available=8)
+    time.sleep(3)  # several scheduling rounds
+    assert cluster.all_bound(ns, second) is None
+    assert sum(cluster.gpus_by_node(ns, first + second).values()) == 8  # 8 GPUs on an 8-GPU node, not 16
+
+
+def test_reports_cannot_write_on_a_foreign_pod(cluster: Cluster, phalanx: Phalanx) -> None:
+    ns, name = _foreign_pod(cluster)
+    before = cluster.read_pod(ns, name)
+    report = binder_pb2.ReportRequest(now=time.time(), pods=[binder_pb2.PodReport(
+        pod_key=f"{ns}/{name}", annotations={"gang.scheduling.koordinator.sh/timeout": "true", "evil": "1"},
+        unschedulable_message="pwned", event_reason="FailedScheduling", event_message="pwned")])
+    for _, ch in _callers(phalanx.binder.address, tls.BINDER):
+        stub = binder_pb2_grpc.BinderStub(ch)
+        _refused(lambda: stub.Report(report, timeout=5))
+        ch.close()
+    time.sleep(1)
+    after = cluster.read_pod(ns, name)
+    assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
+    assert after.get("status", {}).get("conditions") == before.get("status", {}).get("conditions")
+    assert cluster.events(ns, name) == []
+
+
+def test_a_foreign_pod_cannot_be_bound_through_the_binder(cluster: Cluster, phalanx: Phalanx) -> None:
+    node = cluster.node("n1", gpus=8)
+    ns, name = _foreign_pod(cluster)
+    request = binder_pb2.BindRequest(assignments=[binder_pb2.Assignment(pod_key=f"{ns}/{name}", node=node)],
+                                     now=time.time())
+    for _, ch in _callers(phalanx.binder.address, tls.BINDER):
+        stub = binder_pb2_grpc.BinderStub(ch)
+        _refused(lambda: stub.Bind(request, timeout=5))
+        ch.close()
+    assert cluster.node_of(ns, name) == ""
+
+
+def test_pods_cannot_be_taken_out_of_the_queue(cluster: Cluster, phalanx: Phalanx) -> None:
+    cluster.node("n1", gpus=8)
+    stop = time.monotonic() + 4
+    stealers = _callers(phalanx.queue.address, tls.QUEUE)
+    ns = cluster.namespace()
+    names = cluster.koord_pods(ns, "g", 4, min_available=4)
+    while time.monotonic() < stop:  # keep trying to pop while the gang arrives
+        for _, ch in stealers:
+            stub = queue_pb2_grpc.QueueStub(ch)
+            _refused(lambda: stub.Pop(queue_pb2.PopRequest(max_pods=100, now=time.time(), consumer="thief"),
+                                      timeout=5))
+        time.sleep(0.2)
+    for _, ch in stealers:
+        ch.close()
+    wait_for(lambda: cluster.all_bound(ns, names), 30, "the gang binds, none of its pods stolen")
+
+
+def test_floods_are_refused(phalanx: Phalanx) -> None:
+    with _secure(phalanx.queue.address, tls.SCHEDULER, tls.QUEUE) as ch:  # even with the scheduler's certificate
+        stub = queue_pb2_grpc.QueueStub(ch)
+        junk = [objects_pb2.Pod(namespace="junk", name=f"p{i}", created_at=1.0) for i in range(20_000)]
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Add(queue_pb2.AddRequest(pods=junk, now=time.time()), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "pods: 20000 items is too many (at most 10000)" in (err.value.details() or "")
+        huge = objects_pb2.Pod(namespace="junk", name="big", annotations={"x": "y" * (20 * 1024 * 1024)})
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Add(queue_pb2.AddRequest(pods=[huge], now=time.time()), timeout=10)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        stats = stub.Stats(queue_pb2.StatsRequest(now=time.time()), timeout=5)
+        assert stats.active + stats.backoff + stats.unschedulable == 0
+
+
+def test_the_services_listen_with_tls_only(phalanx: Phalanx) -> None:
+    for server in (phalanx.queue, phalanx.binder, phalanx.scheduler[0]):
+        assert server.health_address and server.health_address != server.address
+    assert Path(TLS_DIR / tls.SCHEDULER / "tls.key").stat().st_mode & 0o077 == 0
