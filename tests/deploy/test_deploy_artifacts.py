@@ -1,5 +1,10 @@
 """Checks of the deployment artifacts: CRDs, plain manifests, the Helm chart, the compose files, the image.
 
+Security (issue "Only the scheduler may bind"): mutual TLS certificates mounted as directory volumes, probes
+on the plaintext health ports, listening on the pod IP, a password-protected Redis in protected mode,
+NetworkPolicies evaluated for who may reach which port, and the chart-generated certificates checked with
+a real mutual-TLS gRPC handshake. The exact RBAC allow-list is in test_rbac_allowlist.py.
+
 What needs an external tool is skipped, with the reason, when the tool is missing:
   * helm: ${PHALANX_TOOLS_CACHE:-~/.cache/phalanx/tools}/helm-<HELM_VERSION>/helm (built by
     hack/build-helm.sh), else `helm` on PATH, else $PHALANX_HELM.
@@ -10,11 +15,14 @@ What needs an external tool is skipped, with the reason, when the tool is missin
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -32,16 +40,28 @@ HELM_VERSION = "v3.22.0"  # keep in step with hack/build-helm.sh
 
 SERVICES = ("queue", "scheduler", "binder")
 PORTS = {"queue": 50051, "scheduler": 50052, "binder": 50053}
+HEALTH_PORTS = {"queue": 50061, "scheduler": 50062, "binder": 50063}
 READ_VERBS = {"get", "list", "watch"}
-PODGROUP_GROUPS = {"scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh"}
+TLS_DIR = "/etc/phalanx/tls"
+CERT_MANAGER_API = "cert-manager.io/v1"
 
-# The second values set: an external Redis, two binders, tracing on.
+# The second values set: an external Redis over TLS with a password Secret, two binders, tracing on.
 SECOND_VALUES = {
-    "redis": {"enabled": False, "url": "redis://redis.data.svc.cluster.local:6379/3"},
+    "redis": {"enabled": False, "url": "rediss://redis.data.svc.cluster.local:6380/3",
+              "auth": {"existingSecret": "redis-password", "existingSecretKey": "pw"},
+              "tls": {"enabled": True, "caSecret": {"name": "redis-ca", "key": "ca.crt"}}},
     "binder": {"replicas": 2},
     "otel": {"enabled": True, "endpoint": "http://otel-collector.observability.svc:4317"},
 }
-VALUE_SETS = {"default": None, "external-redis-2-binders-otel": SECOND_VALUES}
+# The third: certificates from cert-manager (forced on, as if the cluster served cert-manager.io/v1), an
+# operator certificate, the bundled Redis over TLS, no NetworkPolicies.
+CERT_MANAGER_VALUES = {
+    "tls": {"certManager": {"enabled": True}, "operator": {"enabled": True}},
+    "redis": {"tls": {"enabled": True}},
+    "networkPolicy": {"enabled": False},
+}
+VALUE_SETS = {"default": None, "external-redis-2-binders-otel": SECOND_VALUES,
+              "cert-manager-redis-tls": CERT_MANAGER_VALUES}
 
 
 # --- tools --------------------------------------------------------------------------------------------
@@ -287,46 +307,13 @@ def test_chart_crd_copies_match_deploy_crds() -> None:
             "cp deploy/crds/*_podgroups.yaml deploy/helm/phalanx/files/crds/")
 
 
-# --- RBAC: least privilege ----------------------------------------------------------------------------
-
-# Everything each service may do; the binder is the only writer.
-ALLOWED = {
-    "queue": {("", "pods"): READ_VERBS},
-    "scheduler": {("", "nodes"): READ_VERBS, ("", "pods"): READ_VERBS, ("", "configmaps"): READ_VERBS,
-                  **{(g, "podgroups"): READ_VERBS for g in PODGROUP_GROUPS}},
-    "binder": {("", "pods"): {"get", "list", "patch"}, ("", "pods/binding"): {"create"},
-               ("", "pods/status"): {"patch"}, ("", "events"): {"create", "patch"},
-               ("events.k8s.io", "events"): {"create", "patch"},
-               **{(g, "podgroups/status"): {"update", "patch"} for g in PODGROUP_GROUPS}},
-}
-
-
-def grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
-    out: dict[tuple[str, str], set[str]] = {}
-    for rule in role.get("rules", []):
-        assert "nonResourceURLs" not in rule and "resourceNames" not in rule
-        for g in rule["apiGroups"]:
-            for r in rule["resources"]:
-                out.setdefault((g, r), set()).update(rule["verbs"])
-    return out
-
+# --- RBAC: structure (the exact rights: test_rbac_allowlist.py) ------------------------------------------
 
 def check_rbac(docs: list[dict[str, Any]]) -> None:
     roles = {component(r): r for r in of_kind(docs, "ClusterRole")}
-    assert set(roles) == set(SERVICES), f"one ClusterRole per service, got {sorted(roles)}"
+    # The queue never talks to the API server: no role, no binding, no token.
+    assert set(roles) == {"scheduler", "binder"}, f"ClusterRoles of the scheduler and the binder only, got {sorted(roles)}"
     assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
-    for svc, role in roles.items():
-        g = grants(role)
-        for (group, resource), verbs in g.items():
-            assert "*" not in verbs and group != "*" and resource != "*", f"{svc}: wildcard in {role['rules']}"
-        assert g == ALLOWED[svc], f"{svc} role grants {g}, expected exactly {ALLOWED[svc]}"
-    # Only the binder may create pods/binding; the queue and the scheduler only read.
-    creators = [svc for svc, role in roles.items() if "create" in grants(role).get(("", "pods/binding"), set())]
-    assert creators == ["binder"]
-    for svc in ("queue", "scheduler"):
-        verbs = set().union(*grants(roles[svc]).values())
-        assert verbs <= READ_VERBS, f"{svc} has write verbs {verbs - READ_VERBS}"
-    # Each binding gives its role to its own service's account, and that account runs the service.
     accounts = {}
     for b in of_kind(docs, "ClusterRoleBinding"):
         svc = component(b)
@@ -335,15 +322,34 @@ def check_rbac(docs: list[dict[str, Any]]) -> None:
         [subject] = b["subjects"]
         assert subject["kind"] == "ServiceAccount"
         accounts[svc] = (subject["namespace"], subject["name"])
-    assert set(accounts) == set(SERVICES)
-    for d in of_kind(docs, "Deployment"):
-        svc = component(d)
-        if svc in SERVICES:
-            assert (d["metadata"]["namespace"], d["spec"]["template"]["spec"]["serviceAccountName"]) == accounts[svc]
-    assert len(set(accounts.values())) == 3, "each service has its own ServiceAccount"
+    assert set(accounts) == {"scheduler", "binder"}
+    deployments = {component(d): d for d in of_kind(docs, "Deployment")}
+    for svc, account in accounts.items():
+        d = deployments[svc]
+        assert (d["metadata"]["namespace"], d["spec"]["template"]["spec"]["serviceAccountName"]) == account
+    queue_pod = deployments["queue"]["spec"]["template"]["spec"]
+    assert queue_pod["serviceAccountName"] not in {name for _, name in accounts.values()}
+    assert queue_pod["automountServiceAccountToken"] is False
+    sas = {sa["metadata"]["name"]: sa for sa in of_kind(docs, "ServiceAccount")}
+    if queue_pod["serviceAccountName"] in sas:
+        assert sas[queue_pod["serviceAccountName"]].get("automountServiceAccountToken") is False
+    assert len(set(accounts.values())) == 2, "each service has its own ServiceAccount"
 
 
 # --- workloads: probes, hardening ---------------------------------------------------------------------
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def secret_volume_at(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volume mounted at the directory `path` and its mount; it must be a Secret's, read-only."""
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == path]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "secret" in volume, f"{path} is not a Secret volume: {volume}"
+    assert mount.get("readOnly") is True, f"{path} is not read-only"
+    return volume, mount
+
 
 def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system") -> None:
     deployments = {component(d): d for d in of_kind(docs, "Deployment")}
@@ -357,30 +363,55 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
         psc = pod["securityContext"]
         assert psc["runAsNonRoot"] is True and psc["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod.get("enableServiceLinks") is False, f"{name}: service links would inject *_PORT variables"
+        # API tokens only where the API server is used: the scheduler and the binder.
+        assert pod.get("automountServiceAccountToken") is (name in ("scheduler", "binder")), name
         for c in pod["containers"]:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False, name
             assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["runAsNonRoot"] is True, name
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, name
             assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"], name
             assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], name
+            # subPath mounts never see a renewed Secret or ConfigMap.
+            assert not any("subPath" in m or "subPathExpr" in m for m in c.get("volumeMounts", [])), name
+        if name == "redis":
+            check_redis_container(pod)
         if name not in SERVICES:
-            assert pod.get("automountServiceAccountToken") is False, f"{name} needs no API token"
             continue
         assert psc["runAsUser"] == 65532
         [c] = pod["containers"]
-        port = PORTS[name]
+        port, health = PORTS[name], HEALTH_PORTS[name]
         assert c["command"] == [f"phalanx-{name}"]
         assert {"name": "grpc", "containerPort": port, "protocol": "TCP"} in c["ports"]
-        # Native gRPC probes on the health service names that separate "restart me" from "route no work to me".
+        assert {"name": "health", "containerPort": health, "protocol": "TCP"} in c["ports"]
+        # Native gRPC probes, on the plaintext health port (the kubelet cannot do TLS), on the health
+        # service names that separate "restart me" from "route no work to me".
         for probe, service in (("readinessProbe", "readiness"), ("livenessProbe", "liveness"),
                                ("startupProbe", "liveness")):
-            assert c[probe]["grpc"] == {"port": port, "service": service}, f"{name}: {probe}"
-        env = {e["name"]: e for e in c["env"]}
-        assert env["PHALANX_LISTEN"]["value"] == f"0.0.0.0:{port}"
+            assert c[probe]["grpc"] == {"port": health, "service": service}, f"{name}: {probe}"
+        env = env_of(c)
+        # Listening on the pod IP (downward API), TLS on the gRPC port, never --plaintext.
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        names = list(env)
+        assert names.index("POD_IP") < names.index("PHALANX_LISTEN"), "$(POD_IP) expands only from earlier variables"
+        assert env["PHALANX_LISTEN"]["value"] == f"$(POD_IP):{port}"
+        assert env["PHALANX_HEALTH_LISTEN"]["value"] == f"$(POD_IP):{health}"
+        assert env["PHALANX_TLS_DIR"]["value"] == TLS_DIR
+        assert "PHALANX_PLAINTEXT" not in env
+        volume, _ = secret_volume_at(pod, c, TLS_DIR)
+        assert "items" not in volume["secret"], "the whole Secret: ca.crt, tls.crt and tls.key"
         assert env["PHALANX_SCHEDULER_NAME"]["value"] == "phalanx"
         assert env["OTEL_SERVICE_NAME"]["value"] == f"phalanx-{name}"
         if name in ("scheduler", "binder"):
             assert "PHALANX_REDIS_URL" in env and "PHALANX_REDIS_PREFIX" in env
+            assert "PHALANX_REDIS_PASSWORD" not in env, "the password comes from a file only"
+            if "PHALANX_REDIS_PASSWORD_FILE" in env:
+                directory, file = env["PHALANX_REDIS_PASSWORD_FILE"]["value"].rsplit("/", 1)
+                volume, _ = secret_volume_at(pod, c, directory)
+                assert [i["path"] for i in volume["secret"].get("items", [{"path": file}])] == [file]
+        else:
+            assert not any(k.startswith("PHALANX_REDIS") for k in env), "the queue does not use Redis"
         if name == "binder":
             assert env["PHALANX_BACKEND"]["value"] == "kubernetes"
         if name in ("queue", "scheduler"):
@@ -390,16 +421,185 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             assert env["PHALANX_BINDER_ADDR"]["value"].endswith(":50053")
             profile = env["PHALANX_PROFILE"]["value"]
             mount = next(m for m in c["volumeMounts"] if profile.startswith(m["mountPath"] + "/"))
+            assert not TLS_DIR.startswith(mount["mountPath"] + "/"), "TLS must not nest in the profile volume"
             volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
             cms = {m["metadata"]["name"]: m for m in of_kind(docs, "ConfigMap")}
             data = cms[volume["configMap"]["name"]]["data"][profile.rsplit("/", 1)[1]]
             assert set(yaml.safe_load(data)) <= {"filters", "scores", "percentageOfNodesToScore"}
         svc = services[name]
         assert svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        # The health port is for the kubelet only: not in the Service.
         assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "grpc")]
 
 
+def check_redis_container(pod: dict[str, Any]) -> None:
+    """The bundled Redis: requirepass from the mounted Secret through a config file, protected mode on, the
+    password on no command line, probes that authenticate."""
+    [c] = pod["containers"]
+    script = " ".join(c.get("command", []) + c.get("args", []))
+    assert "protected-mode yes" in script and "protected-mode no" not in script
+    assert "requirepass" in script and "--requirepass" not in script
+    assert "exec redis-server /tmp/redis.conf" in script
+    volume, _ = secret_volume_at(pod, c, "/etc/redis/auth")
+    assert [i["path"] for i in volume["secret"]["items"]] == ["password"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        command = " ".join(c[probe]["exec"]["command"])
+        assert 'REDISCLI_AUTH="$(cat /etc/redis/auth/password)"' in command, probe
+        assert " -a " not in command, f"{probe}: a password argument shows in ps"
+
+
+def redis_script_and_probes(docs: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    [d] = [d for d in of_kind(docs, "Deployment") if component(d) == "redis"]
+    [c] = d["spec"]["template"]["spec"]["containers"]
+    assert c["command"][:2] == ["sh", "-c"]
+    return c["command"][2], [c[p]["exec"]["command"][2] for p in ("readinessProbe", "livenessProbe")]
+
+
+# --- NetworkPolicy: who may reach which port ----------------------------------------------------------
+
+ANYWHERE = "*"
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, f"only matchLabels selectors are evaluated here: {selector}"
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def reachability(docs: list[dict[str, Any]], redis_port: int = 6379) -> dict[tuple[str, int], set[str]]:
+    """For every (component, port) the NetworkPolicies admit traffic to: the components (or ANYWHERE)
+    admitted. Evaluated from the policies' selectors against the Deployments' pod labels."""
+    pods = {component(d): d["spec"]["template"]["metadata"]["labels"] for d in of_kind(docs, "Deployment")}
+    policies = of_kind(docs, "NetworkPolicy")
+    ports = {(svc, PORTS[svc]) for svc in SERVICES} | {(svc, HEALTH_PORTS[svc]) for svc in SERVICES}
+    if "redis" in pods:
+        ports.add(("redis", redis_port))
+    out: dict[tuple[str, int], set[str]] = {}
+    for target, port in ports:
+        applying = [p for p in policies if _selects(p["spec"]["podSelector"], pods[target])]
+        assert applying and all(p["spec"]["policyTypes"] == ["Ingress"] for p in applying), (
+            f"{target}: not isolated for ingress")
+        allowed: set[str] = set()
+        for policy in applying:
+            for rule in policy["spec"].get("ingress", []):
+                rule_ports = rule.get("ports")
+                if rule_ports is not None and not any(rp["port"] == port and rp.get("protocol", "TCP") == "TCP"
+                                                      for rp in rule_ports):
+                    continue
+                if "from" not in rule:
+                    allowed.add(ANYWHERE)
+                    continue
+                for peer in rule["from"]:
+                    assert set(peer) == {"podSelector"}, f"only same-namespace pod peers expected: {peer}"
+                    allowed |= {src for src, labels in pods.items() if _selects(peer["podSelector"], labels)}
+        out[(target, port)] = allowed
+    return out
+
+
+EXPECTED_REACHABILITY = {
+    ("queue", 50051): {"scheduler"}, ("queue", 50061): {ANYWHERE},
+    ("scheduler", 50052): set(), ("scheduler", 50062): {ANYWHERE},
+    ("binder", 50053): {"scheduler"}, ("binder", 50063): {ANYWHERE},
+}
+
+
+def check_network_policies(docs: list[dict[str, Any]]) -> None:
+    got = reachability(docs)
+    want = dict(EXPECTED_REACHABILITY)
+    if any(component(d) == "redis" for d in of_kind(docs, "Deployment")):
+        want[("redis", 6379)] = {"scheduler", "binder"}
+    assert got == want
+
+
+# --- certificates -------------------------------------------------------------------------------------
+
+def tls_secret_names(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """service -> the Secret mounted at /etc/phalanx/tls."""
+    out = {}
+    for d in of_kind(docs, "Deployment"):
+        svc = component(d)
+        if svc in SERVICES:
+            pod = d["spec"]["template"]["spec"]
+            volume, _ = secret_volume_at(pod, pod["containers"][0], TLS_DIR)
+            out[svc] = volume["secret"]["secretName"]
+    return out
+
+
+def generated_key_pairs(docs: list[dict[str, Any]]) -> dict[str, dict[str, bytes]]:
+    """identity -> the ca.crt/tls.crt/tls.key of its chart-generated Secret."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    out = {}
+    for s in of_kind(docs, "Secret"):
+        if s.get("type") != "kubernetes.io/tls":
+            continue
+        data = {k: base64.b64decode(v) for k, v in s["data"].items()}
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        [cn] = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        out[str(cn.value)] = data
+    return out
+
+
+def check_generated_certificates(docs: list[dict[str, Any]], identities: set[str]) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    pairs = generated_key_pairs(docs)
+    ca_pem = {d["ca.crt"] for d in pairs.values()}
+    assert len(ca_pem) == 1, "one CA per installation"
+    ca = x509.load_pem_x509_certificate(ca_pem.pop())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
+    [ca_cn] = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert set(pairs) == identities | {ca_cn.value}
+    secrets = {s["metadata"]["name"]: s for s in of_kind(docs, "Secret")}
+    for svc, name in tls_secret_names(docs).items():
+        assert secrets[name]["type"] == "kubernetes.io/tls"
+        assert {"ca.crt", "tls.crt", "tls.key"} <= set(secrets[name]["data"])
+        assert base64.b64decode(secrets[name]["data"]["tls.crt"]) == pairs[f"phalanx-{svc}"]["tls.crt"]
+    for identity in identities:
+        cert = x509.load_pem_x509_certificate(pairs[identity]["tls.crt"])
+        cert.verify_directly_issued_by(ca)
+        dns = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+        assert dns[0] == identity, f"{identity}: clients check the identity as the server's name"
+        assert len(dns) == len(set(dns))
+        eku = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+        assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= eku
+        assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+        key = cert.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+        assert cert.not_valid_after_utc - cert.not_valid_before_utc > dt.timedelta(days=300)
+
+
+def check_cert_manager_objects(docs: list[dict[str, Any]], identities: set[str]) -> None:
+    assert not [s for s in of_kind(docs, "Secret") if s.get("type") == "kubernetes.io/tls"], (
+        "cert-manager writes the certificates' Secrets")
+    certs = {c["metadata"]["name"]: c for c in of_kind(docs, "Certificate")}
+    issuers = {i["metadata"]["name"]: i for i in of_kind(docs, "Issuer")}
+    for d in of_kind(docs, "Certificate") + of_kind(docs, "Issuer"):
+        assert d["apiVersion"] == CERT_MANAGER_API
+    [ca_cert] = [c for c in certs.values() if c["spec"].get("isCA")]
+    assert ca_cert["spec"]["privateKey"]["rotationPolicy"] == "Never", "a renewed CA keeps its key"
+    assert "selfSigned" in issuers[ca_cert["spec"]["issuerRef"]["name"]]["spec"]
+    [ca_issuer] = [i for i in issuers.values() if "ca" in i["spec"]]
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"]
+    leaves = {c["spec"]["commonName"]: c for c in certs.values() if not c["spec"].get("isCA")}
+    assert set(leaves) == identities
+    for identity, c in leaves.items():
+        spec = c["spec"]
+        assert spec["dnsNames"][0] == identity
+        assert {"server auth", "client auth"} <= set(spec["usages"])
+        assert spec["privateKey"]["algorithm"] == "ECDSA" and spec["privateKey"]["size"] == 256
+        assert spec["duration"] and spec["renewBefore"], "cert-manager renews before expiry"
+        assert spec["issuerRef"] == {"name": ca_issuer["metadata"]["name"], "kind": "Issuer", "group": "cert-manager.io"}
+    mounted = tls_secret_names(docs)
+    assert {svc: leaves[f"phalanx-{svc}"]["spec"]["secretName"] for svc in SERVICES} == mounted
+
+
 # --- plain manifests ----------------------------------------------------------------------------------
+
+MANIFEST_TLS_SECRETS = {svc: f"phalanx-{svc}-tls" for svc in SERVICES}
+
 
 def test_manifests_rbac_least_privilege() -> None:
     check_rbac(load_dir(MANIFESTS))
@@ -414,10 +614,25 @@ def test_manifests_workloads() -> None:
     for d in docs:
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "phalanx-system", f"{d['kind']} {d['metadata']['name']}"
-    env = {e["name"]: e["value"] for e in next(
+    env = {e["name"]: e.get("value") for e in next(
         d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"]["containers"][0]["env"]}
     redis_svc = next(s for s in of_kind(docs, "Service") if component(s) == "redis")
     assert env["PHALANX_REDIS_URL"] == f"redis://{redis_svc['metadata']['name']}:6379/0"
+    # The Secrets are made by the operator (keys do not belong in the repository): none is here.
+    assert not of_kind(docs, "Secret")
+    assert tls_secret_names(docs) == MANIFEST_TLS_SECRETS
+
+
+def test_manifests_network_policies() -> None:
+    check_network_policies(load_dir(MANIFESTS))
+
+
+def test_manifests_cert_manager_certificates() -> None:
+    """The optional cert-manager file issues exactly the Secrets the Deployments mount."""
+    docs = load_docs((MANIFESTS / "cert-manager" / "certificates.yaml").read_text())
+    for d in docs:
+        assert d["metadata"]["namespace"] == "phalanx-system"
+    check_cert_manager_objects(docs + load_dir(MANIFESTS), {f"phalanx-{svc}" for svc in SERVICES})
 
 
 # --- Helm chart ---------------------------------------------------------------------------------------
@@ -455,11 +670,25 @@ def test_helm_default_values(tmp_path: Path) -> None:
     deployments = {component(d): d for d in of_kind(docs, "Deployment")}
     assert set(deployments) == {*SERVICES, "redis"}
     redis_svc = next(s for s in of_kind(docs, "Service") if component(s) == "redis")
+    [auth] = [s for s in of_kind(docs, "Secret") if s.get("type") == "Opaque"]
+    password = base64.b64decode(auth["data"]["password"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{32}", password), "a generated random password"
     for svc in ("scheduler", "binder"):
-        env = {e["name"]: e for e in deployments[svc]["spec"]["template"]["spec"]["containers"][0]["env"]}
+        pod = deployments[svc]["spec"]["template"]["spec"]
+        env = env_of(pod["containers"][0])
         assert env["PHALANX_REDIS_URL"]["value"] == f"redis://{redis_svc['metadata']['name']}.phalanx-system.svc:6379/0"
+        assert "PHALANX_REDIS_CA_FILE" not in env, "Redis TLS is off by default"
         assert env["OTEL_SDK_DISABLED"]["value"] == "true"
+        volume, _ = secret_volume_at(pod, pod["containers"][0], "/etc/phalanx/redis-auth")
+        assert volume["secret"]["secretName"] == auth["metadata"]["name"]
+    redis_pod = deployments["redis"]["spec"]["template"]["spec"]
+    volume, _ = secret_volume_at(redis_pod, redis_pod["containers"][0], "/etc/redis/auth")
+    assert volume["secret"]["secretName"] == auth["metadata"]["name"]
     assert not of_kind(docs, "PodDisruptionBudget")
+    # Without cert-manager in the cluster the chart generates the certificates.
+    assert not of_kind(docs, "Certificate")
+    check_generated_certificates(docs, {f"phalanx-{svc}" for svc in SERVICES})
+    check_network_policies(docs)
 
 
 @needs_helm
@@ -471,12 +700,102 @@ def test_helm_second_values(tmp_path: Path) -> None:
     assert deployments["binder"]["spec"]["strategy"]["type"] == "RollingUpdate"
     [pdb] = of_kind(docs, "PodDisruptionBudget")
     assert pdb["spec"]["selector"] == deployments["binder"]["spec"]["selector"]
+    assert not [s for s in of_kind(docs, "Secret") if s.get("type") == "Opaque"], "no password generated for an external Redis"
     for svc in SERVICES:
-        env = {e["name"]: e for e in deployments[svc]["spec"]["template"]["spec"]["containers"][0]["env"]}
+        pod = deployments[svc]["spec"]["template"]["spec"]
+        env = env_of(pod["containers"][0])
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == SECOND_VALUES["otel"]["endpoint"]
         assert "OTEL_SDK_DISABLED" not in env
         if svc != "queue":
             assert env["PHALANX_REDIS_URL"]["value"] == SECOND_VALUES["redis"]["url"]
+            assert env["PHALANX_REDIS_CA_FILE"]["value"] == "/etc/phalanx/redis-ca/ca.crt"
+            volume, _ = secret_volume_at(pod, pod["containers"][0], "/etc/phalanx/redis-ca")
+            assert volume["secret"]["secretName"] == "redis-ca"
+            volume, _ = secret_volume_at(pod, pod["containers"][0], "/etc/phalanx/redis-auth")
+            assert volume["secret"]["secretName"] == "redis-password"
+            assert volume["secret"]["items"] == [{"key": "pw", "path": "password"}]
+    check_network_policies(docs)
+
+
+@needs_helm
+def test_helm_cert_manager(tmp_path: Path) -> None:
+    """cert-manager: detected from the cluster's APIs (auto, the default), or forced on; the bundled Redis
+    over TLS gets a certificate of its own and the services check it against their ca.crt."""
+    auto = helm_template(tmp_path, None, "--api-versions", CERT_MANAGER_API)
+    check_cert_manager_objects(auto, {f"phalanx-{svc}" for svc in SERVICES})
+    off = helm_template(tmp_path, {"tls": {"certManager": {"enabled": False}}}, "--api-versions", CERT_MANAGER_API)
+    assert not of_kind(off, "Certificate")
+    check_generated_certificates(off, {f"phalanx-{svc}" for svc in SERVICES})
+
+    docs = helm_template(tmp_path, CERT_MANAGER_VALUES)
+    identities = {f"phalanx-{i}" for i in (*SERVICES, "redis", "operator")}
+    check_cert_manager_objects(docs, identities)
+    assert not of_kind(docs, "NetworkPolicy")
+    deployments = {component(d): d for d in of_kind(docs, "Deployment")}
+    redis_pod = deployments["redis"]["spec"]["template"]["spec"]
+    script, probes = redis_script_and_probes(docs)
+    assert "--port 0 --tls-port 6379" in script and "--tls-cert-file /etc/redis/tls/tls.crt" in script
+    assert all("--tls --cacert /etc/redis/tls/ca.crt" in p for p in probes)
+    volume, _ = secret_volume_at(redis_pod, redis_pod["containers"][0], "/etc/redis/tls")
+    [redis_cert] = [c for c in of_kind(docs, "Certificate") if c["spec"]["commonName"] == "phalanx-redis"]
+    assert volume["secret"]["secretName"] == redis_cert["spec"]["secretName"]
+    redis_svc = next(s for s in of_kind(docs, "Service") if component(s) == "redis")
+    host = f"{redis_svc['metadata']['name']}.phalanx-system.svc"
+    assert host in redis_cert["spec"]["dnsNames"], "redis clients check the URL's host"
+    for svc in ("scheduler", "binder"):
+        env = env_of(deployments[svc]["spec"]["template"]["spec"]["containers"][0])
+        assert env["PHALANX_REDIS_URL"]["value"] == f"rediss://{host}:6379/0"
+        assert env["PHALANX_REDIS_CA_FILE"]["value"] == f"{TLS_DIR}/ca.crt"
+
+
+@needs_helm
+def test_helm_existing_secrets(tmp_path: Path) -> None:
+    names = {"queue": "q-tls", "scheduler": "s-tls", "binder": "b-tls"}
+    docs = helm_template(tmp_path, {"tls": {"existingSecrets": names}, "redis": {"auth": {"existingSecret": "my-redis"}}},
+                         "--api-versions", CERT_MANAGER_API)
+    assert tls_secret_names(docs) == names
+    assert not of_kind(docs, "Certificate") and not of_kind(docs, "Issuer")
+    assert not of_kind(docs, "Secret"), "neither certificates nor a Redis password are generated"
+
+
+@needs_helm
+def test_helm_generated_certificates_do_mutual_tls(tmp_path: Path) -> None:
+    """The chart's genCA/genSignedCertWithKey output works with Python gRPC as the services use it: a server
+    with its identity's certificate that requires client certificates, a client with another identity's
+    checking the server's name against the expected identity (target-name override)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    pairs = generated_key_pairs(helm_template(tmp_path))
+    queue, scheduler, binder = (pairs[f"phalanx-{s}"] for s in SERVICES)
+    server = grpc.server(ThreadPoolExecutor(2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    creds = grpc.ssl_server_credentials([(queue["tls.key"], queue["tls.crt"])], root_certificates=queue["ca.crt"],
+                                        require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    try:
+        def check(client: dict[str, bytes] | None, name: str) -> bool:
+            channel_creds = grpc.ssl_channel_credentials(
+                root_certificates=scheduler["ca.crt"],
+                private_key=client["tls.key"] if client else None,
+                certificate_chain=client["tls.crt"] if client else None)
+            with grpc.secure_channel(f"127.0.0.1:{port}", channel_creds,
+                                     options=[("grpc.ssl_target_name_override", name)]) as channel:
+                try:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                except grpc.RpcError:
+                    return False
+                return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+        assert check(scheduler, "phalanx-queue"), "the scheduler reaches the queue"
+        assert check(binder, "phalanx-queue"), "any certificate of the CA passes TLS (authorization is the services')"
+        assert not check(scheduler, "phalanx-binder"), "the server's certificate is checked against the identity"
+        assert not check(None, "phalanx-queue"), "a client without a certificate is refused"
+    finally:
+        server.stop(0)
 
 
 @needs_helm
@@ -488,24 +807,111 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     assert {c["spec"]["group"] for c in of_kind(docs, "CustomResourceDefinition")} == {
         "scheduling.x-k8s.io", "scheduling.sigs.k8s.io"}
     docs = helm_template(tmp_path, {"redis": {"enabled": False, "existingSecret": {"name": "phalanx-redis-url"}}})
-    env = {e["name"]: e for e in next(
-        d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["PHALANX_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "phalanx-redis-url", "key": "url"}
+    binder_env = env_of(next(
+        d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"]["containers"][0])
+    assert binder_env["PHALANX_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "phalanx-redis-url", "key": "url"}
+    assert "PHALANX_REDIS_PASSWORD_FILE" not in binder_env, "no password Secret given for the external Redis"
     # Helm merges maps: a default score plugin is dropped by setting it to null.
     docs = helm_template(tmp_path, {"profile": {"filters": ["NodeResourcesFit"],
                                                 "scores": {"MostAllocated": 2, "LeastAllocated": None}}})
     [cm] = [c for c in of_kind(docs, "ConfigMap") if "profile" in c["metadata"]["name"]]
     assert yaml.safe_load(cm["data"]["profile.yaml"]) == {
         "filters": ["NodeResourcesFit"], "scores": {"MostAllocated": 2}, "percentageOfNodesToScore": 100}
+    # IPv6 clusters bracket the pod IP.
+    docs = helm_template(tmp_path, {"listenHost": "[$(POD_IP)]"})
+    queue_env = env_of(next(d for d in of_kind(docs, "Deployment") if component(d) == "queue")["spec"]["template"]["spec"]["containers"][0])
+    assert queue_env["PHALANX_LISTEN"]["value"] == "[$(POD_IP)]:50051"
+    assert queue_env["PHALANX_HEALTH_LISTEN"]["value"] == "[$(POD_IP)]:50061"
+    docs = helm_template(tmp_path, {"networkPolicy": {"enabled": False}})
+    assert not of_kind(docs, "NetworkPolicy")
     for bad in (["--set", "redis.enabled=false"],            # Redis is required
                 ["--set", "otel.enabled=true"],              # an endpoint is required
                 ["--set", "queue.replicas=2"],               # the queue is a singleton
                 ["--set", "profile.scores.NoSuchPlugin=1"],  # unknown plugin
+                ["--set", "tls.existingSecrets.queue=q"],    # all three or none: one CA
+                ["--set", "tls.existingSecrets.redis=r"],    # redis only with the three services'
+                ["--set", "tls.certManager.enabled=maybe"],  # auto, true or false
+                ["--set", "tls.existingSecrets.queue=q,tls.existingSecrets.scheduler=s,tls.existingSecrets.binder=b,"
+                          "redis.tls.enabled=true"],         # the bundled Redis over TLS needs its certificate too
                 ["--kube-version", "1.29.0"]):               # Kubernetes 1.30+
         out = _run([helm, "template", "phalanx", str(CHART), *bad])
         assert out.returncode != 0, f"helm template {' '.join(bad)} should fail"
     out = _run([helm, "template", "phalanx", str(CHART), "--kube-version", "1.30.0"])
     assert out.returncode == 0, out.stderr
+
+
+# --- the bundled Redis' start script and probes, run against a local redis-server ------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_redis_script(script: str, probes: list[str], tmp: Path, tls: dict[str, bytes] | None = None) -> None:
+    """Runs the container's script and probes with the container's paths moved under `tmp`: Redis must
+    refuse unauthenticated clients, accept the password, run in protected mode, show the password on no
+    command line, and the probes must pass. `tls`: the files of the Redis TLS Secret."""
+    if not (shutil.which("redis-server") and shutil.which("redis-cli")):
+        pytest.skip("redis-server/redis-cli not installed")
+    port = str(_free_port())
+    password = 'pa ss"wo\\rd-' + os.urandom(6).hex()  # quotes, a backslash, a space: the escaping must hold
+    (tmp / "auth").mkdir()
+    (tmp / "auth" / "password").write_text(password)
+    (tmp / "data").mkdir()
+    cli = ["redis-cli", "-h", "127.0.0.1", "-p", port]
+    if tls:
+        (tmp / "tls").mkdir()
+        for name, data in tls.items():
+            (tmp / "tls" / name).write_bytes(data)
+        cli += ["--tls", "--cacert", str(tmp / "tls" / "ca.crt")]
+
+    def local(text: str) -> str:
+        return (text.replace("/etc/redis/auth", str(tmp / "auth")).replace("/tmp/redis.conf", str(tmp / "redis.conf"))
+                .replace("/etc/redis/tls", str(tmp / "tls")).replace("--dir /data", f"--dir {tmp / 'data'}")
+                .replace("6379", port))
+
+    proc = subprocess.Popen(["sh", "-c", local(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while _run(["sh", "-c", local(probes[0])]).returncode != 0:
+            assert proc.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "the readiness probe never passed"
+            time.sleep(0.1)
+        for probe in probes:
+            assert _run(["sh", "-c", local(probe)]).returncode == 0, probe
+        assert "NOAUTH" in _run([*cli, "ping"]).stdout
+        authed = _run([*cli, "config", "get", "protected-mode"], env={**os.environ, "REDISCLI_AUTH": password})
+        assert authed.stdout.split() == ["protected-mode", "yes"]
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert b"redis-server" in cmdline and password.encode() not in cmdline
+        assert (tmp / "redis.conf").stat().st_mode & 0o077 == 0, "the config file is private"
+        if tls:
+            plain = ["redis-cli", "-h", "127.0.0.1", "-p", port, "ping"]
+            assert "PONG" not in _run(plain, env={**os.environ, "REDISCLI_AUTH": password}).stdout
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_manifests_redis_script_runs(tmp_path: Path) -> None:
+    run_redis_script(*redis_script_and_probes(load_dir(MANIFESTS)), tmp_path)
+
+
+@needs_helm
+def test_helm_redis_script_runs(tmp_path: Path) -> None:
+    run_redis_script(*redis_script_and_probes(helm_template(tmp_path)), tmp_path)
+
+
+@needs_helm
+def test_helm_redis_tls_script_runs(tmp_path: Path) -> None:
+    """The bundled Redis over TLS, with the chart-generated certificate of phalanx-redis: TLS only (a
+    plaintext client gets nothing), the probes connect with TLS."""
+    docs = helm_template(tmp_path, {"redis": {"tls": {"enabled": True}}})
+    check_generated_certificates(docs, {f"phalanx-{i}" for i in (*SERVICES, "redis")})
+    run_redis_script(*redis_script_and_probes(docs), tmp_path, generated_key_pairs(docs)["phalanx-redis"])
 
 
 # --- docker compose -----------------------------------------------------------------------------------
@@ -522,10 +928,18 @@ def compose_config(*files: str) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+def _volume_mounts(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["target"]: v for v in service.get("volumes", [])}
+
+
 def test_compose_config_base() -> None:
     cfg = compose_config("docker-compose.yml")
     services = cfg["services"]
-    assert set(services) == {"redis", *SERVICES}
+    assert set(services) == {"certs", "redis", *SERVICES}
+    certs = services["certs"]
+    assert certs["command"][:2] == ["sh", "-c"] and "phalanx certs --out /certs --redis-password" in certs["command"][2]
+    assert _volume_mounts(certs)["/certs"]["source"] == "certs"
+    assert certs["read_only"] is True and certs["cap_drop"] == ["ALL"]
     for svc in SERVICES:
         s = services[svc]
         assert s["build"]["dockerfile"] == "deploy/docker/Dockerfile"
@@ -533,20 +947,43 @@ def test_compose_config_base() -> None:
         env = s["environment"]
         assert env["PHALANX_CLOCK"] == "real" and env["PHALANX_BACKEND"] == "simulated"
         assert env["PHALANX_LISTEN"] == f"0.0.0.0:{PORTS[svc]}"
+        assert env["PHALANX_HEALTH_LISTEN"] == f"0.0.0.0:{HEALTH_PORTS[svc]}"
+        assert env["PHALANX_TLS_DIR"] == TLS_DIR and "PHALANX_PLAINTEXT" not in env
+        # Its own identity's directory only, read-only.
+        tls = _volume_mounts(s)[TLS_DIR]
+        assert (tls["type"], tls["source"], tls["read_only"], tls["volume"]["subpath"]) == (
+            "volume", "certs", True, f"phalanx-{svc}")
+        assert [m for m in s["volumes"] if m["source"] == "certs" and m["volume"]["subpath"].startswith("phalanx-")] == [tls]
+        assert s["depends_on"]["certs"]["condition"] == "service_completed_successfully"
         assert s["healthcheck"]["test"][:3] == ["CMD", "python", "-c"]
-        assert "grpc_health" in s["healthcheck"]["test"][3]
+        assert "grpc_health" in s["healthcheck"]["test"][3] and "PHALANX_HEALTH_LISTEN" in s["healthcheck"]["test"][3]
         assert s["read_only"] is True and s["user"] == "65532:65532"
+        assert [p["target"] for p in s["ports"]] == [PORTS[svc]] and all(p["host_ip"] == "127.0.0.1" for p in s["ports"])
         if svc != "queue":
             assert env["PHALANX_REDIS_URL"] == "redis://redis:6379/0"
+            directory, file = env["PHALANX_REDIS_PASSWORD_FILE"].rsplit("/", 1)
+            auth = _volume_mounts(s)[directory]
+            assert (auth["source"], auth["read_only"], auth["volume"]["subpath"], file) == ("certs", True, "redis", "password")
+        else:
+            assert not any(k.startswith("PHALANX_REDIS") for k in env)
     deps = services["scheduler"]["depends_on"]
     assert {k: v["condition"] for k, v in deps.items()} == {
-        "redis": "service_healthy", "queue": "service_healthy", "binder": "service_healthy"}
+        "certs": "service_completed_successfully", "redis": "service_healthy", "queue": "service_healthy",
+        "binder": "service_healthy"}
+    redis = services["redis"]
+    assert redis["depends_on"]["certs"]["condition"] == "service_completed_successfully"
+    script = " ".join(redis["command"])
+    assert "requirepass" in script and "protected-mode yes" in script and "protected-mode no" not in script
+    assert "--requirepass" not in script and "exec docker-entrypoint.sh redis-server /tmp/redis.conf" in script
+    auth = _volume_mounts(redis)["/etc/redis/auth"]
+    assert (auth["source"], auth["read_only"], auth["volume"]["subpath"]) == ("certs", True, "redis")
+    assert "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
 
 
 def test_compose_config_with_observability() -> None:
     cfg = compose_config("docker-compose.yml", "docker-compose.observability.yml")
     services = cfg["services"]
-    assert set(services) == {"redis", *SERVICES, "otel-collector", "jaeger"}
+    assert set(services) == {"certs", "redis", *SERVICES, "otel-collector", "jaeger"}
     assert services["otel-collector"]["image"].startswith("otel/opentelemetry-collector-contrib:")
     [mount] = services["otel-collector"]["volumes"]
     assert Path(mount["source"]) == DEPLOY / "otel" / "collector.yaml"
@@ -554,7 +991,8 @@ def test_compose_config_with_observability() -> None:
         env = services[svc]["environment"]
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
         assert env["PHALANX_BACKEND"] == "simulated", "the overlay keeps the base environment"
-        assert "otel-collector" in services[svc]["depends_on"]
+        assert env["PHALANX_TLS_DIR"] == TLS_DIR, "the overlay keeps TLS on"
+        assert {"otel-collector", "certs"} <= set(services[svc]["depends_on"])
 
 
 def test_collector_config_pipeline() -> None:

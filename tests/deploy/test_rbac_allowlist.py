@@ -1,0 +1,112 @@
+"""The Kubernetes rights of Phalanx, held to an explicit allow-list.
+
+Every right the rendered chart (default values and the other value sets) and deploy/manifests/20-rbac.yaml
+grant is expanded into (role, apiGroup, resource, verb) tuples, which must equal ALLOWLIST exactly: a right
+added anywhere fails here until it is added below, with the code that needs it.
+
+Where each right comes from:
+- scheduler (libs/phalanx/cluster/feed.py, watch.py): list+watch of nodes, pods, configmaps and the PodGroups
+  of the three API groups; get as well (a reader's usual set; it shows nothing list does not).
+- binder (libs/phalanx/backends/kubernetes.py): create pods/binding (bind), patch pods/status (PodScheduled=
+  False), create events (core v1 only), patch podgroups/status, get/list/watch pods and nodes (reading a pod
+  back after a conflict; watching bindings), patch pods (the gang.scheduling.koordinator.sh/timeout
+  annotation; rbac.binderPatchPods=false drops it).
+- queue: nothing (it never calls the API server).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_deploy_artifacts import (HELM_MISSING, MANIFESTS, VALUE_SETS, component, find_helm, helm_template,
+                                   load_dir, of_kind)
+
+PODGROUP_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh")
+READ = ("get", "list", "watch")
+
+ALLOWLIST: frozenset[tuple[str, str, str, str]] = frozenset(
+    [("scheduler", "", resource, verb) for resource in ("nodes", "pods", "configmaps") for verb in READ]
+    + [("scheduler", group, "podgroups", verb) for group in PODGROUP_GROUPS for verb in READ]
+    + [("binder", "", "nodes", verb) for verb in READ]
+    + [("binder", "", "pods", verb) for verb in (*READ, "patch")]
+    + [("binder", "", "pods/binding", "create"),
+       ("binder", "", "pods/status", "patch"),
+       ("binder", "", "events", "create")]
+    + [("binder", group, "podgroups/status", "patch") for group in PODGROUP_GROUPS]
+)
+BINDER_PATCH_PODS = ("binder", "", "pods", "patch")
+
+needs_helm = pytest.mark.skipif(find_helm() is None, reason=HELM_MISSING)
+
+
+def rights(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """The (role, apiGroup, resource, verb) tuples of every RBAC role in `docs`, role = its component label."""
+    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding"), "only ClusterRoles are expected"
+    out: set[tuple[str, str, str, str]] = set()
+    for role in of_kind(docs, "ClusterRole"):
+        assert "aggregationRule" not in role
+        name = component(role)
+        for rule in role.get("rules", []):
+            # Rights not expressible as tuples are not allowed at all.
+            assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"{name}: {rule}"
+            out |= {(name, g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def bindings(docs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """role component -> the ServiceAccount (namespace, name) it is bound to."""
+    roles = {r["metadata"]["name"]: component(r) for r in of_kind(docs, "ClusterRole")}
+    out = {}
+    for b in of_kind(docs, "ClusterRoleBinding"):
+        assert b["roleRef"]["kind"] == "ClusterRole" and b["roleRef"]["name"] in roles
+        [subject] = b["subjects"]
+        assert subject["kind"] == "ServiceAccount"
+        out[roles[b["roleRef"]["name"]]] = (subject["namespace"], subject["name"])
+    return out
+
+
+def check(docs: list[dict[str, Any]], allowed: frozenset[tuple[str, str, str, str]] = ALLOWLIST) -> None:
+    got = rights(docs)
+    assert not got - allowed, f"rights beyond the allow-list: {sorted(got - allowed)}"
+    assert not allowed - got, f"allow-listed rights missing: {sorted(allowed - got)}"
+    accounts = bindings(docs)
+    assert set(accounts) == {"scheduler", "binder"}, "the queue has no binding"
+    pods = {component(d): d["spec"]["template"]["spec"] for d in of_kind(docs, "Deployment")}
+    for role, (namespace, account) in accounts.items():
+        assert pods[role]["serviceAccountName"] == account
+    assert pods["queue"]["serviceAccountName"] not in {a for _, a in accounts.values()}
+    assert pods["queue"]["automountServiceAccountToken"] is False
+
+
+def test_allowlist_itself() -> None:
+    # Never any of these, whatever the allow-list grows into.
+    for role, group, resource, verb in ALLOWLIST:
+        assert "*" not in (group, resource, verb)
+        assert verb not in {"escalate", "bind", "impersonate", "delete", "deletecollection", "update"}
+        assert resource not in {"secrets", "serviceaccounts/token", "clusterroles", "clusterrolebindings"}
+        assert role == "binder" or verb in READ, "only the binder writes"
+    assert {r for r in ALLOWLIST if r[2] == "pods/binding"} == {("binder", "", "pods/binding", "create")}
+
+
+def test_manifests_rbac_allowlist() -> None:
+    check(load_dir(MANIFESTS))
+
+
+@needs_helm
+@pytest.mark.parametrize("values", list(VALUE_SETS))
+def test_helm_rbac_allowlist(values: str, tmp_path: Path) -> None:
+    check(helm_template(tmp_path, VALUE_SETS[values]))
+
+
+@needs_helm
+def test_helm_binder_without_pod_patch(tmp_path: Path) -> None:
+    check(helm_template(tmp_path, {"rbac": {"binderPatchPods": False}}), ALLOWLIST - {BINDER_PATCH_PODS})
+
+
+@needs_helm
+def test_helm_rbac_off(tmp_path: Path) -> None:
+    docs = helm_template(tmp_path, {"rbac": {"create": False}})
+    assert not rights(docs) and not of_kind(docs, "ClusterRoleBinding")
