@@ -319,7 +319,8 @@ def test_backend_bind_outcomes(apiserver, cluster) -> None:
     cluster.delete_pod(ns, "d")
     recreated_uid = uids["a"]
     cluster.pod(ns, "e", scheduler="nobody")
-    backend = KubernetesBackend(apiserver.api_client(), retry=RetryPolicy(attempts=2, initial_delay=0.01))
+    backend = KubernetesBackend(apiserver.api_client(), component="nobody",  # the pods' scheduler: reports on them
+                                retry=RetryPolicy(attempts=2, initial_delay=0.01))
     try:
         failures = backend.bind([
             binder_pb2.Assignment(pod_key=f"{ns}/a", uid=uids["a"], node=n1),
@@ -367,7 +368,7 @@ def test_pod_deleted_mid_bind_is_not_an_error_for_its_gang(apiserver, cluster, r
     pods = [PodInfo(ns, n, uid=uids[n], requests={GPU: 1000, "pods": 1000}, gang=f"{ns}/g") for n in names]
     store.must_apply(Txn(reserve=[store.reserve_entry(p, node) for p in pods]))
     cluster.delete_pod(ns, "w1")  # after the scheduler reserved it, before the binder binds it
-    backend = KubernetesBackend(apiserver.api_client())
+    backend = KubernetesBackend(apiserver.api_client(), component="nobody")  # the pods' scheduler: it may bind them
     try:
         results, _ = BatchBinder(store, backend, FencedLock(store.redis, store.keys)).bind(
             [binder_pb2.Assignment(pod_key=p.key, uid=p.uid, node=node, gang=p.gang) for p in pods], True, time.time())

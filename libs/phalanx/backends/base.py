@@ -25,6 +25,13 @@ class ClusterBackend(Protocol):
     # True when bind() only adds writes to the commit: the whole bind is then one atomic, locked script.
     transactional: bool
 
+    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+        """Refusals by pod key, before anything is recorded or written: the pod is not the binder's to bind
+        (another scheduler's, gone, being deleted, bound elsewhere) or the node does not exist. The binder
+        calls it before its intent, so a refusal can still give a whole gang's reservations back; `gone`
+        marks a pod that no longer exists, `retryable` one that could not be checked now."""
+        ...
+
     def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         """Binds pods; returns failures by pod key. May add writes to `commit` to make them atomic with it."""
         ...

@@ -12,6 +12,11 @@ bound concurrently. What an answer means:
 
 Reports (conditions, annotations, Events, PodGroup status) are written by one background thread, in the
 order they came: scheduling does not wait for the API server, and a slow API server only delays messages.
+
+Nothing is taken on trust from the caller (kube_guard): `precheck` refuses pods of other schedulers, pods
+gone or being deleted, and nodes that do not exist, from a watch-fed cache; reports write only on pods
+naming our scheduler (`component`) and on PodGroups such a pod names, only the annotations and Event
+reasons Phalanx itself writes.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ from typing import Any
 
 from phalanx import faults
 from phalanx.backends.base import BindFailure
+from phalanx.backends.kube_guard import (
+    NORMAL_EVENT_REASONS,
+    ClusterView,
+    event_reason_allowed,
+    report_annotations,
+)
 from phalanx.cluster import podgroups
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.state.store import Txn
@@ -41,7 +52,6 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-_NORMAL_REASONS = {"Scheduled", "GangScheduled", "GangWaiting"}
 _MAX_EVENT_MESSAGE = 1024  # what the API server keeps of an Event's message
 
 
@@ -70,10 +80,14 @@ class KubernetesBackend:
 
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self.component = component  # the Events' source, like kube-scheduler's "default-scheduler"
+        # The pods' spec.schedulerName this binder binds and reports on, and the Events' source, like
+        # kube-scheduler's "default-scheduler".
+        self.component = component
         self.instance = socket.gethostname()[:128]
         self.retry = retry or RetryPolicy()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="k8s-bind")
+        # Started by from_args (the binder), else on first use: a backend built only to bind needs no watch.
+        self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
         # Items: (pod reports, gang reports); a write to make (an Event); a threading.Event to set once
         # everything before it is written; None: stop.
         self._reports: queue.Queue[_Reports | Callable[[], None] | threading.Event | None] = queue.Queue()
@@ -85,12 +99,20 @@ class KubernetesBackend:
         from phalanx.cluster.client import api_client
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
-        return cls(api_client(getattr(args, "kubeconfig", "") or ""), component=component or DEFAULT_SCHEDULER_NAME)
+        backend = cls(api_client(getattr(args, "kubeconfig", "") or ""), component=component or DEFAULT_SCHEDULER_NAME)
+        backend.view.start()  # warm by the first bind; until then misses are GETs
+        return backend
 
     def close(self) -> None:
         self._reports.put(None)
         self._reporter.join(5)
         self._binders.shutdown(wait=True)
+        self.view.stop()
+
+    # -- checks ----------------------------------------------------------------------------------------
+    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+        self.view.start()
+        return self.view.check(assignments, self._binders.map)
 
     # -- binding ---------------------------------------------------------------------------------------
     def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
@@ -99,9 +121,14 @@ class KubernetesBackend:
 
     def _bind_one(self, a: binder_pb2.Assignment) -> BindFailure | None:
         namespace, name = a.pod_key.split("/", 1)
-        meta: dict[str, Any] = {"name": name, "namespace": namespace}
-        if a.uid:
-            meta["uid"] = a.uid  # precondition: only this incarnation of the pod
+        uid = a.uid
+        if not uid:  # every binding names the incarnation checked as ours: take the uid from the view
+            found = self._our_uid(a.pod_key)
+            if isinstance(found, BindFailure):
+                return found
+            uid = found
+        # Precondition: only this incarnation of the pod (and schedulerName is immutable: only one of ours).
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": a.node}}
         delay, last = self.retry.initial_delay, ""
@@ -127,12 +154,24 @@ class KubernetesBackend:
                     return failure
             # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
             faults.reached("binder.between_pods")
-            target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": a.uid}
+            target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
             self._reports.put(partial(self._event_safe, target, "Scheduled",
                                       f"Successfully assigned {a.pod_key} to {a.node}"))
             return None
         return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}",
                            retryable=True)
+
+    def _our_uid(self, pod_key: str) -> str | BindFailure:
+        try:
+            facts = self.view.pod(pod_key)
+        except Exception as exc:
+            return BindFailure(f"could not check pod {pod_key}: {exc}", retryable=_transient(exc))
+        if facts is None:
+            return BindFailure(f"pod {pod_key} does not exist", gone=True)
+        if not self.view.ours(facts):
+            return BindFailure(f'pod {pod_key} names scheduler "{facts.scheduler}", not "{self.component}": '
+                               "not Phalanx's to bind")
+        return facts.uid
 
     def _bind_error(self, a: binder_pb2.Assignment, exc: Exception) -> BindFailure | None:
         """None: the pod is bound where we wanted it after all. Raises _Retry for transient errors."""
@@ -170,6 +209,7 @@ class KubernetesBackend:
     # -- reports ---------------------------------------------------------------------------------------
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
         if pods or gangs:
+            self.view.start()  # reports are checked against it too
             self._reports.put((list(pods), list(gangs)))
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -203,9 +243,18 @@ class KubernetesBackend:
 
     def _report_pod(self, p: binder_pb2.PodReport) -> None:
         namespace, name = p.pod_key.split("/", 1)
+        facts = self.view.pod(p.pod_key)
+        if facts is None:
+            return  # gone: nothing to report on
+        if not self.view.ours(facts):
+            log.warning('report on pod %s dropped: it names scheduler "%s", not "%s"', p.pod_key, facts.scheduler,
+                        self.component)
+            return
+        annotations = report_annotations(p.pod_key, p.annotations)
         pod: dict[str, Any] | None = None
-        if p.annotations:
-            pod = self._patch_pod(namespace, name, {"metadata": {"annotations": dict(p.annotations)}})
+        if annotations:
+            # The uid makes the patch fail on another incarnation of the pod (possibly not ours) than the one checked.
+            pod = self._patch_pod(namespace, name, {"metadata": {"uid": facts.uid, "annotations": annotations}})
             if pod is None:
                 return
         if p.unschedulable_message:
@@ -213,17 +262,18 @@ class KubernetesBackend:
             for _ in range(3):
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     return  # gone, or bound since: the report is stale
+                if not self.view.ours(pod):
+                    return  # recreated since the check, by someone else's scheduler
                 if _scheduled_condition(pod) == ("False", "Unschedulable", p.unschedulable_message):
-                    if not p.annotations:
+                    if not annotations:
                         return  # nothing new to say: no second condition write, no second Event
                     break
                 if self._set_unschedulable(pod, p.unschedulable_message):
                     break
                 pod = self._read_pod(namespace, name)  # it changed meanwhile (bound, perhaps): look again
-        if p.event_reason:
-            pod = pod or self._read_pod(namespace, name)
-            if pod is not None:
-                uid = (pod.get("metadata") or {}).get("uid", "")
+        if p.event_reason and event_reason_allowed(p.event_reason, f"pod {p.pod_key}"):
+            uid = (pod.get("metadata") or {}).get("uid", "") if pod is not None else facts.uid
+            if pod is None or self.view.ours(pod):
                 self._event({"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
                             p.event_reason, p.event_message or p.unschedulable_message)
 
@@ -231,6 +281,10 @@ class KubernetesBackend:
         namespace, _, name = g.gang_key.partition("/")
         group = podgroups.group_of(g.source)
         target: dict[str, Any] | None = None
+        if group is not None and not self.view.owns_podgroup(group, namespace, name):
+            log.warning('report on PodGroup %s (%s) dropped: no pod naming scheduler "%s" names it', g.gang_key,
+                        group, self.component)
+            group = None
         if group is not None:
             body = podgroups.status_patch(group, g, time.time())
             obj = self._call_or_none(lambda: self.custom.patch_namespaced_custom_object_status(
@@ -239,14 +293,17 @@ class KubernetesBackend:
             if obj is not None:
                 target = {"apiVersion": podgroups.api_version(group), "kind": "PodGroup", "namespace": namespace,
                           "name": name, "uid": (obj.get("metadata") or {}).get("uid", "")}
-        if not g.event_reason or not g.message:
+        if not g.event_reason or not g.message or not event_reason_allowed(g.event_reason, f"gang {g.gang_key}"):
             return
-        if target is None and g.pod_key:  # no PodGroup: the Event goes on a pod of the gang
+        if target is None and g.pod_key:  # no PodGroup: the Event goes on a pod of the gang, if it is ours
             pod_namespace, pod_name = g.pod_key.split("/", 1)
-            pod = self._read_pod(pod_namespace, pod_name)
-            if pod is not None:
+            facts = self.view.pod(g.pod_key)
+            if facts is not None and self.view.ours(facts):
                 target = {"apiVersion": "v1", "kind": "Pod", "namespace": pod_namespace, "name": pod_name,
-                          "uid": (pod.get("metadata") or {}).get("uid", "")}
+                          "uid": facts.uid}
+            elif facts is not None:
+                log.warning('gang report %s: no Event on pod %s: it names scheduler "%s", not "%s"', g.gang_key,
+                            g.pod_key, facts.scheduler, self.component)
         if target is not None:
             self._event(target, g.event_reason, g.message)
 
@@ -302,7 +359,7 @@ class KubernetesBackend:
             "metadata": {"name": f"{target['name']}.{uuid.uuid4().hex[:16]}", "namespace": target["namespace"]},
             "involvedObject": {k: v for k, v in target.items() if v},
             "reason": reason, "message": message[:_MAX_EVENT_MESSAGE],
-            "type": "Normal" if reason in _NORMAL_REASONS else "Warning",
+            "type": "Normal" if reason in NORMAL_EVENT_REASONS else "Warning",
             "source": {"component": self.component}, "reportingComponent": self.component,
             "reportingInstance": self.instance, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }

@@ -24,6 +24,11 @@ class SimulatedBackend:
         self.redis = client
         self.keys = keys
 
+    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+        # Nothing to refuse: in the embedded cluster pods and nodes exist only as the scheduler's records, and
+        # the commit already requires each pod reserved (by the scheduler) on the very node it is bound to.
+        return {}
+
     def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         for a in assignments:
             commit.cmd("RPUSH", REL_SIM_BINDS, json.dumps({"pod": a.pod_key, "node": a.node, "at": now}))

@@ -1,13 +1,18 @@
 """Binds a batch under the bind mutex: a satisfied gang (or GangGroup) at once, or ordinary pods.
 
-Sequence, all under the lock: check that every pod is still reserved where the scheduler put it; record
-the intent (the pods become `binding` in Redis); write the bindings through the backend; commit `bound`
+Sequence: ask the backend whether the cluster allows each binding (`precheck`: the pod is the binder's
+to bind, the node exists; outside the lock, it reads only the cluster); then, under the lock, check that
+every pod is still reserved where the scheduler put it; record the intent (the pods become `binding` in Redis); write the bindings through the backend; commit `bound`
 to Redis with the lock's fencing token. A crash between the intent and the commit leaves `binding` pods,
 which the next holder of the lock rolls forward (`finish_interrupted`): a gang is never left partly
 bound. On a backend whose writes live in Redis (the embedded cluster) the whole sequence is one Lua script that takes and
 releases the mutex itself: one round trip per batch instead of four.
-- all_or_nothing (a gang's first bind): if any pod's reservation is gone, the whole batch is rolled back
-  (every reservation released) and nothing is written to the cluster.
+- all_or_nothing (a gang's first bind): if any pod's reservation is gone, or the backend refuses any pod,
+  the whole batch is rolled back (every reservation released) and nothing is written to the cluster. A pod
+  that no longer exists is not a refusal: it is released alone (GONE) and the rest of the gang binds, as
+  when the API server answers 404. A pod that could not be checked (API server unreachable) leaves the
+  batch unbound and reserved (PENDING), to be sent again.
+- Otherwise a refused pod is released alone (FAILED, or GONE); a pod that could not be checked stays reserved.
 - After the intent: a pod the API server refuses is released alone; one it did not answer stays
   `binding` (BIND_STATUS_PENDING) and is bound later.
 """
@@ -49,12 +54,17 @@ class BatchBinder:
         with child_span("phalanx.binder.bind_batch", trace,
                         {"phalanx.pods": len(assignments), "phalanx.gangs": ",".join(gangs),
                          "phalanx.all_or_nothing": all_or_nothing}) as span:
-            fast = self._bind_in_one_script(assignments, now) if self.backend.transactional else None
+            # The cluster's verdict first, outside the mutex: it reads the cluster, not Phalanx's state.
+            refusals = self.backend.precheck(assignments)
+            if refusals:
+                span.set_attribute("phalanx.refused", len(refusals))
+            transactional = self.backend.transactional and not refusals
+            fast = self._bind_in_one_script(assignments, now) if transactional else None
             if fast is not None:
                 results, fence = fast
             else:
                 with self.lock.hold() as fence:
-                    results = self._bind_locked(assignments, all_or_nothing, now, fence)
+                    results = self._bind_locked(assignments, all_or_nothing, now, fence, refusals)
             span.set_attribute("phalanx.fence", fence)
             span.set_attribute("phalanx.bound", sum(1 for r in results if r.status == BOUND))
             return results, fence
@@ -90,8 +100,9 @@ class BatchBinder:
         record_bound(commit, by_gang, now)
 
     def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
-                     fence: int) -> list[binder_pb2.BindResult]:
-        """The careful path: check, record the intent, write the bindings, record them.
+                     fence: int, refusals: Mapping[str, BindFailure]) -> list[binder_pb2.BindResult]:
+        """The careful path: check, record the intent, write the bindings, record them. `refusals`: the
+        backend's precheck of `assignments`.
 
         Before the intent is recorded a failure releases the whole gang (all_or_nothing). After it, the
         batch is only ever rolled forward: a binding in Kubernetes cannot be undone, so pods whose
@@ -117,6 +128,21 @@ class BatchBinder:
                       problems)
         if problems and all_or_nothing and not started:
             return self._roll_back(assignments, records, problems, fence)
+        # The backend's refusals that matter: of pods reserved here and not bound yet. A pod whose binding
+        # started (an earlier attempt recorded the intent) is refused below like an API server refusal;
+        # the others are refused before the intent, so nothing of them reaches the cluster.
+        refusals = {k: f for k, f in refusals.items()
+                    if k not in problems and k in records and records[k].state != "bound"}
+        before = {k: f for k, f in refusals.items() if k not in started}
+        refused = {k: f.message for k, f in before.items() if not f.gone and not f.retryable}
+        if refused and all_or_nothing and not started:
+            return self._roll_back(assignments, records, {**problems, **refused}, fence)
+        unchecked = {k: f.message for k, f in before.items() if f.retryable}
+        if unchecked and all_or_nothing and not started:  # nothing written, nothing given back: sent again later
+            why = next(iter(unchecked.items()))
+            log.warning("gang batch of %d pods not bound: %s: %s", len(assignments), *why)
+            return [binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=unchecked.get(a.pod_key)
+                                          or f"waits for its gang: {why[0]}: {why[1]}") for a in assignments]
 
         results: dict[str, binder_pb2.BindResult] = {
             # A missing reservation is not a missing pod (Redis may have lost it): FAILED sends the pod back to
@@ -124,7 +150,10 @@ class BatchBinder:
             k: binder_pb2.BindResult(pod_key=k, status=FAILED, message=why)
             for k, why in problems.items()
         }
-        todo = [a for a in assignments if a.pod_key not in problems]
+        for k, f in before.items():
+            status = PENDING if f.retryable else GONE if f.gone else FAILED
+            results[k] = binder_pb2.BindResult(pod_key=k, status=status, message=f.message)
+        todo = [a for a in assignments if a.pod_key not in problems and a.pod_key not in before]
         fresh = [a for a in todo if a.pod_key not in started]
         if fresh and not self.backend.transactional:
             # The point of no return, made durable before the first API call.
@@ -134,19 +163,24 @@ class BatchBinder:
             if not ok:  # fenced out, or a reservation changed since the check: nothing was written
                 log.warning("binding intent refused: %s", reason)
                 if started:  # part of the batch is past the point of no return: retry, never undo
-                    return [results.get(a.pod_key) or binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING,
-                                                                            message=reason) for a in assignments]
+                    # Only the missing reservations are final; a refused pod is not released yet (no commit).
+                    return [results[a.pod_key] if a.pod_key in problems else
+                            binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                            for a in assignments]
                 # Nothing of it was written: give the reservations back, as before any bind.
                 return self._roll_back(assignments, records, {**problems, fresh[0].pod_key: reason}, fence)
             faults.reached("binder.after_intent")
         already = [a for a in todo if records[a.pod_key].state == "bound"]
-        to_write = [a for a in todo if records[a.pod_key].state != "bound"]
-        commit = Txn(fence=fence)
+        after = [a for a in todo if a.pod_key in refusals]  # started, refused now: as if by the API server
+        to_write = [a for a in todo if records[a.pod_key].state != "bound" and a.pod_key not in refusals]
+        # Refused before the intent: their reservations are given back with this commit.
+        commit = Txn(fence=fence, release=[k for k, f in before.items() if not f.retryable])
         failures: dict[str, BindFailure] = self.backend.bind(to_write, now, commit) if to_write else {}
+        failures.update((a.pod_key, refusals[a.pod_key]) for a in after)
         bound: list[binder_pb2.Assignment] = list(already)
         for a in already:
             results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
-        for a in to_write:
+        for a in to_write + after:
             failure = failures.get(a.pod_key)
             if failure is None:
                 bound.append(a)
@@ -177,8 +211,9 @@ class BatchBinder:
         if not pending:
             return []
         assignments = [assignment_of(r) for r in sorted(pending.values(), key=lambda r: r.key)]
+        refusals = self.backend.precheck(assignments)
         with self.lock.hold() as fence:
-            results = self._bind_locked(assignments, False, now, fence)
+            results = self._bind_locked(assignments, False, now, fence, refusals)
         done = sum(1 for r in results if r.status == BOUND)
         log.warning("rolled forward %d interrupted bindings (%d bound)", len(assignments), done)
         return results
