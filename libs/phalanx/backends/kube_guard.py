@@ -1,0 +1,294 @@
+"""What the binder checks before it writes to a real cluster: that the pod is Phalanx's to bind and the node
+is real; that a report touches only Phalanx's pods and PodGroups, with the annotations and Event reasons
+the scheduler writes. Defence in depth: the binder's callers are authenticated, but a caller that is wrong
+(or compromised) must still not be able to bind or annotate pods of other schedulers.
+
+The facts come from a watch-fed cache (the same list/watch machinery as the scheduler's feed), so the bind
+path makes no API call per pod:
+- nodes: name -> being deleted;
+- pods with spec.schedulerName = ours (a field selector): uid, nodeName, being deleted, PodGroups named.
+A miss (a pod created a moment ago that the watch has not delivered yet, the cache not synced, a pod of
+another scheduler) is one GET. schedulerName is immutable, so a uid seen with our name stays ours; the
+binding carries the uid as a precondition, which closes the gap between the check and the write. A stale
+"unbound" is harmless: the API server refuses a second binding (409), handled by the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.backends.base import BindFailure
+from phalanx.cluster.watch import Collection, Watcher
+from phalanx.model import keys
+from phalanx.v1 import binder_pb2
+
+log = logging.getLogger(__name__)
+
+# Every Event reason Phalanx writes: the binder's own Scheduled, and what the scheduler and its cluster feed
+# report (phalanx.scheduling.scheduler, phalanx.scheduling.reports, phalanx.cluster.feed). Others are dropped.
+EVENT_REASONS: frozenset[str] = frozenset({"Scheduled", "FailedScheduling", "GangWaiting", "GangScheduled",
+                                           "GangTimeout"})
+NORMAL_EVENT_REASONS: frozenset[str] = frozenset({"Scheduled", "GangScheduled", "GangWaiting"})
+# The annotations a report may set on a pod, and the values each may take.
+REPORT_ANNOTATIONS: Mapping[str, frozenset[str]] = {keys.KOORD_TIMEOUT: frozenset({"true"})}
+
+# Where a pod names a PodGroup (in its own namespace), by the PodGroup's API group.
+_PODGROUP_LABELS = ((keys.LABEL_X_K8S_PODGROUP, keys.GROUP_X_K8S), (keys.LABEL_SIGS_PODGROUP, keys.GROUP_SIGS))
+_PODGROUP_ANNOTATIONS = ((keys.VOLCANO_GROUP_NAME, keys.GROUP_VOLCANO),)
+
+_PODS, _NODES = "binder-pods", "binder-nodes"
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    uid: str
+    scheduler: str
+    node: str  # "" while unbound
+    deleting: bool
+    podgroups: tuple[tuple[str, str], ...]  # (API group, name) of the PodGroups it names, in its namespace
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> PodFacts:
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        groups = tuple((group, labels[k]) for k, group in _PODGROUP_LABELS if labels.get(k)) + tuple(
+            (group, annotations[k]) for k, group in _PODGROUP_ANNOTATIONS if annotations.get(k))
+        return cls(uid=str(meta.get("uid") or ""), scheduler=str(spec.get("schedulerName") or ""),
+                   node=str(spec.get("nodeName") or ""), deleting=bool(meta.get("deletionTimestamp")),
+                   podgroups=groups)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    deleting: bool
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> NodeFacts:
+        return cls(deleting=bool((obj.get("metadata") or {}).get("deletionTimestamp")))
+
+
+def verdict(a: binder_pb2.Assignment, pod: PodFacts | None | Exception, node: NodeFacts | None | Exception,
+            scheduler: str) -> BindFailure | None:
+    """Whether `a` may be bound, given what is known of its pod and node; None: yes."""
+    key = a.pod_key
+    if isinstance(pod, Exception):
+        return _unverified(f"pod {key}", pod)
+    if pod is None:
+        return BindFailure(f"pod {key} does not exist", gone=True)
+    if a.uid and pod.uid != a.uid:
+        return BindFailure(f"pod {key} no longer exists (recreated: uid {pod.uid}, not {a.uid})", gone=True)
+    if pod.scheduler != scheduler:
+        return BindFailure(f'pod {key} names scheduler "{pod.scheduler}", not "{scheduler}": not Phalanx\'s to bind')
+    if pod.deleting:
+        return BindFailure(f"pod {key} is being deleted", gone=True)
+    if pod.node:
+        # Bound where asked: an earlier attempt whose answer was lost; the backend confirms it (409, read back).
+        return None if pod.node == a.node else BindFailure(f"pod {key} is already bound to {pod.node}")
+    if isinstance(node, Exception):
+        return _unverified(f"node {a.node} (for pod {key})", node)
+    if node is None:
+        return BindFailure(f"node {a.node} does not exist (pod {key} not bound)")
+    if node.deleting:
+        return BindFailure(f"node {a.node} is being deleted (pod {key} not bound)")
+    return None
+
+
+def _unverified(what: str, exc: Exception) -> BindFailure:
+    """Not checked is not bound; an API server that did not answer is asked again later."""
+    return BindFailure(f"could not check {what}: {type(exc).__name__}: {exc}", retryable=transient(exc))
+
+
+def report_annotations(pod_key: str, annotations: Mapping[str, str]) -> dict[str, str]:
+    """The annotations of a report that Phalanx writes; the others are dropped with a warning."""
+    out: dict[str, str] = {}
+    for key, value in annotations.items():
+        if value in REPORT_ANNOTATIONS.get(key, ()):
+            out[key] = value
+        else:
+            log.warning("report on pod %s: annotation %s=%r dropped (not one Phalanx writes)", pod_key, key,
+                        value[:64])
+    return out
+
+
+def event_reason_allowed(reason: str, where: str) -> bool:
+    if reason in EVENT_REASONS:
+        return True
+    log.warning("report on %s: Event reason %r dropped (not one Phalanx writes)", where, reason[:64])
+    return False
+
+
+class ClusterView:
+    """The binder's watch-fed view of nodes and of our scheduler's pods, with a GET on a miss."""
+
+    def __init__(self, core: Any, scheduler_name: str, *, request_timeout: float = 15.0,
+                 watch_timeout: int = 300) -> None:
+        self.core = core
+        self.scheduler_name = scheduler_name
+        self.request_timeout = request_timeout
+        self.watch_timeout = watch_timeout
+        self._lock = threading.Lock()
+        self._pods: dict[str, PodFacts] = {}
+        self._nodes: dict[str, NodeFacts] = {}
+        self._podgroups: Counter[tuple[str, str, str]] = Counter()  # (group, namespace, name) -> our pods naming it
+        self._stop = threading.Event()
+        self._watchers: list[Watcher] = []
+        self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> ClusterView:
+        """Starts the watches (once; later calls do nothing)."""
+        with self._lock:
+            if self._watchers or self._stop.is_set():
+                return self
+            pods = Collection(_PODS, self.core.list_pod_for_all_namespaces, "Pod", "v1",
+                              kwargs={"field_selector": f"spec.schedulerName={self.scheduler_name}"})
+            nodes = Collection(_NODES, self.core.list_node, "Node", "v1")
+            self._watchers = [Watcher(c, self._sink, self._stop, watch_timeout=self.watch_timeout,
+                                      request_timeout=self.request_timeout) for c in (pods, nodes)]
+        for w in self._watchers:
+            w.start()
+        return self
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return all(w.synced.wait(timeout) for w in self._watchers) and bool(self._watchers)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for w in self._watchers:
+            w.interrupt()
+        for w in self._watchers:
+            w.join(timeout)
+
+    def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        with self._lock:
+            if collection == _NODES:
+                if kind == "DELETED":
+                    self._nodes.pop(name, None)
+                else:
+                    self._nodes[name] = NodeFacts.of(obj)
+                return
+            namespace = str(meta.get("namespace") or "")
+            key = f"{namespace}/{name}"
+            # A re-list's DELETED carries only the name: what it named comes from the entry it replaces.
+            before = self._pods.pop(key, None)
+            for group, pg in before.podgroups if before is not None else ():
+                ref = (group, namespace, pg)
+                self._podgroups[ref] -= 1
+                if self._podgroups[ref] <= 0:
+                    del self._podgroups[ref]
+            if kind != "DELETED":
+                facts = PodFacts.of(obj)
+                self._pods[key] = facts
+                self._podgroups.update((g, namespace, n) for g, n in facts.podgroups)
+
+    # -- bind checks -------------------------------------------------------------------------------------
+    def check(self, assignments: list[binder_pb2.Assignment],
+              fetch: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map) -> dict[str, BindFailure]:
+        """Failures by pod key for the assignments that may not be bound. `fetch` maps the GETs of cache
+        misses (a thread pool's map makes them concurrent)."""
+        pods: dict[str, PodFacts | None | Exception] = {}
+        missing: list[str] = []
+        with self._lock:
+            for a in assignments:
+                facts = self._pods.get(a.pod_key)
+                if facts is not None and (not a.uid or facts.uid == a.uid):
+                    pods[a.pod_key] = facts
+                else:  # not seen yet, another scheduler's, or the cache lags a recreation: ask
+                    missing.append(a.pod_key)
+            self.hits += len(assignments) - len(missing)
+            self.misses += len(missing)
+        pods.update(zip(missing, fetch(self._fetch_pod, missing)))
+        wanted = {a.node for a in assignments if isinstance(pods[a.pod_key], PodFacts)}
+        nodes: dict[str, NodeFacts | None | Exception] = {}
+        with self._lock:
+            for n in wanted:
+                if n in self._nodes:
+                    nodes[n] = self._nodes[n]
+        absent = sorted(wanted - nodes.keys())
+        nodes.update(zip(absent, fetch(self._fetch_node, absent)))
+        out: dict[str, BindFailure] = {}
+        for a in assignments:
+            failure = verdict(a, pods[a.pod_key], nodes.get(a.node), self.scheduler_name)
+            if failure is not None:
+                out[a.pod_key] = failure
+        return out
+
+    # -- report checks -----------------------------------------------------------------------------------
+    def pod(self, pod_key: str) -> PodFacts | None:
+        """The pod's facts, from the cache or one GET; None when it does not exist. Raises on API errors."""
+        with self._lock:
+            facts = self._pods.get(pod_key)
+        if facts is not None:
+            return facts
+        return self._get_pod(pod_key)
+
+    def cached(self, pod_key: str) -> bool:
+        """Whether the watch has delivered the pod (as one of our scheduler's)."""
+        with self._lock:
+            return pod_key in self._pods
+
+    def ours(self, pod: PodFacts | Mapping[str, Any]) -> bool:
+        scheduler = pod.scheduler if isinstance(pod, PodFacts) else ((pod.get("spec") or {}).get("schedulerName"))
+        return scheduler == self.scheduler_name
+
+    def owns_podgroup(self, group: str, namespace: str, name: str) -> bool:
+        """A PodGroup is Phalanx's when at least one pod naming our scheduler names it."""
+        with self._lock:
+            if self._podgroups.get((group, namespace, name), 0) > 0:
+                return True
+        # Not in the cache (not synced yet, or its pods arrived a moment ago): list our pods of its namespace.
+        resp = self.core.list_namespaced_pod(namespace, field_selector=f"spec.schedulerName={self.scheduler_name}",
+                                             _preload_content=False, _request_timeout=self.request_timeout)
+        items = json.loads(resp.data).get("items") or []
+        return any((group, name) in PodFacts.of(item).podgroups for item in items)
+
+    # -- API calls ---------------------------------------------------------------------------------------
+    def _get_pod(self, pod_key: str) -> PodFacts | None:
+        namespace, name = pod_key.split("/", 1)
+        obj = self._get(lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False,
+                                                              _request_timeout=self.request_timeout))
+        return PodFacts.of(obj) if obj is not None else None
+
+    def _fetch_pod(self, pod_key: str) -> PodFacts | None | Exception:
+        try:
+            return self._get_pod(pod_key)
+        except Exception as exc:  # judged by verdict(): retryable when transient
+            return exc
+
+    def _fetch_node(self, name: str) -> NodeFacts | None | Exception:
+        try:
+            obj = self._get(lambda: self.core.read_node(name, _preload_content=False,
+                                                        _request_timeout=self.request_timeout))
+        except Exception as exc:
+            return exc
+        return NodeFacts.of(obj) if obj is not None else None
+
+    @staticmethod
+    def _get(call: Callable[[], Any]) -> dict[str, Any] | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            resp = call()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)  # type: ignore[no-any-return]
+
+
+def transient(exc: BaseException) -> bool:
+    """No answer, or an answer that says "later": 429, 5xx, timeouts, connection errors."""
+    import urllib3
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(exc, ApiException):
+        return exc.status == 429 or (exc.status or 0) >= 500
+    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))
