@@ -43,6 +43,9 @@ def build(args: argparse.Namespace) -> ServiceServer:
     server = ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s),
                            security=security_of(args), health_listen=health_listen_of(args, "binder"))
     server.monitor.add_check("redis", redis_check(client))
+    close = getattr(backend, "close", None)
+    if close is not None:
+        server.add_cleanup(close)  # the Kubernetes backend's watch and report threads
     if not backend.transactional and args.finish_interval > 0:
         beat = server.monitor.add_heartbeat(Heartbeat("roll-forward", max(60.0, 10 * args.finish_interval)))
         finisher = RollForward(binder, clock, args.finish_interval, beat, server.stopping)

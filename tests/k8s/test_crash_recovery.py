@@ -105,6 +105,31 @@ def test_a_batch_of_events_that_failed_to_apply_is_not_lost(cluster, phalanx) ->
         scheduler.upsert_nodes = original
 
 
+def test_gang_specs_of_a_batch_that_failed_to_apply_are_sent_again(cluster, phalanx) -> None:
+    """The batch declaring a gang fails (Redis killed as the feed applies it): the feed counted the spec
+    as sent, so without a resend the gang would wait forever as "not declared yet"."""
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    scheduler = phalanx.scheduler[1].scheduler
+    original = scheduler.upsert_gangs
+    failures = []
+
+    def fail_once(specs):  # type: ignore[no-untyped-def]
+        if not failures:
+            failures.append(specs)
+            raise ConnectionError("redis unreachable")
+        return original(specs)
+
+    scheduler.upsert_gangs = fail_once
+    try:
+        names = cluster.koord_pods(ns, "train", 3, min_available=3)
+        wait_for(lambda: failures, BIND, "the gang's batch failed")
+        wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang declared again and bound")
+        assert phalanx.scheduler[2].maintenance.totals["gang specs re-sent"] >= 1
+    finally:
+        scheduler.upsert_gangs = original
+
+
 def test_reconciliation_repairs_stale_records_and_usage(cluster, phalanx) -> None:
     ns = cluster.namespace()
     node = cluster.node("n1", gpus=2)

@@ -152,6 +152,7 @@ class ClusterFeed:
         self._pods: dict[str, _Pod] = {}
         self._parked: dict[str, set[str]] = {}  # gang key -> our unbound pods waiting for its object
         self._sent: dict[str, GangSpec] = {}  # gang specs the scheduler has
+        self.specs_unsure = False  # set when a batch failed to apply; reconciliation re-sends every spec
         self._reported: dict[str, str] = {}  # pod key -> last message sent
         self._counts: dict[str, tuple[int, int, int, int]] = {}
         self._members: dict[str, set[str]] = {}  # gang key -> our pods resolved to it (for the counters)
@@ -210,6 +211,8 @@ class ClusterFeed:
                 # Nothing is dropped: a full reconciliation from the mirror retries until it succeeds.
                 log.exception("cluster feed: applying %d events failed; reconciling from the API server's view",
                               len(batch))
+                # Specs of this batch count as sent but may not be in Redis: reconciliation sends them all.
+                self.specs_unsure = True
                 self.maintenance.request_reconcile()
             if first:
                 first = False

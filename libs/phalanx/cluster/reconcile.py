@@ -98,6 +98,10 @@ class Maintenance:
         repairs: Counter[str] = Counter()
         with feed.lock:
             now = feed.now()
+            if feed.specs_unsure:  # a batch failed to apply: the gang specs it carried may be lost
+                feed.resend_gangs()
+                feed.specs_unsure = False
+                repairs["gang specs re-sent"] += 1
             nodes = {name: with_gpu_devices(n) for name, n in feed.mirror_nodes().items()}
             in_redis = {n.name: n for n in store.load_nodes()}
             changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]

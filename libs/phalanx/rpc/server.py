@@ -65,6 +65,7 @@ class ServiceServer:
         # Loops and dependency checks register here before start(); see phalanx.rpc.health.
         self.monitor = HealthMonitor(self.health, f"phalanx.v1.{name.capitalize()}")
         self.stopping = threading.Event()  # set by stop(): background loops of the service end with it
+        self._cleanups: list[Callable[[], None]] = []
         if security.files is None:
             self.port = self.server.add_insecure_port(listen)
         else:
@@ -98,6 +99,15 @@ class ServiceServer:
         if self.health_server is not None:
             self.health_server.stop(0)
         self.server.stop(grace).wait()
+        for cleanup in self._cleanups:
+            try:
+                cleanup()
+            except Exception as exc:  # stopping goes on: the process is ending anyway
+                log.warning("%s: cleanup on stop failed: %s", self.name, exc)
+
+    def add_cleanup(self, fn: Callable[[], None]) -> None:
+        """Runs `fn` after the server stopped (threads of a backend, connections)."""
+        self._cleanups.append(fn)
 
 
 def _dial_host(listen: str) -> str:
