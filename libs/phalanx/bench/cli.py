@@ -28,6 +28,8 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--log-dir", metavar="DIR", help="keep the services' logs here (default: a temp directory)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each workload N times and keep the run of median pods/s (a shared machine is noisy)")
+    p.add_argument("--tls", action="store_true",
+                   help="mutual TLS between the services, as deployed (default: plaintext on loopback)")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.set_defaults(func=run_bench)
 
@@ -53,7 +55,7 @@ def run_bench(args: argparse.Namespace) -> int:
     info = machine()
     print(f"phalanx bench: {len(workloads)} workload(s) on {info['cpu_count']} cores ({info['cpu_model']}), "
           f"Python {info['python']}, load average {info['load_average_at_start']}", file=sys.stderr)
-    opts = RunOptions(log_dir=Path(args.log_dir) if args.log_dir else None)
+    opts = RunOptions(log_dir=Path(args.log_dir) if args.log_dir else None, tls=args.tls)
     results: list[dict[str, Any]] = []
     failed: list[str] = []
     started = time.monotonic()

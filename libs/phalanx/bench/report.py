@@ -69,6 +69,9 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def notes(results: list[dict[str, Any]]) -> list[str]:
     out = []
+    transports = sorted({r.get("transport", "") for r in results} - {""})
+    if transports:
+        out.append(f"between the services: {', '.join(transports)}")
     for r in results:
         if "gpus" in r:
             g = r["gpus"]

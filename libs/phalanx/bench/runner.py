@@ -37,7 +37,6 @@ from phalanx.bench.stats import (
 )
 from phalanx.bench.workloads import GPU, BenchWorkload
 from phalanx.rpc.call_stats import ENV_DIR
-from phalanx.security.tls import PLAINTEXT
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.rpc.convert import pod_to_pb
 from phalanx.sim.services import Stack
@@ -62,6 +61,7 @@ class RunOptions:
     quiesce: float = 0.25
     log_dir: Path | None = None
     default_wait: float = 600.0
+    tls: bool = False  # mutual TLS between the services (and this client), as deployed
 
 
 def run_workload(w: BenchWorkload, opts: RunOptions | None = None) -> dict[str, Any]:
@@ -70,13 +70,15 @@ def run_workload(w: BenchWorkload, opts: RunOptions | None = None) -> dict[str, 
     logs = Path(opts.log_dir or tempfile.mkdtemp(prefix="phalanx-bench-")) / w.name
     rpc_dir = logs / "rpc"
     rpc_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack.launch(clock="real", log_dir=logs, env={ENV_DIR: str(rpc_dir)}, default_wait=opts.default_wait)
+    stack = Stack.launch(clock="real", log_dir=logs, env={ENV_DIR: str(rpc_dir)}, default_wait=opts.default_wait,
+                         tls=opts.tls)
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    queue = QueueClient(stack.queue.address, PLAINTEXT)
-    sched = SchedulerClient(stack.scheduler.address, PLAINTEXT)
+    queue = QueueClient(stack.queue.address, stack.security)
+    sched = SchedulerClient(stack.scheduler.address, stack.security)
     try:
         result = _run(w, opts, stack, client, queue, sched, rpc_dir)
         result["load_average_before"] = load  # other work on the machine shows here
+        result["transport"] = "mutual TLS" if opts.tls else "plaintext (loopback)"
         return result
     except BenchError:
         raise
@@ -247,7 +249,7 @@ def _round(v: float | None, nd: int) -> float | None:
 
 def _queue_state(stack: Stack) -> str:
     try:
-        q = QueueClient(stack.queue.address, PLAINTEXT, timeout=5)
+        q = QueueClient(stack.queue.address, stack.security, timeout=5)
         s = q.stats(time.time())
         q.close()
         return f"active={s.active} backoff={s.backoff} unschedulable={s.unschedulable} in_flight={s.in_flight}"

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.rpc.server import wait_healthy
+from phalanx.security.cli import make_tree
+from phalanx.security.tls import ALL_IDENTITIES, PLAINTEXT, SERVICE_IDENTITIES, SIMULATOR, Security
 from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.redis_server import RedisServer, free_port
 
@@ -27,10 +29,15 @@ class ServiceProcess:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    security: Security = PLAINTEXT  # how this harness (the simulator's identity) reaches the service
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def identity(self) -> str:
+        return SERVICE_IDENTITIES[self.name]
 
     def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
         env = exit_with_parent_env({**os.environ, **self.extra_env, **(extra_env or {})})
@@ -41,9 +48,12 @@ class ServiceProcess:
         log.close()
         if wait:
             try:
-                wait_healthy(self.address, timeout=60)
+                self.wait_healthy()
             except TimeoutError:
                 raise RuntimeError(f"{self.name} did not become healthy; its log:\n{self.log_tail()}") from None
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        wait_healthy(self.address, timeout=timeout, security=self.security, peer=self.identity)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -83,42 +93,56 @@ class Stack:
     scheduler: ServiceProcess
     redis: RedisServer | None = None
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="phalanx-sim-")))
+    security: Security = PLAINTEXT  # how clients of the stack call it (the simulator's identity with TLS)
 
     @classmethod
     def launch(cls, *, redis_url: str | None = None, prefix: str = "phalanx", default_wait: float = 600.0,
                profile: str | None = None, scheduler_env: dict[str, str] | None = None,
                log_dir: Path | None = None, clock: str = "virtual",
-               env: dict[str, str] | None = None) -> "Stack":
+               env: dict[str, str] | None = None, tls: bool = False) -> "Stack":
         """`clock="real"`: every service on the wall clock; the scheduler runs its own loop (long-polling
         the queue when idle) and the simulated backend's bind log records wall time. `env`: extra
-        environment of all three services."""
+        environment of all three services. `tls`: mutual TLS between them, as deployed (certificates made
+        in the log directory; `stack.security` is the simulator's identity), to measure what it costs."""
         redis = None
         if redis_url is None:
             redis = RedisServer().start()
             redis_url = redis.url
         logs = log_dir or Path(tempfile.mkdtemp(prefix="phalanx-sim-"))
         logs.mkdir(parents=True, exist_ok=True)
-        # Loopback only, so plaintext: the embedded cluster's services are reachable from this machine alone.
-        common = ["--clock", clock, "--log-level", os.environ.get("PHALANX_LOG_LEVEL", "WARNING"), "--plaintext"]
+        # Loopback only, so plaintext by default: the embedded cluster's services are reachable from this
+        # machine alone.
+        common = ["--clock", clock, "--log-level", os.environ.get("PHALANX_LOG_LEVEL", "WARNING")]
+        security = PLAINTEXT
+        if tls:
+            make_tree(logs / "tls", list(ALL_IDENTITIES), [], ["127.0.0.1"], days=1)
+            security = Security.tls(logs / "tls" / SIMULATOR)
+
+        def transport(name: str) -> list[str]:
+            if not tls:
+                return ["--plaintext"]
+            return ["--tls-dir", str(logs / "tls" / SERVICE_IDENTITIES[name]), "--health-listen", "127.0.0.1:0"]
+
         state = ["--redis-url", redis_url, "--redis-prefix", prefix]
-        queue = ServiceProcess("queue", "phalanx_queue", [*common, "--unschedulable-flush", "0"], free_port(),
-                               logs / "queue.log")
-        binder = ServiceProcess("binder", "phalanx_binder", [*common, *state, "--backend", "simulated"], free_port(),
-                                logs / "binder.log")
+        queue = ServiceProcess("queue", "phalanx_queue", [*common, *transport("queue"), "--unschedulable-flush", "0"],
+                               free_port(), logs / "queue.log")
+        binder = ServiceProcess("binder", "phalanx_binder", [*common, *transport("binder"), *state,
+                                                             "--backend", "simulated"], free_port(), logs / "binder.log")
         # Cluster events come through the Scheduler API (the simulator's), on either clock.
-        sched_args = [*common, *state, "--backend", "simulated", "--queue", queue.address, "--binder", binder.address,
-                      "--default-wait", str(default_wait)]
+        sched_args = [*common, *transport("scheduler"), *state, "--backend", "simulated", "--queue", queue.address,
+                      "--binder", binder.address, "--default-wait", str(default_wait)]
         if profile:
             sched_args += ["--profile", profile]
         scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, free_port(), logs / "scheduler.log")
         for svc in (queue, binder, scheduler):
             svc.extra_env.update(env or {})
-        stack = cls(redis_url, prefix, queue, binder, scheduler, redis, logs)
+            svc.security = security
+        stack = cls(redis_url, prefix, queue, binder, scheduler, redis, logs, security)
         try:
             queue.start(wait=False)
             binder.start(wait=False)
-            wait_healthy(queue.address, timeout=60)
-            wait_healthy(binder.address, timeout=60)
+            queue.wait_healthy()
+            binder.wait_healthy()
             scheduler.start(scheduler_env)
         except BaseException:
             stack.stop()
