@@ -380,3 +380,30 @@ def test_pod_deleted_mid_bind_is_not_an_error_for_its_gang(apiserver, cluster, r
     assert cluster.node_of(ns, "w0") == node and cluster.node_of(ns, "w2") == node
     assert {k: r.state for k, r in store.load_pods().items()} == {f"{ns}/w0": "bound", f"{ns}/w2": "bound"}
     store.wipe()
+
+
+def test_bindings_and_events_reuse_their_connections(apiserver, cluster) -> None:
+    """Every answer is read, so its connection goes back to the pool: 60 bindings and their 60 Events
+    use a handful of TLS connections, not one each (which cost the binder and the API server a
+    handshake per call)."""
+    from phalanx.backends.kubernetes import KubernetesBackend
+    from phalanx.cluster.client import api_client
+    from phalanx.state.store import Txn
+    from phalanx.v1 import binder_pb2
+
+    ns = cluster.namespace()
+    node = cluster.node("n1", cpu="64")
+    uids = {f"p{i}": cluster.pod(ns, f"p{i}", gpus=0, scheduler="nobody")["metadata"]["uid"] for i in range(60)}
+    api = api_client(str(apiserver.kubeconfig_path))
+    backend = KubernetesBackend(api, component="nobody")
+    try:
+        failures = backend.bind([binder_pb2.Assignment(pod_key=f"{ns}/{n}", uid=u, node=node) for n, u in uids.items()],
+                                time.time(), Txn())
+        assert backend.flush()
+        pools = list(api.rest_client.pool_manager.pools._container.values())
+        connections = sum(p.num_connections for p in pools)
+    finally:
+        backend.close()
+    assert failures == {}
+    assert len(cluster.events(ns, "p0")) == 1
+    assert connections <= 20, f"{connections} connections for 120 calls"  # 8 bind + 8 report threads, watches

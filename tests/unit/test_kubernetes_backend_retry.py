@@ -15,8 +15,17 @@ from phalanx.v1 import binder_pb2
 
 
 class Resp:
+    """urllib3's answer as the client hands it over with _preload_content=False."""
+
     def __init__(self, body: dict[str, Any]) -> None:
         self.data = json.dumps(body).encode()
+        self.released = False
+
+    def read(self) -> bytes:
+        return self.data
+
+    def release_conn(self) -> None:
+        self.released = True
 
 
 class FakeCore:

@@ -10,8 +10,9 @@ bound concurrently. What an answer means:
   answer was lost) counts as success, bound elsewhere is a failure.
 - 429, 5xx, timeouts, connection errors: retried with capped exponential backoff, a bounded number of times.
 
-Reports (conditions, annotations, Events, PodGroup status) are written by one background thread, in the
-order they came: scheduling does not wait for the API server, and a slow API server only delays messages.
+Reports (conditions, annotations, Events, PodGroup status) are written off the bind path by several
+threads, in order per object (write_lanes): scheduling does not wait for the API server, and a slow API
+server only delays messages.
 
 Nothing is taken on trust from the caller (kube_guard): `precheck` refuses pods of other schedulers, pods
 gone or being deleted, and nodes that do not exist, from a watch-fed cache; reports write only on pods
@@ -24,12 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +35,7 @@ from typing import Any
 
 from phalanx import faults
 from phalanx.backends.base import BindFailure
+from phalanx.backends.write_lanes import WriteLanes
 from phalanx.backends.kube_guard import (
     NORMAL_EVENT_REASONS,
     ClusterView,
@@ -63,7 +62,6 @@ class RetryPolicy:
     request_timeout: float = 15.0
 
 
-_Reports = tuple[list[binder_pb2.PodReport], list[binder_pb2.GangReport]]
 
 
 class _Retry(Exception):
@@ -75,7 +73,7 @@ class KubernetesBackend:
     transactional = False  # bindings are API calls made before the commit, not writes inside it
 
     def __init__(self, api_client: Any, *, component: str = DEFAULT_SCHEDULER_NAME,
-                 retry: RetryPolicy | None = None, bind_workers: int = 8) -> None:
+                 retry: RetryPolicy | None = None, bind_workers: int = 8, report_workers: int = 8) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -88,11 +86,7 @@ class KubernetesBackend:
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="k8s-bind")
         # Started by from_args (the binder), else on first use: a backend built only to bind needs no watch.
         self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
-        # Items: (pod reports, gang reports); a write to make (an Event); a threading.Event to set once
-        # everything before it is written; None: stop.
-        self._reports: queue.Queue[_Reports | Callable[[], None] | threading.Event | None] = queue.Queue()
-        self._reporter = threading.Thread(target=self._report_loop, name="k8s-report", daemon=True)
-        self._reporter.start()
+        self._writes = WriteLanes(report_workers)  # status writes, in order per object
 
     @classmethod
     def from_args(cls, args: Any) -> KubernetesBackend:
@@ -104,8 +98,7 @@ class KubernetesBackend:
         return backend
 
     def close(self) -> None:
-        self._reports.put(None)
-        self._reporter.join(5)
+        self._writes.close()
         self._binders.shutdown(wait=True)
         self.view.stop()
 
@@ -139,9 +132,9 @@ class KubernetesBackend:
             try:
                 # _preload_content=False: the answer is a Status, which the client mis-reads as a Binding.
                 # A plain dict body is serialized as is; the client's annotation says V1Binding only.
-                self.core.create_namespaced_pod_binding(name, namespace, body,  # type: ignore[arg-type]
-                                                        _preload_content=False,
-                                                        _request_timeout=self.retry.request_timeout)
+                release(self.core.create_namespaced_pod_binding(name, namespace, body,  # type: ignore[arg-type]
+                                                                _preload_content=False,
+                                                                _request_timeout=self.retry.request_timeout))
             except Exception as exc:
                 try:
                     failure = self._bind_error(a, exc)
@@ -155,7 +148,7 @@ class KubernetesBackend:
             # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
             faults.reached("binder.between_pods")
             target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
-            self._reports.put(partial(self._event_safe, target, "Scheduled",
+            self._writes.put(a.pod_key, partial(self._event_safe, target, "Scheduled",
                                       f"Successfully assigned {a.pod_key} to {a.node}"))
             return None
         return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}",
@@ -208,38 +201,29 @@ class KubernetesBackend:
 
     # -- reports ---------------------------------------------------------------------------------------
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
-        if pods or gangs:
-            self.view.start()  # reports are checked against it too
-            self._reports.put((list(pods), list(gangs)))
+        if not (pods or gangs):
+            return
+        self.view.start()  # reports are checked against it too
+        for p in pods:
+            self._writes.put(p.pod_key, partial(self._report_pod_safe, p))
+        for g in gangs:
+            self._writes.put(g.gang_key, partial(self._report_gang_safe, g))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Waits until every report handed in so far is written."""
-        done = threading.Event()
-        self._reports.put(done)
-        return done.wait(timeout)
+        return self._writes.flush(timeout)
 
-    def _report_loop(self) -> None:
-        while True:
-            item = self._reports.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            if callable(item):
-                item()
-                continue
-            pods, gangs = item
-            for p in pods:
-                try:
-                    self._report_pod(p)
-                except Exception as exc:  # best effort: the next report of the pod says it again
-                    log.warning("reporting on pod %s failed: %s", p.pod_key, exc)
-            for g in gangs:
-                try:
-                    self._report_gang(g)
-                except Exception as exc:
-                    log.warning("reporting on gang %s failed: %s", g.gang_key, exc)
+    def _report_pod_safe(self, p: binder_pb2.PodReport) -> None:
+        try:
+            self._report_pod(p)
+        except Exception as exc:  # best effort: the next report of the pod says it again
+            log.warning("reporting on pod %s failed: %s", p.pod_key, exc)
+
+    def _report_gang_safe(self, g: binder_pb2.GangReport) -> None:
+        try:
+            self._report_gang(g)
+        except Exception as exc:
+            log.warning("reporting on gang %s failed: %s", g.gang_key, exc)
 
     def _report_pod(self, p: binder_pb2.PodReport) -> None:
         namespace, name = p.pod_key.split("/", 1)
@@ -364,14 +348,26 @@ class KubernetesBackend:
             "reportingInstance": self.instance, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
         # A plain dict body is serialized as is; the client's annotation says CoreV1Event only.
-        self.core.create_namespaced_event(target["namespace"], body,  # type: ignore[arg-type]
-                                          _preload_content=False, _request_timeout=self.retry.request_timeout)
+        release(self.core.create_namespaced_event(target["namespace"], body,  # type: ignore[arg-type]
+                                                  _preload_content=False, _request_timeout=self.retry.request_timeout))
 
     def _event_safe(self, target: dict[str, Any], reason: str, message: str) -> None:
         try:
             self._event(target, reason, message)
         except Exception as exc:  # an Event is worth a log line, never a failed bind
             log.warning("event %s on %s/%s failed: %s", reason, target["namespace"], target["name"], exc)
+
+
+def release(resp: Any) -> None:
+    """Reads an answer taken with _preload_content=False, which gives its connection back to the pool.
+    Unread, the connection is dropped and the next call opens a new TLS connection: measured on the local
+    API server, 300 Events unread made 300 connections and cost the client 4x the CPU (0.87 s against
+    0.22 s) and 3.3x the time."""
+    try:
+        resp.read()
+        resp.release_conn()
+    except Exception:  # the status was read and was a success: the rest only recycles the connection
+        pass
 
 
 def _scheduled_condition(pod: dict[str, Any]) -> tuple[str, str, str] | None:

@@ -8,13 +8,20 @@ if TYPE_CHECKING:
     import kubernetes.client
 
 
+CONNECTION_POOL = 32
+
+
 def api_client(kubeconfig: str = "") -> kubernetes.client.ApiClient:
     """A client for `kubeconfig`; an empty path means in-cluster configuration (the service account)."""
     import kubernetes.client
     import kubernetes.config
 
-    if kubeconfig:
-        return kubernetes.config.new_client_from_config(config_file=kubeconfig)
     configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_incluster_config(client_configuration=configuration)
+    if kubeconfig:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    # The binder writes on up to 16 threads (bindings and status); the client's default pool (5 per core)
+    # would discard the connections beyond it after each call, and every new one costs a TLS handshake.
+    configuration.connection_pool_maxsize = CONNECTION_POOL
     return kubernetes.client.ApiClient(configuration)
