@@ -19,8 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# The files of one identity, named as in a Secret of type kubernetes.io/tls that cert-manager writes.
-CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+from phalanx.security.tls import CA_FILE, CERT_FILE, KEY_FILE  # noqa: F401 (the layout, defined with its reader)
 
 
 @dataclass(frozen=True)

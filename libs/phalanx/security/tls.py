@@ -17,7 +17,8 @@ from pathlib import Path
 
 import grpc
 
-from phalanx.security.certs import CA_FILE, CERT_FILE, KEY_FILE
+# The files of one identity, named as in a Secret of type kubernetes.io/tls that cert-manager writes.
+CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
 
 log = logging.getLogger(__name__)
 
