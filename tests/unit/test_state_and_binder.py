@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -555,3 +556,40 @@ def test_a_hold_whose_release_never_reached_redis_does_not_block_its_own_binder(
     with FencedLock(nodes.redis, keys, lease_seconds=30, owner="binder-0").hold(timeout=1):
         pass
     assert time.monotonic() - start < 0.5
+
+
+class GatedApiBackend(SilentApiBackend):
+    """Holds each batch's API calls until `gate` opens, counting the pods it was asked to bind."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        super().__init__(client, keys, {})
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.calls: list[str] = []
+
+    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+        self.calls += [a.pod_key for a in assignments]
+        self.entered.set()
+        assert self.gate.wait(10)
+        return super().bind(assignments, now, commit)
+
+
+def test_roll_forward_leaves_a_live_batch_alone(nodes: StateStore, keys: Keys) -> None:
+    """The roll-forward loop reads pods `binding` while a live batch is between its intent and its record:
+    once it holds the mutex they are bound, not interrupted, and are not bound a second time."""
+    names = ["w0", "w1", "w2"]
+    reserve_gang(nodes, names)
+    backend = GatedApiBackend(nodes.redis, keys)
+    binder = make_binder(nodes, backend)
+    live = threading.Thread(target=binder.bind, args=(assignments(names), True, 1.0))
+    live.start()
+    assert backend.entered.wait(10)  # intent recorded, API calls in flight, mutex held
+    rolled: list[Any] = []
+    finisher = threading.Thread(target=lambda: rolled.append(binder.finish_interrupted(now=1.5)))
+    finisher.start()
+    time.sleep(0.3)  # the finisher has read the `binding` pods and waits for the mutex
+    backend.gate.set()
+    live.join(10)
+    finisher.join(10)
+    assert rolled == [[]]
+    assert sorted(backend.calls) == [f"default/{n}" for n in names]  # each pod bound once
+    assert {p.state for p in nodes.load_pods().values()} == {"bound"}

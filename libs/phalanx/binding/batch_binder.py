@@ -213,6 +213,12 @@ class BatchBinder:
         assignments = [assignment_of(r) for r in sorted(pending.values(), key=lambda r: r.key)]
         refusals = self.backend.precheck(assignments)
         with self.lock.hold() as fence:
+            # Read again under the mutex: pods a live batch was binding when they were first read are bound
+            # by now, not interrupted (rolling them "forward" again cost an API call each under load).
+            still = self.store.pods_in_state(BINDING_STATE)
+            assignments = [a for a in assignments if a.pod_key in still]
+            if not assignments:
+                return []
             results = self._bind_locked(assignments, False, now, fence, refusals)
         done = sum(1 for r in results if r.status == BOUND)
         log.warning("rolled forward %d interrupted bindings (%d bound)", len(assignments), done)
