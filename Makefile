@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo test test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak
+.PHONY: setup demo test test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -92,3 +92,19 @@ chaos: $(STAMP) tools
 SOAK_DURATION ?= 30m
 soak: $(STAMP) tools
 	$(VENV)/bin/phalanx chaos --soak $(SOAK_DURATION) --output bench/soak.json
+
+## Side by side on a real kube-apiserver (needs `make tools`): Phalanx (as deployed: Redis + three service
+## processes, mutual TLS) vs kube-scheduler + scheduler-plugins' Coscheduling (built from Go modules into
+## ~/.cache/phalanx by hack/build-peer-scheduler.sh: ~5 min on 2 cores the first time, instant afterwards).
+## Each workload x scheduler BENCH_K8S_REPEATS times, alternating, on a fresh API server every run (about
+## 15 minutes); medians and ratios in bench/k8s.txt and bench/k8s.json. BENCH_K8S_FLAGS=--large adds the
+## 5,000-node variants.
+BENCH_K8S_REPEATS ?= 3
+BENCH_K8S_FLAGS ?=
+peer-scheduler:
+	@if command -v go >/dev/null 2>&1; then bash hack/build-peer-scheduler.sh >/dev/null; \
+	else echo "Go is missing: bench-k8s will run Phalanx only" >&2; fi
+
+bench-k8s: $(STAMP) tools peer-scheduler
+	$(VENV)/bin/phalanx bench-k8s --repeats $(BENCH_K8S_REPEATS) $(BENCH_K8S_FLAGS) \
+	  --output bench/k8s.json --table bench/k8s.txt
