@@ -1,13 +1,26 @@
-"""phalanx-scheduler: filters and scores pods, accumulates gangs in Redis, hands satisfied gangs to the binder."""
+"""phalanx-scheduler: filters and scores pods, accumulates gangs in Redis, hands satisfied gangs to the binder.
+
+Several replicas may run (--leader-elect, on by default against Kubernetes): they elect a leader on a Lease
+(libs/phalanx/cluster/leader.py); only the leader runs the cluster feed and the scheduling loop, and its
+writes to Redis carry its fencing term. A standby serves health and waits; it takes over when the leader's
+Lease expires (or is released), and a leader that loses its Lease exits.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import threading
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from phalanx.clock import Clock
+from phalanx.cluster.leader import (DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+                                    ElectionConfig, LeaderElector, claim_fencing_term, new_identity, pod_name,
+                                    pod_namespace)
 from phalanx.config import common_parser, env, health_listen_of, redis_args, redis_client, security_of, setup_logging
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import load_profile
@@ -19,7 +32,7 @@ from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
 from phalanx.state.keys import Keys
-from phalanx.state.store import StateStore
+from phalanx.state.store import FencedOut, StateStore
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import scheduler_pb2_grpc
 from phalanx_scheduler.servicer import SchedulerServicer
@@ -29,17 +42,34 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("phalanx_scheduler")
 
+# The queue lends popped pods to a consumer (name, incarnation). Replicas under leader election share one
+# name, so the first pop of a new leader (a new incarnation of it) takes back at once whatever the
+# previous leader still had on loan.
+SHARED_CONSUMER = "phalanx-scheduler"
 
-def build(args: argparse.Namespace) -> tuple[ServiceServer, SchedulerServicer]:
+
+def election_enabled(args: argparse.Namespace) -> bool:
+    """--leader-elect, by default on against Kubernetes on the wall clock (the deployed configuration)."""
+    if args.leader_elect is not None:
+        return bool(args.leader_elect)
+    return bool(args.backend == "kubernetes" and args.clock == "real")
+
+
+def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceServer, SchedulerServicer]:
+    """The scheduler and its server. `standby`: a replica under leader election, which must not touch the
+    state before it leads: no recover() (which would also hand the leader's in-flight pods back to the
+    queue); Leadership does it on takeover."""
     clock = Clock(args.clock == "virtual")
     security = security_of(args)
     store = StateStore(redis_client(args), Keys(args.redis_prefix))
     wait_healthy(args.queue, timeout=args.dependency_timeout, security=security, peer=tls.QUEUE)
     wait_healthy(args.binder, timeout=args.dependency_timeout, security=security, peer=tls.BINDER)
-    queue, binder = QueueClient(args.queue, security), BinderClient(args.binder, security)
+    consumer = SHARED_CONSUMER if election_enabled(args) else ""
+    queue, binder = QueueClient(args.queue, security, consumer=consumer), BinderClient(args.binder, security)
     settings = SchedulerSettings(default_wait_seconds=args.default_wait, pop_batch=args.pop_batch)
     scheduler = GangScheduler(store, queue, binder, Framework(load_profile(args.profile)), settings)
-    scheduler.recover(clock.now(0.0))
+    if not standby:
+        scheduler.recover(clock.now(0.0))
     # In Kubernetes mode the API server's watch is the only source of cluster state: the RPCs that feed
     # it (the simulator's) are refused.
     servicer = SchedulerServicer(scheduler, queue, clock, simulated=args.backend != "kubernetes")
@@ -74,7 +104,46 @@ def parser() -> argparse.ArgumentParser:
                         "(env PHALANX_LIVENESS_TIMEOUT)")
     p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
                    help="the spec.schedulerName of the pods Phalanx schedules (env PHALANX_SCHEDULER_NAME)")
+    g = p.add_argument_group("leader election", "several replicas: one leads (schedules), the others wait "
+                             "(kube-scheduler's flags and defaults)")
+    g.add_argument("--leader-elect", type=_bool, nargs="?", const=True, default=_opt_bool(env("LEADER_ELECT", "")),
+                   help="elect a leader on a coordination.k8s.io Lease before scheduling; default: true with "
+                        "--backend kubernetes and --clock real (env PHALANX_LEADER_ELECT)")
+    g.add_argument("--leader-elect-lease-name", default=env("LEADER_ELECT_LEASE_NAME", ""),
+                   help="the Lease's name; default: <scheduler-name>-scheduler, i.e. phalanx-scheduler "
+                        "(env PHALANX_LEADER_ELECT_LEASE_NAME)")
+    g.add_argument("--leader-elect-namespace", default=env("LEADER_ELECT_NAMESPACE", ""),
+                   help="the Lease's namespace; default: POD_NAMESPACE, else the service account's namespace, "
+                        "else default (env PHALANX_LEADER_ELECT_NAMESPACE)")
+    g.add_argument("--leader-elect-identity", default=env("LEADER_ELECT_IDENTITY", ""),
+                   help="this replica's name in the Lease (a random suffix per process is appended); default: "
+                        "POD_NAME, else the host name. Replicas need distinct names (env PHALANX_LEADER_ELECT_IDENTITY)")
+    g.add_argument("--leader-elect-lease-duration", type=float,
+                   default=float(env("LEADER_ELECT_LEASE_DURATION", str(DEFAULT_LEASE_DURATION))),
+                   help="seconds a standby waits, after the Lease last changed, before taking it over")
+    g.add_argument("--leader-elect-renew-deadline", type=float,
+                   default=float(env("LEADER_ELECT_RENEW_DEADLINE", str(DEFAULT_RENEW_DEADLINE))),
+                   help="seconds the leader keeps trying to renew before it gives up leadership (and exits)")
+    g.add_argument("--leader-elect-retry-period", type=float,
+                   default=float(env("LEADER_ELECT_RETRY_PERIOD", str(DEFAULT_RETRY_PERIOD))),
+                   help="seconds between attempts to acquire or renew the Lease")
     return p
+
+
+def _bool(raw: str) -> bool:
+    value = _opt_bool(raw)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {raw!r}")
+    return value
+
+
+def _opt_bool(raw: str) -> bool | None:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    return None
 
 
 def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
@@ -94,28 +163,228 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
     return feed.start()
 
 
+class Scheduling:
+    """What the scheduling replica runs: the cluster feed (Kubernetes mode) and the scheduling loop (wall
+    clock)."""
+
+    def __init__(self, args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer) -> None:
+        self.args = args
+        self.servicer = servicer
+        self.server = server
+        self.feed: ClusterFeed | None = None
+        self.stop_event = threading.Event()
+        self.loop: threading.Thread | None = None
+
+    def start_feed(self) -> None:
+        self.feed = start_feed(self.args, self.servicer, self.server)
+
+    def wait_synced(self, keep_waiting: Callable[[], bool] = lambda: True) -> None:
+        """The rebuild comes before scheduling: waits for the feed's first batch (at most
+        --dependency-timeout, and only while `keep_waiting()`)."""
+        if self.feed is None:
+            return
+        deadline = time.monotonic() + self.args.dependency_timeout
+        while not self.feed.wait_synced(0.2):
+            if not keep_waiting():
+                return
+            if time.monotonic() > deadline:
+                log.warning("the cluster feed has not synced after %gs; scheduling anyway", self.args.dependency_timeout)
+                return
+
+    def start_loop(self) -> None:
+        if self.args.clock != "real" or self.stop_event.is_set():
+            return
+        beat = self.server.monitor.add_heartbeat(Heartbeat("scheduling", self.args.liveness_timeout))
+        self.loop = threading.Thread(target=self.servicer.run_forever, args=(self.stop_event,), kwargs={"beat": beat},
+                                     name="schedule-loop", daemon=True)
+        self.loop.start()
+
+    def signal_stop(self) -> None:
+        """Stops the loop and the feed at their next check, without waiting (safe on their own threads)."""
+        self.stop_event.set()
+        if self.feed is not None:
+            self.feed.stop_event.set()
+
+    def halt(self, timeout: float = 10.0) -> None:
+        """Stops both and waits for them (not from their own threads)."""
+        self.signal_stop()
+        if self.feed is not None:
+            self.feed.stop()
+        if self.loop is not None:
+            self.loop.join(timeout)
+
+
+class Leadership:
+    """One replica under leader election: standby (serving health) until it wins the Lease; then it claims
+    the fencing term in Redis, rebuilds its memory from Redis (recover), starts the cluster feed (a full
+    list of the API server) and, once it has synced, the scheduling loop. Losing the Lease, or a write
+    refused as fenced out, stops the loop and the feed at once and calls `on_lost(reason)` (main: the process
+    exits, as kube-scheduler does, and restarts as a standby). A graceful `stop` releases the Lease."""
+
+    def __init__(self, args: argparse.Namespace, server: ServiceServer, servicer: SchedulerServicer, *,
+                 api_client: Any = None, on_lost: Callable[[str], None] | None = None) -> None:
+        from kubernetes import client
+
+        from phalanx.cluster.client import api_client as make_api_client
+
+        self.args = args
+        self.server = server
+        self.servicer = servicer
+        self.store = servicer.scheduler.store
+        self.on_lost = on_lost
+        self.config = election_config(args)
+        api = client.CoordinationV1Api(api_client if api_client is not None else make_api_client(args.kubeconfig))
+        beat = server.monitor.add_heartbeat(Heartbeat("leader election", max(60.0, 4 * self.config.lease_duration)))
+        self.elector = LeaderElector(api, self.config, on_started_leading=self._lead,
+                                     on_stopped_leading=self._lose, on_tick=beat.beat)
+        self.store.on_fenced = lambda exc: self._lose(str(exc))  # "fenced out: ..."
+        self._stop = threading.Event()  # ends the elector's loop
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.scheduling: Scheduling | None = None
+        self.closed = False  # stopping or lost: nothing starts any more
+        self.lost = ""
+        self.scheduling_since: float | None = None  # monotonic time the loop started (takeover measurements)
+
+    @property
+    def identity(self) -> str:
+        return self.config.identity
+
+    def start(self) -> Leadership:
+        self._thread = self.elector.start(self._stop)
+        return self
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader() and not self.closed
+
+    # -- taking over -------------------------------------------------------------------------------------
+    def _lead(self, term: int) -> None:
+        claimed = self._retry(lambda: claim_fencing_term(self.elector, self.store), "claiming the fencing term")
+        if claimed is None:
+            return
+        self.store.term = claimed
+        log.info("leader election: %s took over with fencing term %d; recovering from Redis", self.identity, claimed)
+        if self._retry(self._recover, "recovering from Redis") is None:
+            return
+        with self._lock:
+            if self.closed:
+                return
+            self.scheduling = scheduling = Scheduling(self.args, self.servicer, self.server)
+            scheduling.start_feed()
+        scheduling.wait_synced(lambda: not self.closed)
+        with self._lock:
+            if self.closed:
+                return
+            scheduling.start_loop()
+            self.scheduling_since = time.monotonic()
+        log.info("leader election: %s is scheduling", self.identity)
+
+    def _recover(self) -> bool:
+        with self.servicer.lock:
+            self.servicer.scheduler.recover(self.servicer.clock.now())
+        return True
+
+    def _retry(self, fn: Callable[[], Any], what: str) -> Any:
+        """fn() until it succeeds; None once leadership is lost or the replica stops."""
+        while not self.closed:
+            try:
+                return fn()
+            except FencedOut as exc:
+                self._lose(str(exc))
+                return None
+            except Exception as exc:
+                if not self.elector.leading.is_set():
+                    return None
+                log.warning("leader election: %s failed (%s); retrying", what, str(exc).splitlines()[0][:200] or exc)
+                self._stop.wait(1.0)
+        return None
+
+    # -- giving up -----------------------------------------------------------------------------------------
+    def _lose(self, reason: str) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.lost = reason or "leadership lost"
+            self.store.depose(self.lost)  # every later write fails here, before Redis
+            scheduling = self.scheduling
+        self._stop.set()
+        if scheduling is not None:
+            scheduling.signal_stop()
+        log.error("leader election: %s steps down: %s", self.identity, self.lost)
+        threading.Thread(target=self._finish_loss, args=(scheduling,), name="step-down", daemon=True).start()
+
+    def _finish_loss(self, scheduling: Scheduling | None) -> None:
+        if scheduling is not None:
+            scheduling.halt()
+        if self.on_lost is not None:
+            self.on_lost(self.lost)
+
+    def stop(self) -> None:
+        """A graceful stop (SIGTERM): scheduling stops first, then the Lease is released so a standby takes
+        over within a retry period."""
+        with self._lock:
+            already = self.closed
+            self.closed = True
+            scheduling = self.scheduling
+        self._stop.set()
+        if scheduling is not None:
+            scheduling.halt()  # the step under way finishes
+        self.store.depose(self.lost or "shut down")
+        if self._thread is not None:
+            self._thread.join(self.config.renew_deadline)
+        if not already:
+            self.elector.release()
+
+    def abandon(self) -> None:
+        """Stops everything without releasing the Lease: what a crashed replica leaves behind (tests)."""
+        with self._lock:
+            self.closed = True
+            self.store.depose("abandoned")
+            scheduling = self.scheduling
+        self._stop.set()
+        if scheduling is not None:
+            scheduling.halt()
+
+
+def election_config(args: argparse.Namespace) -> ElectionConfig:
+    config = ElectionConfig(
+        namespace=args.leader_elect_namespace or pod_namespace(),
+        name=args.leader_elect_lease_name or f"{args.scheduler_name}-scheduler",
+        identity=new_identity(args.leader_elect_identity or pod_name()),
+        lease_duration=args.leader_elect_lease_duration, renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period)
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise SystemExit(f"--leader-elect-*: {exc}") from None
+    return config
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-scheduler")
-    server, servicer = build(args)
+    elect = election_enabled(args)
+    if elect:
+        election_config(args)  # bad flags fail before anything starts
+    server, servicer = build(args, standby=elect)
     server.start()
-    stop = threading.Event()
-    feed = start_feed(args, servicer, server)
-    if feed is not None and not feed.wait_synced(args.dependency_timeout):  # the rebuild comes before scheduling
-        log.warning("the cluster feed has not synced after %gs; scheduling anyway", args.dependency_timeout)
-    if args.clock == "real":
-        beat = server.monitor.add_heartbeat(Heartbeat("scheduling", args.liveness_timeout))
-        threading.Thread(target=servicer.run_forever, args=(stop,), kwargs={"beat": beat}, name="schedule-loop",
-                         daemon=True).start()
+    if elect:
+        def on_lost(reason: str) -> None:  # through the graceful path: in-flight calls finish, then exit 1
+            os.kill(os.getpid(), signal.SIGTERM)
 
-    def on_stop() -> None:
-        stop.set()
-        if feed is not None:
-            feed.stop()
-
-    serve_until_signal(server, on_stop=on_stop)
+        leadership = Leadership(args, server, servicer, on_lost=on_lost).start()
+        serve_until_signal(server, on_stop=leadership.stop)
+        if leadership.lost:
+            raise SystemExit(f"phalanx-scheduler: leadership lost ({leadership.lost}); exiting to restart as a standby")
+        return
+    scheduling = Scheduling(args, servicer, server)
+    scheduling.start_feed()
+    scheduling.wait_synced()
+    scheduling.start_loop()
+    serve_until_signal(server, on_stop=scheduling.halt)
 
 
 if __name__ == "__main__":

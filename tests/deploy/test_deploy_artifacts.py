@@ -313,7 +313,7 @@ def check_rbac(docs: list[dict[str, Any]]) -> None:
     roles = {component(r): r for r in of_kind(docs, "ClusterRole")}
     # The queue never talks to the API server: no role, no binding, no token.
     assert set(roles) == {"scheduler", "binder"}, f"ClusterRoles of the scheduler and the binder only, got {sorted(roles)}"
-    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+    check_lease_role(docs)
     accounts = {}
     for b in of_kind(docs, "ClusterRoleBinding"):
         svc = component(b)
@@ -334,6 +334,38 @@ def check_rbac(docs: list[dict[str, Any]]) -> None:
     if queue_pod["serviceAccountName"] in sas:
         assert sas[queue_pod["serviceAccountName"]].get("automountServiceAccountToken") is False
     assert len(set(accounts.values())) == 2, "each service has its own ServiceAccount"
+
+
+def scheduler_env(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    [d] = [d for d in of_kind(docs, "Deployment") if component(d) == "scheduler"]
+    return env_of(d["spec"]["template"]["spec"]["containers"][0])
+
+
+def check_lease_role(docs: list[dict[str, Any]]) -> None:
+    """The only namespaced RBAC: the scheduler's leader-election Role (with leader election on), in the
+    scheduler's namespace, bound to its ServiceAccount, for the Lease the scheduler is configured with."""
+    roles, bindings = of_kind(docs, "Role"), of_kind(docs, "RoleBinding")
+    env = scheduler_env(docs)
+    if env.get("PHALANX_LEADER_ELECT", {}).get("value") != "true":
+        assert not roles and not bindings, "no leader election, no Role"
+        return
+    [role], [binding] = roles, bindings
+    [d] = [d for d in of_kind(docs, "Deployment") if component(d) == "scheduler"]
+    namespace = d["metadata"]["namespace"]
+    assert component(role) == component(binding) == "scheduler"
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+    assert env["PHALANX_LEADER_ELECT_NAMESPACE"]["value"] == namespace
+    lease = env["PHALANX_LEADER_ELECT_LEASE_NAME"]["value"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    [subject] = binding["subjects"]
+    assert subject == {"kind": "ServiceAccount", "name": d["spec"]["template"]["spec"]["serviceAccountName"],
+                       "namespace": namespace}
+    by_name = {tuple(r.get("resourceNames", [])): r for r in role["rules"]}
+    assert set(by_name) == {(), (lease,)}, role["rules"]
+    assert by_name[()] == {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}
+    assert sorted(by_name[(lease,)]["verbs"]) == ["get", "update"]
+    assert by_name[(lease,)]["resources"] == ["leases"]
 
 
 # --- workloads: probes, hardening ---------------------------------------------------------------------
@@ -414,7 +446,17 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             assert not any(k.startswith("PHALANX_REDIS") for k in env), "the queue does not use Redis"
         if name == "binder":
             assert env["PHALANX_BACKEND"]["value"] == "kubernetes"
-        if name in ("queue", "scheduler"):
+        if name == "queue":
+            assert d["spec"]["replicas"] <= 1 and d["spec"]["strategy"]["type"] == "Recreate"
+        if name == "scheduler" and env.get("PHALANX_LEADER_ELECT", {}).get("value") == "true":
+            # Several replicas may run: one leads; a rollout starts the new pod as a standby first.
+            assert d["spec"]["strategy"]["type"] == "RollingUpdate"
+            assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+            assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+            timing = [float(env[f"PHALANX_LEADER_ELECT_{k}"]["value"])
+                      for k in ("LEASE_DURATION", "RENEW_DEADLINE", "RETRY_PERIOD")]
+            assert timing[0] > timing[1] > 1.2 * timing[2], timing
+        elif name == "scheduler":
             assert d["spec"]["replicas"] <= 1 and d["spec"]["strategy"]["type"] == "Recreate"
         if name == "scheduler":
             assert env["PHALANX_QUEUE_ADDR"]["value"].endswith(":50051")
@@ -614,6 +656,7 @@ def test_manifests_workloads() -> None:
     for d in docs:
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "phalanx-system", f"{d['kind']} {d['metadata']['name']}"
+    assert scheduler_env(docs)["PHALANX_LEADER_ELECT_LEASE_NAME"]["value"] == "phalanx-scheduler"
     env = {e["name"]: e.get("value") for e in next(
         d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"]["containers"][0]["env"]}
     redis_svc = next(s for s in of_kind(docs, "Service") if component(s) == "redis")
@@ -824,7 +867,25 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     assert queue_env["PHALANX_HEALTH_LISTEN"]["value"] == "[$(POD_IP)]:50061"
     docs = helm_template(tmp_path, {"networkPolicy": {"enabled": False}})
     assert not of_kind(docs, "NetworkPolicy")
+    # Scheduler replicas: several with leader election (and a PodDisruptionBudget); without it, one.
+    docs = helm_template(tmp_path, {"scheduler": {"replicas": 3, "leaderElection": {"leaseName": "my-lease"}}})
+    [sched] = [d for d in of_kind(docs, "Deployment") if component(d) == "scheduler"]
+    assert sched["spec"]["replicas"] == 3 and sched["spec"]["strategy"]["type"] == "RollingUpdate"
+    [pdb] = of_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"] == sched["spec"]["selector"] and pdb["spec"]["maxUnavailable"] == 1
+    assert scheduler_env(docs)["PHALANX_LEADER_ELECT_LEASE_NAME"]["value"] == "my-lease"
+    check_rbac(docs)
+    check_workloads(docs)
+    docs = helm_template(tmp_path, {"scheduler": {"leaderElection": {"enabled": False}}})
+    assert scheduler_env(docs)["PHALANX_LEADER_ELECT"]["value"] == "false"
+    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+    check_rbac(docs)
+    check_workloads(docs)
     for bad in (["--set", "redis.enabled=false"],            # Redis is required
+                ["--set", "scheduler.replicas=2,scheduler.leaderElection.enabled=false"],  # one may schedule
+                ["--set", "scheduler.leaderElection.renewDeadline=15"],  # leaseDuration > renewDeadline
+                ["--set", "scheduler.leaderElection.retryPeriod=9"],     # renewDeadline > 1.2 x retryPeriod
+                ["--set", "scheduler.leaderElection.leaseName=Bad_Name"],
                 ["--set", "otel.enabled=true"],              # an endpoint is required
                 ["--set", "queue.replicas=2"],               # the queue is a singleton
                 ["--set", "profile.scores.NoSuchPlugin=1"],  # unknown plugin

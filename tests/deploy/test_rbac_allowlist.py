@@ -11,6 +11,9 @@ Where each right comes from:
   False), create events (core v1 only), patch podgroups/status, get/list/watch pods and nodes (reading a pod
   back after a conflict; watching bindings), patch pods (the gang.scheduling.koordinator.sh/timeout
   annotation; rbac.binderPatchPods=false drops it).
+- scheduler, leader election (libs/phalanx/cluster/leader.py): its Lease, in its own namespace only (a Role,
+  not a ClusterRole): get and update by name (resourceNames: the Lease it is configured with), create
+  (which RBAC cannot restrict by name). Its only write.
 - queue: nothing (it never calls the API server).
 """
 
@@ -21,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from test_deploy_artifacts import (HELM_MISSING, MANIFESTS, VALUE_SETS, component, find_helm, helm_template,
-                                   load_dir, of_kind)
+from test_deploy_artifacts import (HELM_MISSING, MANIFESTS, VALUE_SETS, check_lease_role, component, find_helm,
+                                   helm_template, load_dir, of_kind)
 
 PODGROUP_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh")
 READ = ("get", "list", "watch")
@@ -38,13 +41,18 @@ ALLOWLIST: frozenset[tuple[str, str, str, str]] = frozenset(
     + [("binder", group, "podgroups/status", "patch") for group in PODGROUP_GROUPS]
 )
 BINDER_PATCH_PODS = ("binder", "", "pods", "patch")
+# Namespaced rights (Roles): (role, apiGroup, resource, verb, resourceName or "" for any).
+LEASE = "phalanx-scheduler"
+NAMESPACED_ALLOWLIST: frozenset[tuple[str, str, str, str, str]] = frozenset(
+    [("scheduler", "coordination.k8s.io", "leases", "create", "")]
+    + [("scheduler", "coordination.k8s.io", "leases", verb, LEASE) for verb in ("get", "update")]
+)
 
 needs_helm = pytest.mark.skipif(find_helm() is None, reason=HELM_MISSING)
 
 
 def rights(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
-    """The (role, apiGroup, resource, verb) tuples of every RBAC role in `docs`, role = its component label."""
-    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding"), "only ClusterRoles are expected"
+    """The (role, apiGroup, resource, verb) tuples of every ClusterRole in `docs`, role = its component label."""
     out: set[tuple[str, str, str, str]] = set()
     for role in of_kind(docs, "ClusterRole"):
         assert "aggregationRule" not in role
@@ -53,6 +61,34 @@ def rights(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
             # Rights not expressible as tuples are not allowed at all.
             assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"{name}: {rule}"
             out |= {(name, g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def namespaced_rights(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str, str]]:
+    """The (role, apiGroup, resource, verb, resourceName) tuples of every Role, each bound to its component's
+    ServiceAccount in its own namespace, the namespace of that component's Deployment."""
+    deployments = {component(d): d for d in of_kind(docs, "Deployment")}
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(docs, "Role")}
+    bound = set()
+    for b in of_kind(docs, "RoleBinding"):
+        namespace = b["metadata"]["namespace"]
+        assert b["roleRef"]["kind"] == "Role", "namespaced rights come from Roles, never a ClusterRole bound locally"
+        role = roles[(namespace, b["roleRef"]["name"])]
+        name = component(role)
+        [subject] = b["subjects"]
+        pod = deployments[name]
+        assert pod["metadata"]["namespace"] == namespace
+        assert subject == {"kind": "ServiceAccount", "namespace": namespace,
+                           "name": pod["spec"]["template"]["spec"]["serviceAccountName"]}
+        bound.add((namespace, b["roleRef"]["name"]))
+    assert bound == set(roles), "every Role is bound, once"
+    out: set[tuple[str, str, str, str, str]] = set()
+    for role in roles.values():
+        name = component(role)
+        for rule in role.get("rules", []):
+            assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, f"{name}: {rule}"
+            out |= {(name, g, r, v, n) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+                    for n in rule.get("resourceNames", [""])}
     return out
 
 
@@ -68,10 +104,14 @@ def bindings(docs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def check(docs: list[dict[str, Any]], allowed: frozenset[tuple[str, str, str, str]] = ALLOWLIST) -> None:
+def check(docs: list[dict[str, Any]], allowed: frozenset[tuple[str, str, str, str]] = ALLOWLIST,
+          namespaced: frozenset[tuple[str, str, str, str, str]] = NAMESPACED_ALLOWLIST) -> None:
     got = rights(docs)
     assert not got - allowed, f"rights beyond the allow-list: {sorted(got - allowed)}"
     assert not allowed - got, f"allow-listed rights missing: {sorted(allowed - got)}"
+    got_ns = namespaced_rights(docs)
+    assert got_ns == namespaced, f"namespaced rights: beyond {sorted(got_ns - namespaced)}, missing {sorted(namespaced - got_ns)}"
+    check_lease_role(docs)  # the Lease named is the one the scheduler uses, in its namespace
     accounts = bindings(docs)
     assert set(accounts) == {"scheduler", "binder"}, "the queue has no binding"
     pods = {component(d): d["spec"]["template"]["spec"] for d in of_kind(docs, "Deployment")}
@@ -89,6 +129,11 @@ def test_allowlist_itself() -> None:
         assert resource not in {"secrets", "serviceaccounts/token", "clusterroles", "clusterrolebindings"}
         assert role == "binder" or verb in READ, "only the binder writes"
     assert {r for r in ALLOWLIST if r[2] == "pods/binding"} == {("binder", "", "pods/binding", "create")}
+    # The scheduler's one write: its own Lease, in its namespace; existing Leases only by name.
+    for role, group, resource, verb, name in NAMESPACED_ALLOWLIST:
+        assert (role, group, resource) == ("scheduler", "coordination.k8s.io", "leases")
+        assert verb in ("get", "update", "create")
+        assert name == LEASE or verb == "create", "get and update name the Lease; create cannot"
 
 
 def test_manifests_rbac_allowlist() -> None:
@@ -110,3 +155,19 @@ def test_helm_binder_without_pod_patch(tmp_path: Path) -> None:
 def test_helm_rbac_off(tmp_path: Path) -> None:
     docs = helm_template(tmp_path, {"rbac": {"create": False}})
     assert not rights(docs) and not of_kind(docs, "ClusterRoleBinding")
+    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+
+
+@needs_helm
+def test_helm_without_leader_election(tmp_path: Path) -> None:
+    check(helm_template(tmp_path, {"scheduler": {"leaderElection": {"enabled": False}}}), namespaced=frozenset())
+
+
+@needs_helm
+def test_helm_lease_name_follows_the_release(tmp_path: Path) -> None:
+    """The Role names the Lease the scheduler is told to use, whatever the release or leaseName."""
+    docs = helm_template(tmp_path, None, "--set", "fullnameOverride=acme")
+    want = frozenset((r, g, res, v, "acme-scheduler" if n else "") for r, g, res, v, n in NAMESPACED_ALLOWLIST)
+    check(docs, namespaced=want)
+    docs = helm_template(tmp_path, {"scheduler": {"leaderElection": {"leaseName": "sched-lock"}}})
+    check(docs, namespaced=frozenset((r, g, res, v, "sched-lock" if n else "") for r, g, res, v, n in NAMESPACED_ALLOWLIST))

@@ -211,6 +211,8 @@ def _rbac_docs(source: str, tmp_path: Path) -> tuple[list[dict[str, Any]], str, 
 def test_service_accounts_may_do_exactly_the_allowlist(api: client.ApiClient, source: str, tmp_path: Path) -> None:
     docs, namespace, prefix = _rbac_docs(source, tmp_path)
     dyn = dynamic.DynamicClient(api)
+    for ns in {namespace, *(o["metadata"].get("namespace") for o in docs)} - {None}:
+        _ensure_namespace(api, ns)  # the scheduler's lease Role lives in the release namespace
     for obj in docs:
         _apply(dyn, obj, dry_run=False)
     authz = client.AuthorizationV1Api(api)

@@ -21,6 +21,9 @@ slot. Layout (P = "{<prefix>}"):
 |                            |      | Redis was emptied, so the scheduler rebuilds it from the API server   |
 | P:bind:lock                | str  | holder token of the binder mutex (with a lease)                      |
 | P:bind:fence               | str  | fencing counter, incremented at every lock acquisition               |
+| P:leader:term              | str  | the leading scheduler replica's fencing term (its Lease's             |
+|                            |      | leaseTransitions when it took over): only raised, never lowered; a   |
+|                            |      | scheduler commit carrying a lower term is refused (FencedOut)        |
 | P:sim:binds                | list | JSON {pod, node, at} appended by the simulated cluster's binder       |
 | P:sim:annotations          | hash | pod -> JSON annotations written to the pod                            |
 | P:sim:conditions           | hash | pod -> PodScheduled=False message                                     |
@@ -52,6 +55,9 @@ def rel_gang_rounds(key: str) -> str:
 
 
 REL_TIMERS = "timers"
+# The scheduler leader's fencing term (see the table above); lua/txn.lua and lua/repair_usage.lua
+# compare every fenced commit's term with it, so the name is fixed relative to the base.
+REL_LEADER_TERM = "leader:term"
 REL_SIM_BINDS = "sim:binds"
 
 
@@ -114,6 +120,12 @@ class Keys:
     @property
     def bind_fence(self) -> str:
         return f"{self.base}:bind:fence"
+
+    @property
+    def leader_term(self) -> str:
+        """The fencing term of the leading scheduler replica (leader election on a Lease): raised by each
+        new leader (compare-and-raise), checked by every scheduler commit."""
+        return f"{self.base}:{REL_LEADER_TERM}"
 
     @property
     def sim_binds(self) -> str:

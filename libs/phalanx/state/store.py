@@ -3,12 +3,19 @@
 Every change that must be atomic goes through one Lua script (lua/txn.lua) that checks, then applies, a
 `Txn`; a failed check writes nothing. Reads are pipelined so that loading the whole state costs a handful
 of round trips.
+
+Fencing (scheduler replicas under leader election, libs/phalanx/cluster/leader.py): a store given a
+`term` sends it with every write, and Redis refuses any write whose term is older than the newest leader's
+(FencedOut), so a deposed leader cannot commit anything, whatever it still believes. Without a term
+(the simulator, the binder, a scheduler without election) nothing is checked.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from importlib import resources
@@ -20,8 +27,21 @@ from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo, Placeme
 from phalanx.state.keys import (FIELD_SEP, REL_TIMERS, Keys, node_field, rel_gang, rel_gang_assumed,
                                 rel_gang_bound)
 
+log = logging.getLogger(__name__)
+
 _TXN_LUA = resources.files("phalanx.state").joinpath("lua/txn.lua").read_text()
 _REPAIR_USAGE_LUA = resources.files("phalanx.state").joinpath("lua/repair_usage.lua").read_text()
+# A new leader's claim of its fencing term: KEYS[1] P:leader:term, ARGV[1] the term. Compare-and-raise:
+# written only if higher than the term there. Returns {1, term} when raised, else {0, the term there}.
+_CLAIM_TERM_LUA = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local term = tonumber(ARGV[1])
+if term > current then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {1, term}
+end
+return {0, current}
+"""
 
 
 @dataclass
@@ -41,12 +61,15 @@ class Txn:
         self.cmds.append([op, suffix, *[str(a) for a in args]])
         return self
 
-    def payload(self) -> str:
+    def payload(self, term: int | None = None) -> str:
+        """The JSON for lua/txn.lua; `term`: the caller's fencing term (None: not fenced)."""
         body: dict[str, Any] = {}
         for name in ("expect", "release", "reserve", "facts", "set_state", "cmds"):
             value = getattr(self, name)
             if value:
                 body[name] = value
+        if term is not None:
+            body["term"] = term
         if self.fence is not None:
             body["fence"] = self.fence
         if self.lock is not None:
@@ -104,6 +127,12 @@ def record_bound(txn: Txn, keys_by_gang: dict[str, list[str]], now: float) -> No
 
 class TxnConflict(Exception):
     pass
+
+
+class FencedOut(Exception):
+    """A write of a scheduler replica that is no longer the leader: its fencing term is older than the one
+    in Redis (a newer leader claimed its own), or it stepped down. Nothing of the write was applied; the
+    replica must stop scheduling (it steps down and exits)."""
 
 
 def _requirement_to_json(r: SelectorRequirement) -> dict[str, Any]:
@@ -198,20 +227,67 @@ def decoded(reply: list[bytes | str] | dict[bytes | str, bytes | str]) -> list[s
     return cast("list[str] | dict[str, str]", reply)
 
 
+# Arguments per command a write sends through lua/txn.lua, whose `unpack` takes a few thousand at most.
+_ARGS_PER_CMD = 1000
+
+
+def _chunked(op: str, suffix: str, args: list[str], step: int = _ARGS_PER_CMD) -> list[list[Any]]:
+    """[op, suffix, *args] split into commands of at most `step` arguments (`step` even: HSET pairs stay whole)."""
+    return [[op, suffix, *args[i:i + step]] for i in range(0, len(args), step)]
+
+
 def _opt_float(value: str | None) -> float | None:
     return None if value in (None, "") else float(value)
 
 
 class StateStore:
-    def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys | None = None, term: int | None = None) -> None:
+        """`term`: the fencing term every write carries (a scheduler elected leader); None: no fencing."""
         self.redis = client
         self.keys = keys or Keys()
+        self.term = term
+        # Called with the FencedOut error before it is raised, from whichever thread wrote (the scheduling
+        # loop, the cluster feed): the replica steps down at once, whatever catches the error afterwards.
+        self.on_fenced: Callable[[FencedOut], None] | None = None
+        self._deposed = ""  # why this store refuses every write locally (see depose)
         self._txn = client.register_script(_TXN_LUA)
         self._repair_usage = client.register_script(_REPAIR_USAGE_LUA)
+        self._claim_term = client.register_script(_CLAIM_TERM_LUA)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "phalanx") -> "StateStore":
         return cls(redis.Redis.from_url(url, decode_responses=True), Keys(prefix))
+
+    # -- leadership fencing ----------------------------------------------------------------------
+    def claim_term(self, term: int) -> tuple[bool, int]:
+        """A new leader's claim: raises the term in Redis to `term` if that is higher than the one there.
+        Returns (raised, the term in Redis now). Not raised: Redis has seen this term or a newer one."""
+        raised, current = self._claim_term(keys=[self.keys.leader_term], args=[term])
+        return bool(int(raised)), int(current)
+
+    def leader_term(self) -> int | None:
+        """The term in Redis (None: no leader has claimed one, or Redis lost it)."""
+        raw = self.redis.get(self.keys.leader_term)
+        return None if raw is None else int(raw)
+
+    def depose(self, why: str) -> None:
+        """This replica stepped down: every later write raises FencedOut without reaching Redis (Redis
+        refuses them anyway once the next leader has claimed its term; this closes the gap until then)."""
+        self._deposed = why or "stepped down"
+
+    def _fenced(self, reason: str) -> FencedOut:
+        exc = FencedOut(reason)
+        if self.on_fenced is not None:
+            try:
+                self.on_fenced(exc)
+            except Exception:  # the caller still gets the error
+                log.exception("on_fenced failed")
+        return exc
+
+    @property
+    def fenced(self) -> bool:
+        """Whether writes are checked against the leader's term (or refused locally)."""
+        return self.term is not None or bool(self._deposed)
 
     # -- transactions ----------------------------------------------------------------------------
     def apply(self, txn: Txn) -> tuple[bool, str]:
@@ -219,13 +295,36 @@ class StateStore:
         return ok, reason
 
     def apply_fenced(self, txn: Txn) -> tuple[bool, str, int]:
-        """Like apply; also returns the fencing token a `txn.lock` took (0 without one)."""
+        """Like apply; also returns the fencing token a `txn.lock` took (0 without one). Raises FencedOut
+        when this store's term is older than the leader's in Redis (nothing is written then)."""
         if txn.empty() and txn.fence is None and txn.lock is None:
             return True, "", 0
-        result = self._txn(keys=[], args=[self.keys.base, txn.payload()])
-        if int(result[0]) == 1:
+        if self._deposed:
+            raise self._fenced(f"fenced out: this replica is not the leader ({self._deposed})")
+        result = self._txn(keys=[], args=[self.keys.base, txn.payload(self.term)])
+        code = int(result[0])
+        if code == 1:
             return True, "", int(result[1])
+        if code == 2:
+            raise self._fenced(str(result[1]))
         return False, str(result[1]), 0
+
+    def _write(self, cmds: list[list[Any]]) -> None:
+        """Plain writes (`cmds` as in Txn.cmds: [op, key suffix under the base, args...]), atomically. With
+        a term they go through lua/txn.lua and its fencing check; without, as one MULTI/EXEC pipeline."""
+        if not cmds:
+            return
+        if self.fenced:
+            self.must_apply(Txn(cmds=cmds))
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        for op, suffix, *args in cmds:
+            pipe.execute_command(op, f"{self.keys.base}:{suffix}", *args)
+        pipe.execute()
+
+    def _rel(self, key: str) -> str:
+        """A key of self.keys relative to the base (what Txn.cmds address)."""
+        return key[len(self.keys.base) + 1:]
 
     def must_apply(self, txn: Txn) -> None:
         ok, reason = self.apply(txn)
@@ -245,16 +344,18 @@ class StateStore:
         if not nodes:
             return
         existing = self.redis.hmget(self.keys.nodes, [n.name for n in nodes])
-        pipe = self.redis.pipeline(transaction=True)
+        k_nodes, k_cap = self._rel(self.keys.nodes), self._rel(self.keys.cap)
+        cmds: list[list[Any]] = []
         for node, old in zip(nodes, existing):
             if old:  # drop capacity fields of resources the node no longer has
                 stale = set(node_from_json(old).allocatable) - set(node.allocatable)
                 if stale:
-                    pipe.hdel(self.keys.cap, *[node_field(node.name, r) for r in stale])
-            pipe.hset(self.keys.nodes, node.name, node_to_json(node))
+                    cmds.append(["HDEL", k_cap, *[node_field(node.name, r) for r in sorted(stale)]])
+            cmds.append(["HSET", k_nodes, node.name, node_to_json(node)])
             if node.allocatable:
-                pipe.hset(self.keys.cap, mapping={node_field(node.name, r): v for r, v in node.allocatable.items()})
-        pipe.execute()
+                cmds.append(["HSET", k_cap, *[x for r, v in node.allocatable.items()
+                                               for x in (node_field(node.name, r), str(v))]])
+        self._write(cmds)
 
     def remove_nodes(self, names: list[str]) -> list[PodRecord]:
         """Deletes nodes; returns the pods that were reserved or bound on them (now released)."""
@@ -262,17 +363,13 @@ class StateStore:
             return []
         gone = set(names)
         victims = [r for r in self.load_pods().values() if r.node in gone]
-        if victims:
-            self.must_apply(Txn(release=[r.key for r in victims]))
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(self.keys.nodes, *names)
         cap_fields = [f for f in decoded(self.redis.hkeys(self.keys.cap)) if f.split(FIELD_SEP, 1)[0] in gone]
         used_fields = [f for f in decoded(self.redis.hkeys(self.keys.used)) if f.split(FIELD_SEP, 1)[0] in gone]
-        if cap_fields:
-            pipe.hdel(self.keys.cap, *cap_fields)
-        if used_fields:
-            pipe.hdel(self.keys.used, *used_fields)
-        pipe.execute()
+        # One transaction: the releases (which lower usage), then the nodes and their fields.
+        txn = Txn(release=[r.key for r in victims])
+        for key, fields in ((self.keys.nodes, names), (self.keys.cap, cap_fields), (self.keys.used, used_fields)):
+            txn.cmds += _chunked("HDEL", self._rel(key), list(fields))
+        self.must_apply(txn)
         return victims
 
     def load_nodes(self) -> list[NodeInfo]:
@@ -320,22 +417,21 @@ class StateStore:
     # -- gangs -----------------------------------------------------------------------------------
     def put_gangs(self, gangs: list[GangSpec]) -> None:
         if gangs:
-            self.redis.hset(self.keys.gangs, mapping={g.key: gang_to_json(g) for g in gangs})
+            self._write(_chunked("HSET", self._rel(self.keys.gangs),
+                                 [x for g in gangs for x in (g.key, gang_to_json(g))]))
 
     def remove_gangs(self, keys: list[str]) -> None:
         if keys:
-            self.redis.hdel(self.keys.gangs, *keys)
+            self._write(_chunked("HDEL", self._rel(self.keys.gangs), list(keys)))
 
     def forget_gangs(self, keys: list[str]) -> None:
         """Deletes everything kept for these gangs: spec, record, pod sets and timer, in one transaction."""
         if not keys:
             return
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(self.keys.gangs, *keys)
-        pipe.zrem(self.keys.timers, *keys)
-        pipe.delete(*(name for k in keys for name in (self.keys.gang(k), self.keys.gang_assumed(k),
-                                                        self.keys.gang_bound(k), self.keys.gang_rounds(k))))
-        pipe.execute()
+        cmds = _chunked("HDEL", self._rel(self.keys.gangs), list(keys)) + _chunked("ZREM", REL_TIMERS, list(keys))
+        cmds += [["DEL", self._rel(name)] for k in keys for name in (
+            self.keys.gang(k), self.keys.gang_assumed(k), self.keys.gang_bound(k), self.keys.gang_rounds(k))]
+        self._write(cmds)
 
     def load_gangs(self) -> dict[str, GangSpec]:
         return {k: gang_from_json(v) for k, v in decoded(self.redis.hgetall(self.keys.gangs)).items()}
@@ -395,17 +491,28 @@ class StateStore:
     def identity(self) -> tuple[str, str]:
         """(this Redis process's run id, the state's epoch). A new run id: Redis restarted (and may have
         lost its last writes); a new epoch: the state was emptied. The epoch is created if missing."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hsetnx(self.keys.meta, "epoch", uuid.uuid4().hex)
-        pipe.hget(self.keys.meta, "epoch")
-        _, epoch = pipe.execute()
+        if self.fenced:  # the write (only when the epoch is missing) is fenced like any other
+            self._write([["HSETNX", self._rel(self.keys.meta), "epoch", uuid.uuid4().hex]])
+            epoch = self.redis.hget(self.keys.meta, "epoch")
+        else:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hsetnx(self.keys.meta, "epoch", uuid.uuid4().hex)
+            pipe.hget(self.keys.meta, "epoch")
+            _, epoch = pipe.execute()
         run_id = str(self.redis.info("server").get("run_id", ""))
         return run_id, str(epoch)
 
     def repair_usage(self) -> int:
         """Recomputes every node's usage from the pod records, atomically, and fixes the fields that
         drifted; returns how many were wrong."""
-        return int(self._repair_usage(keys=[self.keys.pods, self.keys.used]))
+        if self._deposed:
+            raise self._fenced(f"fenced out: this replica is not the leader ({self._deposed})")
+        term = "" if self.term is None else str(self.term)
+        fixed = int(self._repair_usage(keys=[self.keys.pods, self.keys.used, self.keys.leader_term], args=[term]))
+        if fixed < 0:
+            raise self._fenced(f"fenced out: leadership term {term} is older than the current leader's "
+                               f"{self.leader_term()}")
+        return fixed
 
     # -- maintenance -----------------------------------------------------------------------------
     def wipe(self) -> int:

@@ -81,6 +81,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- default .ctx.Values.image.pullPolicy $svc.image.pullPolicy -}}
 {{- end -}}
 
+{{/* The scheduler's leader-election Lease: scheduler.leaderElection.leaseName, else <fullname>-scheduler. */}}
+{{- define "phalanx.schedulerLeaseName" -}}
+{{- default (include "phalanx.componentName" (dict "ctx" . "component" "scheduler")) .Values.scheduler.leaderElection.leaseName -}}
+{{- end -}}
+
 {{/* host:port of a service inside the cluster: (dict "ctx" $ "component" "queue" "port" 50051). */}}
 {{- define "phalanx.serviceAddr" -}}
 {{- printf "%s.%s.svc:%d" (include "phalanx.componentName" .) .ctx.Release.Namespace (int .port) -}}

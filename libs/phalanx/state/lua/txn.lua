@@ -1,14 +1,29 @@
 -- One optimistic transaction over Phalanx's state: check, then apply, atomically.
--- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {lock?, fence?, expect?, release?, reserve?, facts?, set_state?, cmds?}.
+-- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {term?, lock?, fence?, expect?, release?, reserve?, facts?, set_state?,
+-- cmds?}.
 -- `facts`: entries shaped like `reserve` for pods the API server already shows bound: recorded as bound and
 -- counted without the capacity check (they hold their node whether or not it had room: counting them
 -- keeps Phalanx from over-committing it further).
 -- Returns {1, fence} on success (fence: the token this script's lock took, else 0), {0, reason} when a
--- check fails (nothing is written then, except that a taken lock has advanced the fence).
+-- check fails (nothing is written then, except that a taken lock has advanced the fence and a higher `term`
+-- has been recorded), {2, reason} when `term` is stale (nothing at all is written).
 -- `lock` = {token, lease_ms}: take the bind mutex for the length of this script (busy: {0, "locked"}),
 -- advancing the fencing token as any acquisition does; used when every write of a bind is in here.
+-- `term`: the fencing term of a scheduler replica elected leader (libs/phalanx/cluster/leader.py). The
+-- term in Redis ({base}:leader:term) only rises: a caller whose term is lower has been deposed by a newer
+-- leader and gets {2, reason} before anything is read or written; a higher term is recorded (a new
+-- leader's first commit, should Redis have lost its claim). One GET per transaction.
 local base = ARGV[1]
 local txn = cjson.decode(ARGV[2])
+if txn.term then
+  local K_TERM = base .. ":leader:term"
+  local current = tonumber(redis.call("GET", K_TERM) or "-1")
+  local term = tonumber(txn.term)
+  if term < current then
+    return {2, "fenced out: leadership term " .. term .. " is older than the current leader's " .. current}
+  end
+  if term > current then redis.call("SET", K_TERM, term) end
+end
 local SEP = "\031"
 local K_NODES, K_CAP, K_USED = base .. ":nodes", base .. ":cap", base .. ":used"
 local K_PODS, K_STATE = base .. ":pods", base .. ":podstate"
