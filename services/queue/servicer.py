@@ -10,6 +10,7 @@ import grpc
 
 from phalanx.clock import Clock
 from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
+from phalanx.queueing.wire import HintDecoder, freed_from_pb
 from phalanx.rpc import validation
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.telemetry.tracing import start_root
@@ -77,6 +78,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             rejected = list(self.Add(queue_pb2.AddRequest(pods=request.add, now=request.now), context).rejected)
         if request.move_all:
             self.queue.move_all(now)
+        elif request.freed:
+            self.queue.move_all(now, freed_from_pb(request.freed))
         entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0),
                                  consumer=request.consumer, incarnation=request.consumer_incarnation)
         nxt = self.queue.next_ready_at()
@@ -94,11 +97,13 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
     def _done(self, request: queue_pb2.DoneRequest, now: float, context: grpc.ServicerContext) -> None:
         # Validate the whole request first: a refused request must change nothing.
         validation.abort_if_invalid(context, validation.done_request(request))
+        hint_of = HintDecoder()
         for res in request.results:
             outcome = _OUTCOMES[res.outcome]
             pod = res.pod
             self.queue.done(f"{pod.namespace}/{pod.name}", outcome, now, payload=pod, priority=pod.priority,
-                            created_at=pod.created_at, gang=pod.gang, gang_created_at=pod.gang_created_at)
+                            created_at=pod.created_at, gang=pod.gang, gang_created_at=pod.gang_created_at,
+                            hint=hint_of(res) if outcome == Outcome.UNSCHEDULABLE else None)
         for gang in request.failed_gangs:
             self.queue.gang_failed(gang, now)
         for gang in request.activate_gangs:
@@ -110,7 +115,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
 
     def MoveAll(self, request: queue_pb2.MoveAllRequest, context: grpc.ServicerContext) -> queue_pb2.MoveAllResponse:
         validation.abort_if_invalid(context, validation.move_all_request(request))
-        return queue_pb2.MoveAllResponse(moved=self.queue.move_all(self.clock.now(request.now)))
+        return queue_pb2.MoveAllResponse(moved=self.queue.move_all(self.clock.now(request.now),
+                                                                   freed_from_pb(request.freed) or None))
 
     def ReleaseInFlight(self, request: queue_pb2.ReleaseInFlightRequest,
                         context: grpc.ServicerContext) -> queue_pb2.ReleaseInFlightResponse:

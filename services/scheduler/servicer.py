@@ -18,6 +18,7 @@ from phalanx.rpc import validation
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
 from phalanx.scheduling.ports import Carry, Popped, QueuePort, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
+from phalanx.state.store import FencedOut
 from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self._validate(request, context, "")
         with self.lock:
             carry = self._apply(request, self.clock.now(request.now))
-            if carry.verdicts:
-                self.queue.done(carry.verdicts, [], [], self.clock.now(request.now))
+            if carry.verdicts or carry.activate:
+                self.queue.done(carry.verdicts, carry.activate, [], self.clock.now(request.now))
             if carry.remove:
                 self.queue.remove(carry.remove)
             if carry.move_all:
                 self.queue.move_all("cluster-changed", self.clock.now(request.now))
+            elif carry.freed:
+                self.queue.move_all("capacity-freed", self.clock.now(request.now), carry.freed)
         return scheduler_pb2.ApplyClusterEventsResponse()
 
     def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
@@ -90,13 +93,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             carry.verdicts += [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
                                for r in victims if r.state == "assumed"]
         if ev.gangs_upserted:
-            s.upsert_gangs([gang_from_pb(g) for g in ev.gangs_upserted])
-            carry.move_all = True
+            specs = [gang_from_pb(g) for g in ev.gangs_upserted]
+            s.upsert_gangs(specs)
+            carry.activate += [g.key for g in specs]  # a gang declared or changed: its own pods get another try
         if ev.gangs_removed:
             s.remove_gangs(list(ev.gangs_removed))
         gone = list(ev.pods_finished) + list(ev.pods_deleted)
-        if gone and s.release_pods(gone):
-            carry.move_all = True
+        if gone:
+            s.release_pods(gone, carry.freed)  # the pods that capacity may help get another try
         carry.remove += list(ev.pods_deleted)
         if ev.pods_bound:
             s.add_bound_pods([pod_from_pb(p) for p in ev.pods_bound])
@@ -132,6 +136,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 if r.attempted == 0:
                     # Outside the lock: cluster events must not wait behind an idle poll.
                     prefetched = self.scheduler.wait_for_work(self.clock.now(), idle_wait)
+            except FencedOut as exc:  # another replica leads (leader election): never retried
+                log.error("scheduling stopped: %s", exc)
+                self.last_error = f"FencedOut: {exc}"
+                stop.set()
+                return
             except Exception as exc:  # keep serving: the step's pods went back to the queue; it is retried
                 log.exception("scheduling step failed")
                 self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

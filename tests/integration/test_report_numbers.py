@@ -56,9 +56,11 @@ def test_series_and_fgd_metric_match_the_hand_computed_values(tmp_path: Path) ->
     report = simulate(load_workload([path]), SimOptions(), log_dir=tmp_path / "logs")
 
     pods = {p["name"]: p for p in report["pods"]}
-    # Its last attempt (at t5, when the gang was declared) found a whole-GPU pod on each node.
+    # Its last attempt was at t3, when it arrived: gpu-a had one whole GPU left, gpu-b a shared one (the
+    # gang declared at t5 no longer retries unrelated pods, and no GPU freed afterwards).
     assert pods["p3"]["node"] is None
-    assert pods["p3"]["reason"] == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu"
+    assert pods["p3"]["reason"] == ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+                                    "1 node(s) had fewer than 2 entirely free GPU(s)")
     assert (pods["p0"]["node"], pods["p2"]["node"]) == ("gpu-a", "gpu-a")
     assert (pods["p1"]["node"], pods["p4"]["node"]) == ("gpu-b", "gpu-b")
     assert pods["g0"]["boundAt"] == pods["g1"]["boundAt"] == 7.0

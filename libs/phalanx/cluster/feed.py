@@ -43,7 +43,9 @@ from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.intake.resolver import GangResolver
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.hints import refresh_freed
 from phalanx.scheduling.ports import Popped, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.v1 import binder_pb2
@@ -64,7 +66,7 @@ class FeedQueue(Protocol):
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
 
-    def move_all(self, event: str, now: float) -> None: ...
+    def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None: ...
 
 
 class Reporter(Protocol):
@@ -92,10 +94,12 @@ class _QueueOps:
     add: dict[str, PodInfo] = field(default_factory=dict)
     remove: set[str] = field(default_factory=set)
     verdicts: list[Verdict] = field(default_factory=list)
-    move_all: bool = False
+    activate: set[str] = field(default_factory=set)  # gangs declared or changed: their pods get another try
+    move_all: bool = False  # nodes added or changed: every unschedulable pod gets another try
+    freed: FreedCapacity = field(default_factory=FreedCapacity)  # capacity freed: the pods it may help do
 
     def pending(self) -> bool:
-        return bool(self.add or self.remove or self.verdicts or self.move_all)
+        return bool(self.add or self.remove or self.verdicts or self.activate or self.move_all or self.freed)
 
 
 @dataclass
@@ -527,18 +531,17 @@ class ClusterFeed:
                 s.bound.discard(r.key)
             verdicts = [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
                         for r in victims if r.state == "assumed" and r.key in self._pods]
+        freed = FreedCapacity()
         if b.gangs:
             s.upsert_gangs(list(b.gangs.values()))
-            move = True
         released = sorted(k for k in b.released if k in s.assumed or k in s.bound)
-        if released and s.release_pods(released):
-            move = True
+        if released:
+            s.release_pods(released, freed)
         finished = [p for k, p in sorted(b.bound.items()) if k in s.assumed]
         if finished:  # bound by a binding this scheduler did not see complete (a crashed binder's, finished later)
             moved = s.confirm_bound(finished, now)
             if moved:
-                s.release_pods([p.key for p in moved])
-                move = True
+                s.release_pods([p.key for p in moved], freed)
         bound = [p for k, p in sorted(b.bound.items()) if k not in s.bound and k not in s.assumed]
         if bound:
             self._add_bound(bound)
@@ -551,7 +554,9 @@ class ClusterFeed:
             ops.remove.discard(key)
             ops.add[key] = pod
         ops.verdicts += verdicts
+        ops.activate.update(b.gangs)  # a gang declared or changed: its own pods may be schedulable now
         ops.move_all = ops.move_all or move
+        ops.freed.merge(freed)
         self._flush_queue(now)
 
     def _forget_unreferenced(self, b: _Batch) -> None:
@@ -578,12 +583,18 @@ class ClusterFeed:
             if ops.add:
                 self.queue.add(list(ops.add.values()), now)
                 ops.add.clear()
-            if ops.verdicts:
-                self.queue.done(ops.verdicts, [], [], now)
+            if ops.verdicts or ops.activate:
+                self.queue.done(ops.verdicts, sorted(ops.activate), [], now)
                 ops.verdicts = []
+                ops.activate = set()
             if ops.move_all:
                 self.queue.move_all("cluster-changed", now)
                 ops.move_all = False
+                ops.freed = FreedCapacity()
+            elif ops.freed:
+                refresh_freed(ops.freed, self.scheduler.snapshot)  # current amounts, should this be a retry
+                self.queue.move_all("capacity-freed", now, ops.freed)
+                ops.freed = FreedCapacity()
         except Exception as exc:
             log.warning("cluster feed: the queue did not answer (%s); retrying", exc)
 

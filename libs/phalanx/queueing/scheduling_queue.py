@@ -12,6 +12,14 @@ stays in flight until its consumer reports a verdict; if the consumer restarts (
 incarnation) or is not heard from for `lease_seconds` of wall-clock time, its pods return to the active
 sub-queue, so a crashed or stuck scheduler cannot strand them. A consumer that did place such a pod
 answers it with its reservation when it pops it again, so a premature return costs a pop, not a pod.
+
+Queueing hints (see hints.py): an unschedulable pod keeps the hint its verdict carried, and an event that
+only changed capacity moves just the pods it may help; a gang moves whole when any of its pods may be
+helped. Gangs helped by their slot counts (Strict gangs) move MOVE_BUDGET pods at a time in queue order: the
+others wait until those are answered, then are judged again on the counts the scheduler's reports (with
+the capacity the moved ones took) have left, so capacity for one gang is not tried by every waiting gang. A
+pod answered unschedulable after an event that happened while it was in flight goes to backoff only if that
+event may help it (recent events are remembered for this).
 """
 
 from __future__ import annotations
@@ -21,10 +29,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from phalanx.queueing.hints import Freed, Hint, helps, still_fits
 
 
 class SubQueue(str, Enum):
@@ -57,6 +68,7 @@ class Entry:
     move_seq_at_pop: int = 0
     version: int = 0
     lent_to: str = ""  # consumer name while in flight
+    hint: Hint | None = None  # while unschedulable: what may help it (None: any event)
 
 
 @dataclass
@@ -95,6 +107,13 @@ class _Consumer:
     lent: set[str] = field(default_factory=set)
 
 
+# Events remembered for pods in flight (see done); a pod popped before the oldest one remembered counts as
+# having missed an event that helps it.
+MAX_EVENT_LOG = 4096
+
+# Pods of gangs moved at once by their slot counts (see _budgeted); the others wait until those are answered.
+MOVE_BUDGET = 64
+
 # Past 2^2100 every positive double overflows, so min(initial * 2^k, max) is max for any larger k.
 _MAX_BACKOFF_EXPONENT = 2100
 
@@ -124,6 +143,11 @@ class SchedulingQueue:
         self._unschedulable: dict[str, Entry] = {}  # in the order they became unschedulable
         self._gang_time: dict[str, float] = {}
         self._move_seq = 0
+        # (seq, event) of recent moves: None (every pod), a tuple of Freed, or a gang name (that gang's pods).
+        self._events: deque[tuple[int, Any]] = deque(maxlen=MAX_EVENT_LOG)
+        self.moves_skipped = 0  # unschedulable pods an event left where they were (its hints said it cannot help)
+        self._deferred: dict[str, None] = {}  # gangs an event may help, held back until _budget_moved is answered
+        self._budget_moved: set[str] = set()  # pods moved by a budget and not answered yet
         self._version = 0
         self._lock = threading.Condition()
 
@@ -177,6 +201,7 @@ class SchedulingQueue:
                 if old.where == SubQueue.IN_FLIGHT:
                     old.payload = payload  # the scheduler's verdict on the old copy still applies
                     return True
+                self._settled(key)
                 self._leave(old)
                 self._drop(old)
             if gang and gang not in self._gang_time:
@@ -206,6 +231,7 @@ class SchedulingQueue:
         removed = 0
         with self._lock:
             for key in keys:
+                self._settled(key)
                 e = self._entries.get(key)
                 if e is not None:
                     self._leave(e)
@@ -286,6 +312,7 @@ class SchedulingQueue:
         with self._lock:
             self._heard_from(consumer, incarnation)
             self._flush(now)
+            self._release_deferred(now)
             if not self._active and wait_seconds > 0:
                 self._lock.wait(timeout=wait_seconds)
                 self._flush(now)
@@ -307,9 +334,11 @@ class SchedulingQueue:
 
     # -- results ---------------------------------------------------------------------------------
     def done(self, key: str, outcome: Outcome, now: float, payload: Any = None, *, priority: int = 0,
-             created_at: float = 0.0, gang: str = "", gang_created_at: float = 0.0) -> None:
-        """Records what became of a popped pod; a pod not in the queue (a released reservation) is re-added."""
+             created_at: float = 0.0, gang: str = "", gang_created_at: float = 0.0, hint: Hint | None = None) -> None:
+        """Records what became of a popped pod; a pod not in the queue (a released reservation) is re-added.
+        `hint`: for an unschedulable pod, what may make it schedulable (None: any cluster event)."""
         with self._lock:
+            self._settled(key)
             e = self._entries.get(key)
             if outcome in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED):
                 if e is not None:
@@ -330,8 +359,9 @@ class SchedulingQueue:
                 if payload is not None:
                     e.payload = payload
             e.attempts += 1
+            e.hint = hint if outcome == Outcome.UNSCHEDULABLE else None
             # A cluster event while the pod was being scheduled may have made it schedulable: retry it.
-            if outcome == Outcome.BACKOFF or e.move_seq_at_pop != self._move_seq:
+            if outcome == Outcome.BACKOFF or self._missed_event(e):
                 self._to_backoff(e, now)
                 log.debug("%s: %s -> backoff until %.3f (attempt %d)", key, outcome.value, e.backoff_until, e.attempts)
             else:
@@ -346,9 +376,12 @@ class SchedulingQueue:
             self._resort_gang(gang)
 
     def activate_gang(self, gang: str, now: float) -> int:
-        """The gang made progress: its pods waiting in backoff or unschedulable go back to active."""
+        """The gang made progress (or was declared or changed): its pods waiting in backoff or
+        unschedulable go back to active (and its pods in flight count it as an event, see done)."""
         moved = 0
         with self._lock:
+            self._log_event(gang)
+            self._deferred.pop(gang, None)
             for key in list(self._by_gang.get(gang, ())):
                 e = self._entries[key]
                 if e.where in (SubQueue.BACKOFF, SubQueue.UNSCHEDULABLE):
@@ -356,19 +389,130 @@ class SchedulingQueue:
                     moved += 1
         return moved
 
-    def move_all(self, now: float) -> int:
-        """A cluster event (capacity freed, node or PodGroup added): unschedulable pods get another try."""
-        moved = 0
+    def move_all(self, now: float, freed: Sequence[Freed] | None = None) -> int:
+        """A cluster event: unschedulable pods get another try. Without `freed` (a node added or changed,
+        an event that says nothing) every one moves; with it (capacity changes, per node), only the pods
+        whose hints say it may help them, whole gangs, and gangs with slot counts a few at a time (see the
+        module's docstring). Returns how many pods moved."""
         with self._lock:
-            self._move_seq += 1
-            log.debug("move all %d: %d unschedulable pods", self._move_seq, len(self._unschedulable))
-            for e in list(self._unschedulable.values()):
-                if e.backoff_until > now:
-                    self._to_backoff_keep(e)
+            events = tuple(freed) if freed else None
+            if events is None:
+                self._log_event(None)
+                self._deferred.clear()
+                return self._move(list(self._unschedulable.values()), now)
+            if all(ev.taken_only for ev in events):  # capacity only taken: the counts take it in, nothing moves
+                for hint in {id(e.hint): e.hint for e in self._unschedulable.values() if e.hint is not None}.values():
+                    helps(hint, events)
+                return 0
+            self._log_event(events)
+            return self._move(self._helped(events), now)
+
+    def _move(self, targets: list[Entry], now: float) -> int:
+        log.debug("move %d: %d of %d unschedulable pods", self._move_seq, len(targets), len(self._unschedulable))
+        self.moves_skipped += len(self._unschedulable) - len(targets)
+        for e in targets:
+            if e.backoff_until > now:
+                self._to_backoff_keep(e)
+            else:
+                self._to_active(e)
+        return len(targets)
+
+    def _helped(self, events: tuple[Freed, ...]) -> list[Entry]:
+        """The unschedulable entries `events` may help: a gang's all when one of its pods may be helped.
+        Pods of a unit usually share one hint, so each distinct hint is judged once (every hint with slot
+        counts is, so its counts take in every event). Gangs judged by slot counts move a budget at a time."""
+        judged: dict[int, bool] = {}
+        gangs: dict[str, bool] = {}
+        counted: set[str] = set()  # gangs helped by their slot counts
+        singles: set[str] = set()
+        for e in self._unschedulable.values():
+            h = id(e.hint)
+            ok = judged.get(h)
+            if ok is None:
+                ok = judged[h] = helps(e.hint, events)
+            if e.gang:
+                if ok and not gangs.get(e.gang):
+                    gangs[e.gang] = True
+                    if e.hint is not None and e.hint.tally is not None:
+                        counted.add(e.gang)
                 else:
-                    self._to_active(e)
-                moved += 1
-        return moved
+                    gangs.setdefault(e.gang, False)
+            elif ok:
+                singles.add(e.key)
+        moving = {g for g, ok in gangs.items() if ok} - counted
+        moving |= self._budgeted(counted | self._deferred.keys())
+        return [e for e in self._unschedulable.values() if (e.gang in moving if e.gang else e.key in singles)]
+
+    def _budgeted(self, gangs: set[str]) -> set[str]:
+        """Of `gangs` (helped by their slot counts), those to move now, in queue order and up to
+        MOVE_BUDGET pods (at least one gang); the others wait in `_deferred` until the moved ones are
+        answered, then are judged again on the counts as the scheduler's reports have left them. So the
+        capacity one gang finishing frees is tried by a few waiting gangs, not by every one of them."""
+        units = []
+        for gang in gangs:
+            members = [self._entries[k] for k in self._by_gang.get(gang, ())
+                       if self._entries[k].where == SubQueue.UNSCHEDULABLE]
+            if members:
+                units.append((min(self._sort_key(e) for e in members), gang, len(members)))
+        units.sort()
+        self._deferred.clear()
+        moving: set[str] = set()
+        budget = MOVE_BUDGET - len(self._budget_moved)
+        for _, gang, size in units:
+            if size > budget and (moving or self._budget_moved):
+                self._deferred[gang] = None
+                continue
+            moving.add(gang)
+            budget -= size
+            self._budget_moved.update(k for k in self._by_gang[gang]
+                                      if self._entries[k].where == SubQueue.UNSCHEDULABLE)
+        return moving
+
+    def _release_deferred(self, now: float) -> None:
+        """The gangs last moved by their slot counts were answered: those held back whose counts still add
+        up move next (a budget at a time); the others wait for an event as before."""
+        if not self._deferred:
+            return
+        if self._budget_moved:  # answered ones leave the set in done(); this only drops what was lost track of
+            self._budget_moved = {k for k in self._budget_moved if (e := self._entries.get(k)) is not None
+                                  and e.where != SubQueue.UNSCHEDULABLE}
+            if self._budget_moved:
+                return
+        still = set()
+        for gang in self._deferred:
+            members = [self._entries[k] for k in self._by_gang.get(gang, ())
+                       if self._entries[k].where == SubQueue.UNSCHEDULABLE]
+            if any(still_fits(e.hint) for e in members):
+                still.add(gang)
+        moving = self._budgeted(still)
+        self._move([e for e in self._unschedulable.values() if e.gang in moving], now)
+
+    def _settled(self, key: str) -> None:
+        """A pod moved by a budget was answered (or left the queue)."""
+        if self._budget_moved:
+            self._budget_moved.discard(key)
+
+    def _log_event(self, event: Any) -> None:
+        self._move_seq += 1
+        self._events.append((self._move_seq, event))
+
+    def _missed_event(self, e: Entry) -> bool:
+        """Did an event that may help `e` happen since it was popped?"""
+        since = e.move_seq_at_pop
+        if since == self._move_seq:
+            return False
+        if not self._events or self._events[0][0] > since + 1:
+            return True  # older than what is remembered
+        missed = []
+        for seq, event in reversed(self._events):
+            if seq <= since:
+                break
+            if event is None or event == e.gang:
+                return True
+            if not isinstance(event, str):
+                missed.append(event)
+        # Oldest first: a gang hint keeps each node's latest slots (see hints.py).
+        return any(helps(e.hint, event) for event in reversed(missed))
 
     def _to_backoff_keep(self, e: Entry) -> None:
         self._unschedulable.pop(e.key, None)

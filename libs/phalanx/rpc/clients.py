@@ -10,7 +10,9 @@ from collections.abc import Callable
 import grpc
 
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.queueing.wire import freed_to_pb, hint_to_pb
 from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
 from phalanx.rpc.server import channel
 from phalanx.rpc.stream_call import StreamCaller
@@ -138,6 +140,8 @@ class QueueClient(_Client):
             req.remove.extend(carry.remove)
             req.add.extend(pod_to_pb(item.pod, item.trace) for item in carry.add)
             req.move_all = carry.move_all
+            if not carry.move_all:
+                req.freed.extend(freed_to_pb(carry.freed))
         resp = self.stub.Pop(req, timeout=self.timeout + wait_seconds) if wait_seconds else self._pop.call(req)
         self._heard(resp.incarnation)
         items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
@@ -154,9 +158,11 @@ class QueueClient(_Client):
         if keys:
             self.stub.Remove(queue_pb2.RemoveRequest(pod_keys=keys), timeout=self.timeout)
 
-    def move_all(self, event: str, now: float) -> None:
+    def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None:
+        """`freed`: the event only freed this capacity (moves only the pods it may help); None: moves all."""
         self._fresh()
-        self.stub.MoveAll(queue_pb2.MoveAllRequest(event=event, now=now), timeout=self.timeout)
+        self.stub.MoveAll(queue_pb2.MoveAllRequest(event=event, now=now, freed=freed_to_pb(freed)),
+                          timeout=self.timeout)
 
     def release_in_flight(self) -> int:
         self._fresh()
@@ -172,11 +178,18 @@ _LEAVING = (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED)
 
 def _done_request(verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> queue_pb2.DoneRequest:
     results = []
+    hint_pb: dict[int, queue_pb2.RetryHint] = {}  # a gang's pods share one hint: encoded once
     for v in verdicts:
         p = v.item.pod
         # A pod leaving the queue is named only; one going back may be new to the queue, so it travels whole.
         pod = objects_pb2.Pod(namespace=p.namespace, name=p.name) if v.outcome in _LEAVING else pod_to_pb(p, v.item.trace)
-        results.append(queue_pb2.PodResult(pod=pod, outcome=_OUTCOME_PB[v.outcome], reason=v.reason))
+        res = queue_pb2.PodResult(pod=pod, outcome=_OUTCOME_PB[v.outcome], reason=v.reason)
+        if v.hint is not None and v.outcome == Outcome.UNSCHEDULABLE:
+            encoded = hint_pb.get(id(v.hint))
+            if encoded is None:
+                encoded = hint_pb[id(v.hint)] = hint_to_pb(v.hint)
+            res.hint.CopyFrom(encoded)
+        results.append(res)
     return queue_pb2.DoneRequest(results=results, activate_gangs=activate, failed_gangs=failed, now=now)
 
 

@@ -277,6 +277,8 @@ def done_request(req: queue_pb2.DoneRequest, prefix: str = "") -> list[str]:
             errors.append(f"{prefix}results[{i}].outcome: unknown value {res.outcome}")
         errors += pod_errors(res.pod, f"{prefix}results[{i}].pod")
         errors += _text(res.reason, f"{prefix}results[{i}].reason", MAX_TEXT)
+        if res.HasField("hint"):
+            errors += _retry_hint(res.hint, f"{prefix}results[{i}].hint")
     errors += _keys(req.activate_gangs, f"{prefix}activate_gangs", "gang")
     errors += _keys(req.failed_gangs, f"{prefix}failed_gangs", "gang")
     return errors
@@ -292,6 +294,7 @@ def pop_request(req: queue_pb2.PopRequest) -> list[str]:
     errors += _keys(req.remove, "remove", "pod") + _count(req.add, "add")
     for field in ("consumer", "consumer_incarnation"):
         errors += _text(getattr(req, field, ""), field, MAX_ID)
+    errors += _freed(req.freed, "freed")
     return errors
 
 
@@ -302,7 +305,31 @@ def remove_request(req: queue_pb2.RemoveRequest) -> list[str]:
 
 
 def move_all_request(req: queue_pb2.MoveAllRequest) -> list[str]:
-    return _time(req.now, "now") + _text(req.event, "event", MAX_KEY)
+    return _time(req.now, "now") + _text(req.event, "event", MAX_KEY) + _freed(req.freed, "freed")
+
+
+def _retry_hint(h: queue_pb2.RetryHint, path: str) -> list[str]:
+    errors = _resources(h.needs, f"{path}.needs") + _resource_names(h.insufficient, f"{path}.insufficient")
+    errors += _node_names(h.nodes, f"{path}.nodes") + _node_names(list(h.slots), f"{path}.slots")
+    if h.pods < 0:
+        errors.append(f"{path}.pods: {h.pods} is negative")
+    return errors + [f"{path}.slots[{shown(n)}]: {k} is negative" for n, k in h.slots.items() if k < 0]
+
+
+def _freed(items: Sequence[queue_pb2.FreedCapacity], path: str) -> list[str]:
+    errors = _count(items, path)
+    for i, f in enumerate(items if not errors else ()):
+        at = f"{path}[{i}]"
+        if f.node and not names.is_dns_subdomain(f.node):
+            errors.append(f"{at}.node: {shown(f.node)} is not {names.SUBDOMAIN_RULE}")
+        errors += _resource_names(f.resources, f"{at}.resources") + _resources(f.free, f"{at}.free")
+    return errors
+
+
+def _resource_names(items: Sequence[str], path: str) -> list[str]:
+    return _count(items, path, MAX_ENTRIES) or [
+        f"{path}[{i}]: resource name {shown(r)} must have 1 to {MAX_KEY} characters"
+        for i, r in enumerate(items) if not r or len(r) > MAX_KEY]
 
 
 def stats_request(req: queue_pb2.StatsRequest) -> list[str]:

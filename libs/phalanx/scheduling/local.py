@@ -8,6 +8,7 @@ from __future__ import annotations
 from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.model.objects import PodInfo
+from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import SchedulingQueue
 from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.v1 import binder_pb2
@@ -29,6 +30,8 @@ class LocalQueue:
             self.add([item.pod for item in carry.add], now)
             if carry.move_all:
                 self.queue.move_all(now)
+            elif carry.freed:
+                self.queue.move_all(now, carry.freed.events())
         items = [e.payload for e in self.queue.pop(max_pods, now)]
         return PopResult(items, self.queue.next_ready_at(), len(self.queue))
 
@@ -36,7 +39,7 @@ class LocalQueue:
         for v in verdicts:
             p = v.item.pod
             self.queue.done(p.key, v.outcome, now, payload=v.item, priority=p.priority, created_at=p.created_at,
-                            gang=p.gang, gang_created_at=p.gang_created_at)
+                            gang=p.gang, gang_created_at=p.gang_created_at, hint=v.hint)
         for g in failed:
             self.queue.gang_failed(g, now)
         for g in activate:
@@ -45,8 +48,8 @@ class LocalQueue:
     def remove(self, keys: list[str]) -> None:
         self.queue.remove(keys)
 
-    def move_all(self, event: str, now: float) -> None:
-        self.queue.move_all(now)
+    def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None:
+        self.queue.move_all(now, freed.events() if freed else None)
 
     def release_in_flight(self) -> int:
         return self.queue.release_in_flight(0.0)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from phalanx.model.objects import PodInfo
+from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.v1 import binder_pb2
 
@@ -21,6 +22,7 @@ class Verdict:
     item: Popped
     outcome: Outcome
     reason: str = ""
+    hint: Hint | None = None  # UNSCHEDULABLE: what may make it schedulable (None: any cluster event)
 
 
 @dataclass
@@ -32,18 +34,21 @@ class Carry:
     failed: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
     add: list[Popped] = field(default_factory=list)
-    move_all: bool = False
+    move_all: bool = False  # a node added or changed (or anything else): every unschedulable pod moves
+    freed: FreedCapacity = field(default_factory=FreedCapacity)  # capacity freed: moves the pods it may help
 
     def empty(self) -> bool:
-        return not (self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all)
+        return not (self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all
+                    or self.freed)
 
     def merged(self, other: "Carry | None") -> "Carry":
         """This carry followed by `other` (undelivered updates first, so they keep their order)."""
         if other is None:
             return Carry(list(self.verdicts), list(self.activate), list(self.failed), list(self.remove),
-                         list(self.add), self.move_all)
+                         list(self.add), self.move_all, self.freed.copy())
         return Carry(self.verdicts + other.verdicts, self.activate + other.activate, self.failed + other.failed,
-                     self.remove + other.remove, self.add + other.add, self.move_all or other.move_all)
+                     self.remove + other.remove, self.add + other.add, self.move_all or other.move_all,
+                     self.freed.copy().merge(other.freed))
 
 
 @dataclass
@@ -61,7 +66,9 @@ class QueuePort(Protocol):
 
     def remove(self, keys: list[str]) -> None: ...
 
-    def move_all(self, event: str, now: float) -> None: ...
+    def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None:
+        """A cluster event; `freed`: it only freed this capacity (see phalanx.queueing.hints)."""
+        ...
 
     def release_in_flight(self) -> int: ...
 

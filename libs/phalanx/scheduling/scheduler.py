@@ -20,7 +20,9 @@ from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
 from phalanx.plugins.gpu_share import with_gpu_devices
+from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.hints import note_release, refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
 from phalanx.state.keys import rel_gang_bound
@@ -57,7 +59,9 @@ class _StepState:
     ready_groups: dict[tuple[str, ...], str] = field(default_factory=dict)  # group -> trace
     ordinary: list[Popped] = field(default_factory=list)
     bound: int = 0
-    freed: bool = False  # reservations were released: pods waiting for capacity get another try
+    # Reservations released: pods waiting for that capacity get another try (see phalanx.queueing.hints).
+    freed: FreedCapacity = field(default_factory=FreedCapacity)
+    reloaded: bool = False  # usage was reloaded from Redis: any unschedulable pod may fit now
 
 
 class GangScheduler:
@@ -163,8 +167,9 @@ class GangScheduler:
         """Deleted pods: the last message reported for each is not needed any more."""
         self.reports.forget_pods(keys)
 
-    def release_pods(self, keys: list[str]) -> int:
-        """Pods that finished or were deleted: their reservations and bindings free capacity."""
+    def release_pods(self, keys: list[str], freed: FreedCapacity | None = None) -> int:
+        """Pods that finished or were deleted: their reservations and bindings free capacity (recorded in
+        `freed`, for the queue's hints)."""
         records = self.store.get_pods(keys)
         if not records:
             return 0
@@ -173,6 +178,7 @@ class GangScheduler:
             i = self.snapshot.index.get(r.node)
             if i is not None:
                 self.snapshot.reserve(i, r.requests, sign=-1)
+                note_release(freed, self.snapshot, r.node, r.requests)
             self._forget_assumed(r.key)
             self.bound.discard(r.key)
         return len(records)
@@ -224,12 +230,14 @@ class GangScheduler:
         try:
             if self.needs_resync:
                 self.resync()
+                carry.move_all = True  # memory was rebuilt: what the queue's hints say may be stale
             self._expire_timers(now, carry)
             self._retry_binds(now, carry)
             while True:
                 if prefetched is not None:
                     popped, prefetched = prefetched, None  # the carry goes with the next pop
                 else:
+                    refresh_freed(carry.freed, self.snapshot)  # each node's capacity as it is now
                     popped = self.queue.pop(self.settings.pop_batch, now, carry)
                     carry = Carry()
                 unsettled = list(popped.items)
@@ -252,7 +260,8 @@ class GangScheduler:
                 carry.verdicts += state.verdicts
                 carry.activate += state.activate
                 carry.failed += state.failed
-                carry.move_all = carry.move_all or state.freed
+                carry.freed.merge(state.freed)
+                carry.move_all = carry.move_all or state.reloaded
                 unsettled = []
                 if later and self._quiet_until(later[0][0], popped, state):
                     now = self._next_instant(now, later, carry, result)
@@ -282,8 +291,8 @@ class GangScheduler:
         go to the queue with the next pop."""
         self.reports.flush(self.binder, now)
         now, carry.add, finished = later.pop(0)
-        if finished and self.release_pods(finished):
-            carry.move_all = True  # as any freed capacity does (the queue is empty: a no-op)
+        if finished:
+            self.release_pods(finished, carry.freed)  # as any freed capacity does (the queue is empty: a no-op)
         result.instants_done += 1
         self._expire_timers(now, carry)
         return now
@@ -339,7 +348,8 @@ class GangScheduler:
                 msg = f"{self.gangs.describe(gang)}; {shortfall}"
                 span.set_attribute("phalanx.result", "min-resources")
                 self._last_failure[gang] = shortfall
-                self._reject(unit, Outcome.UNSCHEDULABLE, msg, state)
+                short = [r for r, need in spec.min_resources.items() if self.snapshot.free_total().get(r, 0) < need]
+                self._reject(unit, Outcome.UNSCHEDULABLE, msg, state, hint=shortfall_hint(short))
                 self._report_gang(gang, "Pending", "FailedScheduling", msg, state.now, unschedulable=True)
                 return
             for attempt in range(2):
@@ -347,6 +357,7 @@ class GangScheduler:
                     return
                 # Another writer changed a node we chose: refresh and decide again.
                 self.snapshot.load_used(self.store.load_used())
+                state.reloaded = True
             self._reject(unit, Outcome.BACKOFF, f"{self.gangs.describe(gang)}; commit conflicts, retrying", state)
 
     def _try_gang_unit(self, gang: str, unit: list[Popped], state: _StepState, span: object) -> bool:
@@ -355,7 +366,8 @@ class GangScheduler:
         placed: list[tuple[Popped, int, Resources]] = []  # pod, node index, what it reserves there
         rejected: list[Popped] = []
         failure: tuple[Popped, str] | None = None
-        unplaceable: list[tuple[Popped, str]] = []  # NonStrict failures: they touch no other pod
+        unplaceable: list[tuple[Popped, str, Hint | None]] = []  # NonStrict failures: they touch no other pod
+        hint: Hint | None = None
         saved_rec = _copy_record(self.gangs.record(gang))
         for item in unit:
             if strict and not self.gangs.try_enter_cycle(gang, item.pod.key, txn):
@@ -368,14 +380,15 @@ class GangScheduler:
                 placed.append((item, res.node_index, res.requests))
                 continue
             failure = (item, res.message)
-            if strict:
+            if strict:  # what may help: judged with the gang's earlier pods still reserved, on its smallest pod
+                hint = rejection_hint(self.framework, item.pod, self.snapshot, self._gang_pods(gang, unit))
                 break
-            unplaceable.append((item, res.message))
+            unplaceable.append((item, res.message, rejection_hint(self.framework, item.pod, self.snapshot)))
         for item, i, reqs in placed:  # undo the local reservations; the commit below decides for real
             self.snapshot.reserve(i, reqs, sign=-1)
 
         if strict and failure is not None:
-            return self._fail_strict_gang(gang, unit, placed, failure, txn, state, span, saved_rec)
+            return self._fail_strict_gang(gang, unit, placed, failure, txn, state, span, saved_rec, hint)
 
         for item, i, reqs in placed:
             txn.reserve.append(self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs))
@@ -390,16 +403,17 @@ class GangScheduler:
             faults.reached("scheduler.after_commit")
         for item, i, reqs in placed:
             self.snapshot.reserve(i, reqs)
+            state.freed.taken(self.snapshot.nodes[i].name)  # keeps the queue's gang slot counts current
             self.assumed[item.pod.key] = PodRecord(item.pod.key, self.snapshot.nodes[i].name, gang,
                                                    reqs, item.pod, "assumed")
             state.verdicts.append(Verdict(item, Outcome.ASSUMED))
         for item in rejected:
             msg = f"{self.gangs.describe(gang)}; already tried in this scheduling cycle"
             state.verdicts.append(Verdict(item, Outcome.BACKOFF, msg))
-        for item, why in unplaceable:
+        for item, why, pod_hint in unplaceable:
             msg = f"{self.gangs.describe(gang)}; {item.pod.name}: {why}"
             self._last_failure[gang] = f"{item.pod.name}: {why}"
-            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg))
+            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg, pod_hint))
             self.reports.pod(item.pod.key, msg)
         if placed:
             state.activate.append(gang)
@@ -418,9 +432,9 @@ class GangScheduler:
 
     def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int, Resources]],
                           failure: tuple[Popped, str], txn: Txn, state: _StepState, span: object,
-                          saved_rec: object) -> bool:
+                          saved_rec: object, hint: Hint | None = None) -> bool:
         """Strict: one pod failed, so every assumed pod of the gang is released and the rest of the
-        gang is rejected until the cycle ends."""
+        gang is rejected until the cycle ends. `hint`: what may help the failed pod, for the whole gang."""
         failed_item, why = failure
         previously = [k for k in self.gangs.record(gang).assumed if k in self.assumed]
         message = (f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; "
@@ -437,23 +451,32 @@ class GangScheduler:
             log.info("gang %s: release conflict (%s)", gang, reason)
             self.gangs.records[gang] = saved_rec  # type: ignore[assignment]
             return False
-        for key in previously:
-            r = self.assumed.pop(key)
+        released = [self.assumed.pop(key) for key in previously]
+        for r in released:
             i = self.snapshot.index.get(r.node)
             if i is not None:
                 self.snapshot.reserve(i, r.requests, sign=-1)
-            state.verdicts.append(Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message))
-            self.reports.pod(key, message)
+                note_release(state.freed, self.snapshot, r.node, r.requests)
+        # Now that the gang holds nothing: how many of its pods each node could take (see phalanx.queueing.hints).
+        hint = with_slots(hint, self.snapshot, len(unit) + len(released))
+        for r in released:
+            state.verdicts.append(Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message,
+                                          hint))
+            self.reports.pod(r.key, message)
         self.gangs.released(gang, previously)
         for item in unit:
-            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message))
+            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message, hint))
             self.reports.pod(item.pod.key, message)
         state.failed.append(gang)
-        state.freed = state.freed or bool(previously)
         self._report_gang(gang, "Pending", "FailedScheduling", message, state.now, unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
         return True
+
+    def _gang_pods(self, gang: str, unit: list[Popped]) -> list[PodInfo]:
+        """The pods a failure of the gang sends back to the queue: the unit's and those it had reserved."""
+        held = [r.pod for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)) is not None]
+        return [item.pod for item in unit] + held
 
     def _skip_reserved(self, unit: list[Popped], state: _StepState) -> list[Popped]:
         """Pods the queue hands out again (after a restart, or a stale re-add) may already be reserved or
@@ -493,7 +516,8 @@ class GangScheduler:
                 self.snapshot.reserve(res.node_index, res.requests)
                 placed.append((item, res.node_index, res.requests))
             else:
-                state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, res.message))
+                hint = rejection_hint(self.framework, item.pod, self.snapshot)
+                state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, res.message, hint))
                 self.reports.pod(item.pod.key, res.message)
         if not placed:
             return
@@ -506,10 +530,12 @@ class GangScheduler:
                 self.snapshot.reserve(i, reqs, sign=-1)
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, f"commit conflict: {reason}"))
             self.snapshot.load_used(self.store.load_used())
+            state.reloaded = True
             return
         assignments = []
         for item, i, reqs in placed:
             node = self.snapshot.nodes[i].name
+            state.freed.taken(node)
             self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, "assumed")
             assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
                                                      gang=item.pod.gang))
@@ -589,7 +615,7 @@ class GangScheduler:
             self._bind_backoff = 0.0
         carry.verdicts += state.verdicts
         carry.activate += state.activate
-        carry.move_all = carry.move_all or state.freed
+        carry.freed.merge(state.freed)
 
     def _apply_bind(self, results: list[binder_pb2.BindResult], assignments: list[binder_pb2.Assignment],
                     state: _StepState, items: dict[str, Popped]) -> None:
@@ -617,10 +643,10 @@ class GangScheduler:
             # Not bound: the binder already released the reservation in Redis; mirror it here.
             rec = self.assumed.pop(res.pod_key, None)
             if rec is not None:
-                state.freed = True  # pods that found no room because of it get another try
                 i = self.snapshot.index.get(rec.node)
                 if i is not None:
                     self.snapshot.reserve(i, rec.requests, sign=-1)
+                    note_release(state.freed, self.snapshot, rec.node, rec.requests)  # pods that found no room get another try
                 if rec.gang:
                     self.gangs.released(rec.gang, [res.pod_key])
             if res.status == binder_pb2.BIND_STATUS_GONE:
@@ -707,12 +733,12 @@ class GangScheduler:
                         i = self.snapshot.index.get(r.node)
                         if i is not None:
                             self.snapshot.reserve(i, r.requests, sign=-1)
+                            note_release(carry.freed, self.snapshot, r.node, r.requests)
                     self.reports.pod(key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event="GangTimeout")
                     to_remove.append(key)
             self._report_gang(gang, "Failed", "GangTimeout", messages[gang], now, unschedulable=True,
                               pod_key=pods[0] if pods else "")
-        carry.remove.extend(to_remove)
-        carry.move_all = True  # the released capacity may fit others
+        carry.remove.extend(to_remove)  # the released capacity (carry.freed) may fit others
 
     def _binding_decided(self, gang: str) -> bool:
         group = self.gangs.group_of(gang)
@@ -733,9 +759,9 @@ class GangScheduler:
 
     # -- reporting -----------------------------------------------------------------------------------
     def _reject(self, unit: list[Popped], outcome: Outcome, message: str, state: _StepState,
-                report: bool = True) -> None:
+                report: bool = True, hint: Hint | None = None) -> None:
         for item in unit:
-            state.verdicts.append(Verdict(item, outcome, message))
+            state.verdicts.append(Verdict(item, outcome, message, hint))
             if report:
                 self.reports.pod(item.pod.key, message)
 

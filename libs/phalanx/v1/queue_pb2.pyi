@@ -125,6 +125,7 @@ class PopRequest(_message.Message):
     MOVE_ALL_FIELD_NUMBER: _builtins.int
     CONSUMER_FIELD_NUMBER: _builtins.int
     CONSUMER_INCARNATION_FIELD_NUMBER: _builtins.int
+    FREED_FIELD_NUMBER: _builtins.int
     max_pods: _builtins.int
     """soft limit: a gang is never split"""
     now: _builtins.float
@@ -152,6 +153,12 @@ class PopRequest(_message.Message):
     def add(self) -> _containers.RepeatedCompositeFieldContainer[_objects_pb2.Pod]:
         """pods to enqueue"""
 
+    @_builtins.property
+    def freed(self) -> _containers.RepeatedCompositeFieldContainer[Global___FreedCapacity]:
+        """Capacity freed (see MoveAllRequest.freed): moves only the unschedulable pods it may help. Applied
+        with move_all's step; ignored when move_all is set (that moves every pod).
+        """
+
     def __init__(
         self,
         *,
@@ -164,10 +171,11 @@ class PopRequest(_message.Message):
         move_all: _builtins.bool = ...,
         consumer: _builtins.str = ...,
         consumer_incarnation: _builtins.str = ...,
+        freed: _abc.Iterable[Global___FreedCapacity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add", b"add", "consumer", b"consumer", "consumer_incarnation", b"consumer_incarnation", "done", b"done", "max_pods", b"max_pods", "move_all", b"move_all", "now", b"now", "remove", b"remove", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add", b"add", "consumer", b"consumer", "consumer_incarnation", b"consumer_incarnation", "done", b"done", "freed", b"freed", "max_pods", b"max_pods", "move_all", b"move_all", "now", b"now", "remove", b"remove", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -218,24 +226,186 @@ class PodResult(_message.Message):
     POD_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    HINT_FIELD_NUMBER: _builtins.int
     outcome: Global___Outcome.ValueType
     reason: _builtins.str
     @_builtins.property
     def pod(self) -> _objects_pb2.Pod: ...
+    @_builtins.property
+    def hint(self) -> Global___RetryHint:
+        """OUTCOME_UNSCHEDULABLE only: what may make the pod schedulable. Unset: any cluster event may."""
+
     def __init__(
         self,
         *,
         pod: _objects_pb2.Pod | None = ...,
         outcome: Global___Outcome.ValueType = ...,
         reason: _builtins.str = ...,
+        hint: Global___RetryHint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hint", b"hint", "pod", b"pod"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "pod", b"pod", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hint", b"hint", "outcome", b"outcome", "pod", b"pod", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PodResult: _TypeAlias = PodResult  # noqa: Y015
+
+@_typing.final
+class RetryHint(_message.Message):
+    """What may make an unschedulable pod schedulable again (kube-scheduler's queueing hints), so that an
+    event freeing capacity moves only the pods it may help. Amounts are in milli-units; nvidia.com/gpu
+    counts entirely free GPUs (x1000) and phalanx.dev/gpu-share the free part of all GPUs together.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class NeedsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SlotsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NEEDS_FIELD_NUMBER: _builtins.int
+    INSUFFICIENT_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    NODE_CHANGE_ONLY_FIELD_NUMBER: _builtins.int
+    PODS_FIELD_NUMBER: _builtins.int
+    SLOTS_FIELD_NUMBER: _builtins.int
+    node_change_only: _builtins.bool
+    """freed capacity cannot help: only a node added or changed can"""
+    pods: _builtins.int
+    """A Strict gang: how many pods must fit at once (0 or 1: one), and per node how many of them (of `needs`
+    each) it could hold when the gang failed, nodes holding none left out. The queue keeps each node's
+    latest count from the events and moves the gang once they add up to `pods`.
+    """
+    @_builtins.property
+    def needs(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """A freed node helps only when it has at least this much free of each resource afterwards (for a gang,
+        what its smallest pod needs). Empty: not known; `insufficient` decides.
+        """
+
+    @_builtins.property
+    def insufficient(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """resources found short; empty (and no needs): any freed capacity helps"""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """nodes the pod's other filters allow; empty: any node"""
+
+    @_builtins.property
+    def slots(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        needs: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        insufficient: _abc.Iterable[_builtins.str] | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        node_change_only: _builtins.bool = ...,
+        pods: _builtins.int = ...,
+        slots: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["insufficient", b"insufficient", "needs", b"needs", "node_change_only", b"node_change_only", "nodes", b"nodes", "pods", b"pods", "slots", b"slots"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryHint: _TypeAlias = RetryHint  # noqa: Y015
+
+@_typing.final
+class FreedCapacity(_message.Message):
+    """A node's capacity after it changed: pods finished or were deleted, reservations were released (or,
+    with taken_only, pods were placed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FreeEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NODE_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
+    TAKEN_ONLY_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    """empty: not known"""
+    taken_only: _builtins.bool
+    """capacity was only taken: moves nothing, keeps RetryHint.slots current"""
+    @_builtins.property
+    def resources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """resources released; empty: not known"""
+
+    @_builtins.property
+    def free(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """the node's free capacity afterwards (see RetryHint); empty: not known"""
+
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        resources: _abc.Iterable[_builtins.str] | None = ...,
+        free: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        taken_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free", b"free", "node", b"node", "resources", b"resources", "taken_only", b"taken_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FreedCapacity: _TypeAlias = FreedCapacity  # noqa: Y015
 
 @_typing.final
 class DoneRequest(_message.Message):
@@ -332,17 +502,25 @@ class MoveAllRequest(_message.Message):
 
     EVENT_FIELD_NUMBER: _builtins.int
     NOW_FIELD_NUMBER: _builtins.int
+    FREED_FIELD_NUMBER: _builtins.int
     event: _builtins.str
     now: _builtins.float
+    @_builtins.property
+    def freed(self) -> _containers.RepeatedCompositeFieldContainer[Global___FreedCapacity]:
+        """Empty: every unschedulable pod moves (a node added or changed). Otherwise the event only freed this
+        capacity, and only the pods whose hints say it may help them move (a gang moves whole).
+        """
+
     def __init__(
         self,
         *,
         event: _builtins.str = ...,
         now: _builtins.float = ...,
+        freed: _abc.Iterable[Global___FreedCapacity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "now", b"now"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "freed", b"freed", "now", b"now"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
