@@ -32,8 +32,12 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
     def _bind_many(self, request: binder_pb2.BindManyRequest,
                    context: grpc.ServicerContext) -> binder_pb2.BindManyResponse:
         validation.abort_if_invalid(context, validation.bind_many_request(request))
-        return binder_pb2.BindManyResponse(batches=[
-            self._bind(b.assignments, b.all_or_nothing, request.now, b.trace_parent, context) for b in request.batches])
+        batches = [(list(b.assignments), b.all_or_nothing, b.trace_parent) for b in request.batches]
+        try:
+            done = self.binder.bind_many(batches, self.clock.now(request.now))
+        except LockTimeout as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return binder_pb2.BindManyResponse(batches=[binder_pb2.BindResponse(results=r, fence=f) for r, f in done])
 
     def _bind(self, assignments: Iterable[binder_pb2.Assignment], all_or_nothing: bool, now: float, trace: str,
               context: grpc.ServicerContext) -> binder_pb2.BindResponse:

@@ -593,3 +593,72 @@ def test_roll_forward_leaves_a_live_batch_alone(nodes: StateStore, keys: Keys) -
     assert rolled == [[]]
     assert sorted(backend.calls) == [f"default/{n}" for n in names]  # each pod bound once
     assert {p.state for p in nodes.load_pods().values()} == {"bound"}
+
+
+class CountingApiBackend(SilentApiBackend):
+    """Writes outside Redis; records the pods of each call to bind."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, failures: dict[str, BindFailure] | None = None) -> None:
+        super().__init__(client, keys, failures or {})
+        self.calls: list[list[str]] = []
+
+    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+        self.calls.append([a.pod_key for a in assignments])
+        return super().bind(assignments, now, commit)
+
+
+def _three_gangs(nodes: StateStore) -> list[tuple[list[binder_pb2.Assignment], bool, str]]:
+    batches = []
+    for g, node in (("a", "n1"), ("b", "n1"), ("c", "n2")):
+        names = [f"{g}{i}" for i in range(3)]
+        reserve_gang(nodes, names, node=node, gang=f"default/{g}")
+        batches.append((assignments(names, node=node, gang=f"default/{g}"), True, ""))
+    return batches
+
+
+def test_gangs_ready_together_are_bound_in_one_pass(nodes: StateStore, keys: Keys) -> None:
+    backend = CountingApiBackend(nodes.redis, keys)
+    done = make_binder(nodes, backend).bind_many(_three_gangs(nodes), now=1.0)
+    assert [statuses(r) for r, _ in done] == [{f"{g}{i}": BOUND for i in range(3)} for g in "abc"]
+    assert len(backend.calls) == 1 and len(backend.calls[0]) == 9  # all API calls in one parallel pass
+    assert {p.state for p in nodes.load_pods().values()} == {"bound"}
+    assert nodes.redis.smembers(keys.gang_bound("default/b")) == {f"default/b{i}" for i in range(3)}
+
+
+def test_one_gang_refused_in_a_joint_pass_leaves_the_others_bound(nodes: StateStore, keys: Keys) -> None:
+    """Each batch keeps its all-or-nothing rule: a gang with a refused pod binds nothing, the rest bind."""
+    refused = BindFailure("node ghost does not exist")
+    backend = CountingApiBackend(nodes.redis, keys)
+    backend.precheck = lambda a: {"default/b1": refused}  # type: ignore[method-assign]
+    done = make_binder(nodes, backend).bind_many(_three_gangs(nodes), now=1.0)
+    by_gang = [statuses(r) for r, _ in done]
+    assert by_gang[0] == {f"a{i}": BOUND for i in range(3)} and by_gang[2] == {f"c{i}": BOUND for i in range(3)}
+    assert by_gang[1] == {"b0": ROLLED_BACK, "b1": FAILED, "b2": ROLLED_BACK}
+    assert not any(k.startswith("default/b") for k in nodes.load_pods())  # its reservations given back
+    assert sorted(k for call in backend.calls for k in call) == sorted(
+        f"default/{g}{i}" for g in "ac" for i in range(3))
+
+
+def test_a_joint_intent_refused_falls_back_to_batch_by_batch(nodes: StateStore, keys: Keys) -> None:
+    """A reservation released between the check and the joint intent (a timeout): nothing of the joint
+    intent is written; each batch is then tried alone and only the changed one fails."""
+    backend = CountingApiBackend(nodes.redis, keys)
+    binder = make_binder(nodes, backend)
+    batches = _three_gangs(nodes)
+    original = nodes.get_pods
+    released: list[bool] = []
+
+    def stale_read(keys_: list[str]) -> dict[str, Any]:
+        records = original(keys_)
+        if not released:
+            released.append(True)
+            nodes.must_apply(Txn(release=["default/c2"]))
+        return records
+
+    nodes.get_pods = stale_read  # type: ignore[method-assign]
+    done = binder.bind_many(batches, now=1.0)
+    nodes.get_pods = original  # type: ignore[method-assign]
+    by_gang = [statuses(r) for r, _ in done]
+    assert by_gang[0] == {f"a{i}": BOUND for i in range(3)} and by_gang[1] == {f"b{i}": BOUND for i in range(3)}
+    assert by_gang[2]["c2"] == FAILED and {by_gang[2]["c0"], by_gang[2]["c1"]} == {ROLLED_BACK}
+    assert not any(k.startswith("default/c") for k in nodes.load_pods())

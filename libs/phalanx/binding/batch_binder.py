@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
@@ -40,6 +41,26 @@ FAILED = binder_pb2.BIND_STATUS_FAILED
 ROLLED_BACK = binder_pb2.BIND_STATUS_ROLLED_BACK
 GONE = binder_pb2.BIND_STATUS_GONE
 PENDING = binder_pb2.BIND_STATUS_PENDING
+
+
+@dataclass
+class _Plan:
+    """One batch between its checks and its commit (see BatchBinder._plan)."""
+
+    assignments: list[binder_pb2.Assignment]
+    all_or_nothing: bool
+    records: Mapping[str, PodRecord]
+    problems: dict[str, str] = field(default_factory=dict)  # pod -> why its reservation does not hold
+    started: set[str] = field(default_factory=set)  # intent recorded by an earlier attempt
+    refusals: dict[str, BindFailure] = field(default_factory=dict)  # the backend's, of pods not bound yet
+    before: dict[str, BindFailure] = field(default_factory=dict)  # refusals of pods not started
+    results: dict[str, binder_pb2.BindResult] = field(default_factory=dict)
+    todo: list[binder_pb2.Assignment] = field(default_factory=list)  # to bind (or bound already)
+    fresh: list[binder_pb2.Assignment] = field(default_factory=list)  # to bind, intent still to record
+    already: list[binder_pb2.Assignment] = field(default_factory=list)
+    after: list[binder_pb2.Assignment] = field(default_factory=list)
+    to_write: list[binder_pb2.Assignment] = field(default_factory=list)
+    final: list[binder_pb2.BindResult] | None = None  # decided: rolled back, PENDING, or done
 
 
 class BatchBinder:
@@ -99,6 +120,25 @@ class BatchBinder:
             by_gang[a.gang].append(a.pod_key)
         record_bound(commit, by_gang, now)
 
+    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
+                  now: float) -> list[tuple[list[binder_pb2.BindResult], int]]:
+        """Several batches (gangs ready in the same scheduling round) under one hold of the mutex: one
+        reservation read, one intent, the API calls of all of them in parallel, one commit. Each batch
+        keeps its own all-or-nothing rule. Measured on a real API server: binding 1,000 gangs of 3 one
+        batch after another ran three API calls at a time; together, the backend's pool runs them all."""
+        if len(batches) <= 1 or self.backend.transactional:  # the embedded cluster: one script per batch
+            return [self.bind(a, aon, now, trace) for a, aon, trace in batches]
+        everything = [a for batch, _, _ in batches for a in batch]
+        with child_span("phalanx.binder.bind_many", batches[0][2],
+                        {"phalanx.pods": len(everything), "phalanx.batches": len(batches)}) as span:
+            refusals = self.backend.precheck(everything)
+            with self.lock.hold() as fence:
+                records = self.store.get_pods([a.pod_key for a in everything])
+                plans = [self._plan(a, aon, fence, refusals, records) for a, aon, _ in batches]
+                results = self._execute(plans, now, fence)
+            span.set_attribute("phalanx.fence", fence)
+            return [(r, fence) for r in results]
+
     def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
                      fence: int, refusals: Mapping[str, BindFailure]) -> list[binder_pb2.BindResult]:
         """The careful path: check, record the intent, write the bindings, record them. `refusals`: the
@@ -109,8 +149,14 @@ class BatchBinder:
         binding started are finished by whoever holds the mutex next (this call retried, another
         replica, or `finish_interrupted` after a crash), never released while some of the gang is bound."""
         records = self.store.get_pods([a.pod_key for a in assignments])
-        problems: dict[str, str] = {}
-        started: set[str] = set()  # binding or bound on the same node: an earlier attempt got that far
+        return self._execute([self._plan(assignments, all_or_nothing, fence, refusals, records)], now, fence)[0]
+
+    def _plan(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, fence: int,
+              refusals: Mapping[str, BindFailure], records: Mapping[str, PodRecord]) -> _Plan:
+        """Everything decided before the intent: what is refused, what was started already, what to write.
+        A batch refused as a whole is rolled back (or left PENDING) here and carries its final results."""
+        plan = _Plan(assignments, all_or_nothing, records)
+        problems, started = plan.problems, plan.started
         for a in assignments:
             rec = records.get(a.pod_key)
             if rec is None:
@@ -118,7 +164,7 @@ class BatchBinder:
             elif rec.node != a.node:
                 problems[a.pod_key] = f"it is reserved on {rec.node}, not {a.node}"
             elif rec.state in (BINDING_STATE, "bound"):
-                started.add(a.pod_key)
+                started.add(a.pod_key)  # binding or bound on the same node: an earlier attempt got that far
             elif rec.state != "assumed":
                 problems[a.pod_key] = f"it is already {rec.state}"
 
@@ -127,70 +173,90 @@ class BatchBinder:
                       fence, {a.pod_key: getattr(records.get(a.pod_key), "state", None) for a in assignments},
                       problems)
         if problems and all_or_nothing and not started:
-            return self._roll_back(assignments, records, problems, fence)
+            plan.final = self._roll_back(assignments, records, problems, fence)
+            return plan
         # The backend's refusals that matter: of pods reserved here and not bound yet. A pod whose binding
         # started (an earlier attempt recorded the intent) is refused below like an API server refusal;
         # the others are refused before the intent, so nothing of them reaches the cluster.
-        refusals = {k: f for k, f in refusals.items()
-                    if k not in problems and k in records and records[k].state != "bound"}
-        before = {k: f for k, f in refusals.items() if k not in started}
-        refused = {k: f.message for k, f in before.items() if not f.gone and not f.retryable}
+        keys = {a.pod_key for a in assignments}
+        plan.refusals = {k: f for k, f in refusals.items()
+                         if k in keys and k not in problems and k in records and records[k].state != "bound"}
+        plan.before = {k: f for k, f in plan.refusals.items() if k not in started}
+        refused = {k: f.message for k, f in plan.before.items() if not f.gone and not f.retryable}
         if refused and all_or_nothing and not started:
-            return self._roll_back(assignments, records, {**problems, **refused}, fence)
-        unchecked = {k: f.message for k, f in before.items() if f.retryable}
+            plan.final = self._roll_back(assignments, records, {**problems, **refused}, fence)
+            return plan
+        unchecked = {k: f.message for k, f in plan.before.items() if f.retryable}
         if unchecked and all_or_nothing and not started:  # nothing written, nothing given back: sent again later
             why = next(iter(unchecked.items()))
             log.warning("gang batch of %d pods not bound: %s: %s", len(assignments), *why)
-            return [binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=unchecked.get(a.pod_key)
-                                          or f"waits for its gang: {why[0]}: {why[1]}") for a in assignments]
-
-        results: dict[str, binder_pb2.BindResult] = {
-            # A missing reservation is not a missing pod (Redis may have lost it): FAILED sends the pod back to
-            # the queue to be placed again; only the API server's 404 makes it GONE.
-            k: binder_pb2.BindResult(pod_key=k, status=FAILED, message=why)
-            for k, why in problems.items()
-        }
-        for k, f in before.items():
+            plan.final = [binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=unchecked.get(a.pod_key)
+                                                or f"waits for its gang: {why[0]}: {why[1]}") for a in assignments]
+            return plan
+        # A missing reservation is not a missing pod (Redis may have lost it): FAILED sends the pod back to
+        # the queue to be placed again; only the API server's 404 makes it GONE.
+        plan.results = {k: binder_pb2.BindResult(pod_key=k, status=FAILED, message=why) for k, why in problems.items()}
+        for k, f in plan.before.items():
             status = PENDING if f.retryable else GONE if f.gone else FAILED
-            results[k] = binder_pb2.BindResult(pod_key=k, status=status, message=f.message)
-        todo = [a for a in assignments if a.pod_key not in problems and a.pod_key not in before]
-        fresh = [a for a in todo if a.pod_key not in started]
+            plan.results[k] = binder_pb2.BindResult(pod_key=k, status=status, message=f.message)
+        plan.todo = [a for a in assignments if a.pod_key not in problems and a.pod_key not in plan.before]
+        plan.fresh = [a for a in plan.todo if a.pod_key not in started]
+        return plan
+
+    def _execute(self, plans: list[_Plan], now: float, fence: int) -> list[list[binder_pb2.BindResult]]:
+        """Intent, bindings and commit for every plan not decided yet, each step once for all of them."""
+        live = [p for p in plans if p.final is None]
+        fresh = [a for p in live for a in p.fresh]
         if fresh and not self.backend.transactional:
             # The point of no return, made durable before the first API call.
             intent = Txn(fence=fence, expect=[[a.pod_key, "assumed", a.node] for a in fresh],
                          set_state=[[a.pod_key, BINDING_STATE] for a in fresh])
             ok, reason = self.store.apply(intent)
             if not ok:  # fenced out, or a reservation changed since the check: nothing was written
+                if len(live) > 1:  # which batch changed is not known: each on its own (it fails alone)
+                    log.info("joint binding intent refused (%s); batch by batch", reason)
+                    return [p.final if p.final is not None else self._bind_locked(
+                        p.assignments, p.all_or_nothing, now, fence, p.refusals) for p in plans]
+                plan = live[0]
                 log.warning("binding intent refused: %s", reason)
-                if started:  # part of the batch is past the point of no return: retry, never undo
+                if plan.started:  # part of the batch is past the point of no return: retry, never undo
                     # Only the missing reservations are final; a refused pod is not released yet (no commit).
-                    return [results[a.pod_key] if a.pod_key in problems else
-                            binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
-                            for a in assignments]
-                # Nothing of it was written: give the reservations back, as before any bind.
-                return self._roll_back(assignments, records, {**problems, fresh[0].pod_key: reason}, fence)
+                    plan.final = [plan.results[a.pod_key] if a.pod_key in plan.problems else
+                                  binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                                  for a in plan.assignments]
+                else:  # nothing of it was written: give the reservations back, as before any bind
+                    plan.final = self._roll_back(plan.assignments, plan.records,
+                                                 {**plan.problems, plan.fresh[0].pod_key: reason}, fence)
+                return [p.final or [] for p in plans]
             faults.reached("binder.after_intent")
-        already = [a for a in todo if records[a.pod_key].state == "bound"]
-        after = [a for a in todo if a.pod_key in refusals]  # started, refused now: as if by the API server
-        to_write = [a for a in todo if records[a.pod_key].state != "bound" and a.pod_key not in refusals]
         # Refused before the intent: their reservations are given back with this commit.
-        commit = Txn(fence=fence, release=[k for k, f in before.items() if not f.retryable])
-        failures: dict[str, BindFailure] = self.backend.bind(to_write, now, commit) if to_write else {}
-        failures.update((a.pod_key, refusals[a.pod_key]) for a in after)
-        bound: list[binder_pb2.Assignment] = list(already)
-        for a in already:
-            results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
-        for a in to_write + after:
-            failure = failures.get(a.pod_key)
-            if failure is None:
-                bound.append(a)
-                results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
-            elif failure.retryable:  # stays "binding": rolled forward later, never released
-                results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=failure.message)
-            else:
-                commit.release.append(a.pod_key)
-                status = GONE if failure.gone else FAILED
-                results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status, message=failure.message)
+        commit = Txn(fence=fence, release=[k for p in live for k, f in p.before.items() if not f.retryable])
+        to_write_all: list[binder_pb2.Assignment] = []
+        for p in live:
+            p.already = [a for a in p.todo if p.records[a.pod_key].state == "bound"]
+            p.after = [a for a in p.todo if a.pod_key in p.refusals]  # started, refused now: as by the API server
+            p.to_write = [a for a in p.todo if p.records[a.pod_key].state != "bound" and a.pod_key not in p.refusals]
+            to_write_all += p.to_write
+        failures: dict[str, BindFailure] = self.backend.bind(to_write_all, now, commit) if to_write_all else {}
+        bound: list[binder_pb2.Assignment] = []
+        for p in live:
+            failures.update((a.pod_key, p.refusals[a.pod_key]) for a in p.after)
+            bound += p.already
+            for a in p.already:
+                p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+            for a in p.to_write + p.after:
+                failure = failures.get(a.pod_key)
+                if failure is None:
+                    bound.append(a)
+                    p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+                elif failure.retryable:  # stays "binding": rolled forward later, never released
+                    p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING,
+                                                                 message=failure.message)
+                else:
+                    commit.release.append(a.pod_key)
+                    status = GONE if failure.gone else FAILED
+                    p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status,
+                                                                 message=failure.message)
         faults.reached("binder.before_commit")
         self._commit_bound(commit, bound, now)
         ok, reason = self.store.apply(commit)
@@ -198,9 +264,14 @@ class BatchBinder:
             # Fenced out: a newer holder exists. The bindings written stay "binding" in Redis and are
             # recorded by whoever finishes them; nothing is released.
             log.error("bind commit refused: %s", reason)
-            return [results[a.pod_key] if a.pod_key in problems else
-                    binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason) for a in assignments]
-        return [results[a.pod_key] for a in assignments]
+            for p in live:
+                p.final = [p.results[a.pod_key] if a.pod_key in p.problems else
+                           binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                           for a in p.assignments]
+        for p in live:
+            if p.final is None:
+                p.final = [p.results[a.pod_key] for a in p.assignments]
+        return [p.final or [] for p in plans]
 
     def finish_interrupted(self, now: float) -> list[binder_pb2.BindResult]:
         """Rolls forward every binding that started and was not recorded (a binder that crashed or was
