@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.backends.api_calls import json_or_none, transient
 from phalanx.backends.base import BindFailure
 from phalanx.cluster.watch import Collection, Watcher
 from phalanx.model import keys
@@ -253,7 +254,7 @@ class ClusterView:
     # -- API calls ---------------------------------------------------------------------------------------
     def _get_pod(self, pod_key: str) -> PodFacts | None:
         namespace, name = pod_key.split("/", 1)
-        obj = self._get(lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False,
+        obj = json_or_none(lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False,
                                                               _request_timeout=self.request_timeout))
         return PodFacts.of(obj) if obj is not None else None
 
@@ -265,30 +266,8 @@ class ClusterView:
 
     def _fetch_node(self, name: str) -> NodeFacts | None | Exception:
         try:
-            obj = self._get(lambda: self.core.read_node(name, _preload_content=False,
+            obj = json_or_none(lambda: self.core.read_node(name, _preload_content=False,
                                                         _request_timeout=self.request_timeout))
         except Exception as exc:
             return exc
         return NodeFacts.of(obj) if obj is not None else None
-
-    @staticmethod
-    def _get(call: Callable[[], Any]) -> dict[str, Any] | None:
-        from kubernetes.client.rest import ApiException
-
-        try:
-            resp = call()
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return json.loads(resp.data)  # type: ignore[no-any-return]
-
-
-def transient(exc: BaseException) -> bool:
-    """No answer, or an answer that says "later": 429, 5xx, timeouts, connection errors."""
-    import urllib3
-    from kubernetes.client.rest import ApiException
-
-    if isinstance(exc, ApiException):
-        return exc.status == 429 or (exc.status or 0) >= 500
-    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))

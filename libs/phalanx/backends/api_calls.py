@@ -1,0 +1,50 @@
+"""How the binder makes a call to the API server and reads its answer, in one place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+def json_or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
+    """The JSON answer of `call` (made with _preload_content=False); None when the object does not exist."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        resp = call()
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return json.loads(resp.data)  # type: ignore[no-any-return]
+
+
+def release(resp: Any) -> None:
+    """Reads an answer taken with _preload_content=False, which gives its connection back to the pool.
+    Unread, the connection is dropped and the next call opens a new TLS connection: measured on the local
+    API server, 300 Events unread made 300 connections and cost the client 4x the CPU (0.87 s against
+    0.22 s) and 3.3x the time."""
+    try:
+        resp.read()
+        resp.release_conn()
+    except Exception:  # the status was read and was a success: the rest only recycles the connection
+        pass
+
+
+def transient(exc: BaseException) -> bool:
+    """No answer, or an answer that says "later": 429, 5xx, timeouts, connection errors."""
+    import urllib3
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(exc, ApiException):
+        return exc.status == 429 or (exc.status or 0) >= 500
+    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))
+
+
+def api_message(exc: Any) -> str:
+    """The message of an API server's error answer."""
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
