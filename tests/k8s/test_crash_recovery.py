@@ -8,6 +8,9 @@ test_chaos.py."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from waiting import wait_for
@@ -81,28 +84,34 @@ def test_redis_emptied_while_the_scheduler_runs_is_rebuilt(cluster, phalanx) -> 
     wait_for(lambda: cluster.all_bound(ns, late), BIND, "the waiting gang bound after the rebuild")
 
 
+@contextmanager
+def failing_once(obj: Any, method: str) -> Iterator[list[Any]]:
+    """`obj.method` raises once, as if Redis were unreachable, then works; yields the failed calls' args."""
+    original = getattr(obj, method)
+    failures: list[Any] = []
+
+    def fail_once(arg: Any) -> Any:
+        if not failures:
+            failures.append(arg)
+            raise ConnectionError("redis unreachable")
+        return original(arg)
+
+    setattr(obj, method, fail_once)
+    try:
+        yield failures
+    finally:
+        setattr(obj, method, original)
+
+
 def test_a_batch_of_events_that_failed_to_apply_is_not_lost(cluster, phalanx) -> None:
     """Applying a new node fails once (Redis unreachable, say): reconciliation applies it from the feed's
     view, so the pods waiting for it still bind."""
     ns = cluster.namespace()
-    scheduler = phalanx.scheduler[1].scheduler
-    original = scheduler.upsert_nodes
-    failures = []
-
-    def fail_once(nodes):  # type: ignore[no-untyped-def]
-        if not failures:
-            failures.append(nodes)
-            raise ConnectionError("redis unreachable")
-        return original(nodes)
-
-    scheduler.upsert_nodes = fail_once
-    try:
+    with failing_once(phalanx.scheduler[1].scheduler, "upsert_nodes") as failures:
         cluster.node("n1", gpus=2)
         wait_for(lambda: failures, BIND, "the node's batch failed")
         names = cluster.koord_pods(ns, "train", 2, min_available=2)
         wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound on the node whose batch failed")
-    finally:
-        scheduler.upsert_nodes = original
 
 
 def test_gang_specs_of_a_batch_that_failed_to_apply_are_sent_again(cluster, phalanx) -> None:
@@ -110,24 +119,11 @@ def test_gang_specs_of_a_batch_that_failed_to_apply_are_sent_again(cluster, phal
     as sent, so without a resend the gang would wait forever as "not declared yet"."""
     ns = cluster.namespace()
     cluster.node("n1", gpus=4)
-    scheduler = phalanx.scheduler[1].scheduler
-    original = scheduler.upsert_gangs
-    failures = []
-
-    def fail_once(specs):  # type: ignore[no-untyped-def]
-        if not failures:
-            failures.append(specs)
-            raise ConnectionError("redis unreachable")
-        return original(specs)
-
-    scheduler.upsert_gangs = fail_once
-    try:
+    with failing_once(phalanx.scheduler[1].scheduler, "upsert_gangs") as failures:
         names = cluster.koord_pods(ns, "train", 3, min_available=3)
         wait_for(lambda: failures, BIND, "the gang's batch failed")
         wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang declared again and bound")
         assert phalanx.scheduler[2].maintenance.totals["gang specs re-sent"] >= 1
-    finally:
-        scheduler.upsert_gangs = original
 
 
 def test_reconciliation_repairs_stale_records_and_usage(cluster, phalanx) -> None:
