@@ -109,3 +109,21 @@ def test_a_missing_collection_counts_as_synced_and_is_retried() -> None:
     assert watcher.synced.is_set()
     assert seen == [("ADDED", "a", "1")]
     assert len([c for c in script.calls if not c.get("watch")]) == 3
+
+
+def test_a_collection_missing_at_start_is_quiet_and_its_arrival_is_said(caplog: Any) -> None:
+    """A PodGroup CRD that is not installed is the normal case (three API groups are watched): no
+    warning at start (the feed lists what is and is not watched in one INFO line), INFO when it arrives,
+    a warning only when one that was served goes away."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="phalanx.cluster.watch")
+    run([
+        ApiException(status=404, reason="Not Found"),
+        listing("5", obj("a", "1")),
+        ApiException(status=404, reason="Not Found"),  # (then the script's end lists it once more)
+    ])
+    levels = [(r.levelname, r.getMessage().split(";")[0]) for r in caplog.records]
+    assert levels[:3] == [("DEBUG", "pods: not served by the API server"),
+                      ("INFO", "pods: now served by the API server"),
+                      ("WARNING", "pods: no longer served by the API server")]

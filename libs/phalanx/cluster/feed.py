@@ -194,6 +194,11 @@ class ClusterFeed:
     def _run(self) -> None:
         while not self.stop_event.is_set() and not all(w.synced.is_set() for w in self._watchers):
             self.stop_event.wait(0.02)
+        watched = [w.collection.name for w in self._watchers if w.served]
+        missing = [w.collection.name for w in self._watchers if w.served is False]
+        log.info("cluster feed: watching %s%s", ", ".join(watched),
+                 f"; not installed (looked for again every {self._watchers[0].missing_retry:g}s): {', '.join(missing)}"
+                 if missing else "")
         first = True
         while not self.stop_event.is_set():
             if self._queue_restarted.is_set():

@@ -67,6 +67,7 @@ class Watcher:
         self.request_timeout = request_timeout
         self.synced = threading.Event()  # set after the first list (or the first 404 of a missing collection)
         self.relists = 0  # lists after the first: 410s and reconnections that lost their place
+        self.served: bool | None = None  # whether the API server has the collection (a CRD may be missing)
         self._known: dict[str, str] = {}  # key -> resourceVersion of every object delivered and not deleted
         self._resp: Any = None
         self._thread: threading.Thread | None = None
@@ -106,6 +107,9 @@ class Watcher:
                     version = self._list()
                     if self.synced.is_set():
                         self.relists += 1
+                    if self.served is False:
+                        log.info("%s: now served by the API server; watching it", name)
+                    self.served = True
                     self.synced.set()
                     missing_logged = False
                 version = self._watch(version)
@@ -117,10 +121,13 @@ class Watcher:
                 if self.stop.is_set():
                     break
                 if exc.status == 404:  # the collection does not exist (CRD not installed, or removed)
-                    if not missing_logged:
-                        log.warning("%s: not served by the API server (CRD not installed?); retrying every %gs",
+                    if self.served:  # it was there: a CRD removed while we watched
+                        log.warning("%s: no longer served by the API server; retrying every %gs",
                                     name, self.missing_retry)
-                        missing_logged = True
+                    elif not missing_logged:  # at start: the feed says it once for every collection
+                        log.debug("%s: not served by the API server; retrying every %gs", name, self.missing_retry)
+                    missing_logged = True
+                    self.served = False
                     self._replace([])
                     self.synced.set()
                     version = None
