@@ -53,6 +53,7 @@ class PodFacts:
     node: str  # "" while unbound
     deleting: bool
     podgroups: tuple[tuple[str, str], ...]  # (API group, name) of the PodGroups it names, in its namespace
+    owners: tuple[str, ...] = ()  # names of its owners (ownerReferences), e.g. the Job
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> PodFacts:
@@ -60,9 +61,10 @@ class PodFacts:
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         groups = tuple((group, labels[k]) for k, group in _PODGROUP_LABELS if labels.get(k)) + tuple(
             (group, annotations[k]) for k, group in _PODGROUP_ANNOTATIONS if annotations.get(k))
+        owners = tuple(str(o.get("name")) for o in meta.get("ownerReferences") or () if o.get("name"))
         return cls(uid=str(meta.get("uid") or ""), scheduler=str(spec.get("schedulerName") or ""),
                    node=str(spec.get("nodeName") or ""), deleting=bool(meta.get("deletionTimestamp")),
-                   podgroups=groups)
+                   podgroups=groups, owners=owners)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ class ClusterView:
         self._pods: dict[str, PodFacts] = {}
         self._nodes: dict[str, NodeFacts] = {}
         self._podgroups: Counter[tuple[str, str, str]] = Counter()  # (group, namespace, name) -> our pods naming it
+        self._podgroup_owners: dict[tuple[str, str, str], Counter[str]] = {}  # -> owners of those pods
         self._stop = threading.Event()
         self._watchers: list[Watcher] = []
         self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
@@ -185,10 +188,17 @@ class ClusterView:
                 self._podgroups[ref] -= 1
                 if self._podgroups[ref] <= 0:
                     del self._podgroups[ref]
+                owners = self._podgroup_owners.get(ref)
+                if owners is not None and before is not None:
+                    owners.subtract(before.owners)
+                    if not +owners:
+                        del self._podgroup_owners[ref]
             if kind != "DELETED":
                 facts = PodFacts.of(obj)
                 self._pods[key] = facts
                 self._podgroups.update((g, namespace, n) for g, n in facts.podgroups)
+                for g, n in facts.podgroups if facts.owners else ():
+                    self._podgroup_owners.setdefault((g, namespace, n), Counter()).update(facts.owners)
 
     # -- bind checks -------------------------------------------------------------------------------------
     def check(self, assignments: list[binder_pb2.Assignment],
@@ -239,6 +249,13 @@ class ClusterView:
     def ours(self, pod: PodFacts | Mapping[str, Any]) -> bool:
         scheduler = pod.scheduler if isinstance(pod, PodFacts) else ((pod.get("spec") or {}).get("schedulerName"))
         return scheduler == self.scheduler_name
+
+    def occupied_by(self, group: str, namespace: str, name: str) -> str:
+        """The workloads whose pods form the PodGroup, as scheduler-plugins' controller writes its
+        `occupiedBy`: "namespace/owner", sorted, comma-separated; "" when its pods have no owner."""
+        with self._lock:
+            owners = +self._podgroup_owners.get((group, namespace, name), Counter())
+        return ",".join(sorted(f"{namespace}/{o}" for o in owners))
 
     def owns_podgroup(self, group: str, namespace: str, name: str) -> bool:
         """A PodGroup is Phalanx's when at least one pod naming our scheduler names it."""

@@ -87,6 +87,7 @@ class KubernetesBackend:
         # Started by from_args (the binder), else on first use: a backend built only to bind needs no watch.
         self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
         self._writes = WriteLanes(report_workers)  # status writes, in order per object
+        self._pruned: dict[str, frozenset[str]] = {}  # API group -> PodGroup status fields its CRD lacks
 
     @classmethod
     def from_args(cls, args: Any) -> KubernetesBackend:
@@ -270,11 +271,14 @@ class KubernetesBackend:
                         group, self.component)
             group = None
         if group is not None:
-            body = podgroups.status_patch(group, g, time.time())
+            body = podgroups.status_patch(group, g, time.time(), self.view.occupied_by(group, namespace, name))
+            pruned = self._pruned.get(group, frozenset())
+            body["status"] = {k: v for k, v in body["status"].items() if k not in pruned}
             obj = json_or_none(lambda: self.custom.patch_namespaced_custom_object_status(
                 group, podgroups.VERSIONS[group], namespace, podgroups.PLURAL, name, body,
                 _content_type=MERGE_PATCH, _preload_content=False))
             if obj is not None:
+                self._learn_schema(group, body["status"], obj.get("status") or {})
                 target = {"apiVersion": podgroups.api_version(group), "kind": "PodGroup", "namespace": namespace,
                           "name": name, "uid": (obj.get("metadata") or {}).get("uid", "")}
         if not g.event_reason or not g.message or not event_reason_allowed(g.event_reason, f"gang {g.gang_key}"):
@@ -290,6 +294,16 @@ class KubernetesBackend:
                             g.pod_key, facts.scheduler, self.component)
         if target is not None:
             self._event(target, g.event_reason, g.message)
+
+    def _learn_schema(self, group: str, sent: dict[str, Any], kept: dict[str, Any]) -> None:
+        """Fields the installed CRD's schema does not have are pruned from what the API server stores: seen
+        once in its answer, they are no longer sent (upstream scheduler-plugins' CRD has no
+        status.scheduled, Phalanx's copy in deploy/crds does)."""
+        dropped = {k for k in sent if k not in kept}
+        if dropped - self._pruned.get(group, frozenset()):
+            log.info("PodGroup status in %s: the installed CRD has no %s; not written from now on", group,
+                     ", ".join(f"status.{k}" for k in sorted(dropped)))
+            self._pruned[group] = self._pruned.get(group, frozenset()) | dropped
 
     # -- API calls -------------------------------------------------------------------------------------
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -5,7 +5,8 @@ Running, Finished, Failed); each API group gets it in its own words, so `kubectl
 tools built for scheduler-plugins or Volcano keep working unchanged:
 
 - scheduler-plugins (scheduling.x-k8s.io, scheduling.sigs.k8s.io): phase, scheduled, running, succeeded,
-  failed, scheduleStartTime.
+  failed, scheduleStartTime, occupiedBy. Upstream's CRD has no `scheduled`: the binder notices the field
+  pruned from the API server's answer and stops sending it.
 - Volcano (scheduling.volcano.sh): phase in Pending/Inqueue/Running/Completed/Unknown, and one condition,
   Unschedulable (NotEnoughResources, NotEnoughTasks) or Scheduled; running, succeeded, failed.
 """
@@ -61,8 +62,9 @@ def counts_phase(min_available: int, running: int, succeeded: int, failed: int) 
     return ""
 
 
-def status_patch(group: str, report: binder_pb2.GangReport, now: float) -> dict[str, Any]:
-    """A JSON merge patch for the status subresource of the gang's PodGroup in `group`."""
+def status_patch(group: str, report: binder_pb2.GangReport, now: float, occupied_by: str = "") -> dict[str, Any]:
+    """A JSON merge patch for the status subresource of the gang's PodGroup in `group`. `occupied_by`:
+    scheduler-plugins' "namespace/owner,..." of the workloads whose pods form the group."""
     status: dict[str, Any] = {}
     if group == keys.GROUP_VOLCANO:
         if report.phase:
@@ -74,6 +76,8 @@ def status_patch(group: str, report: binder_pb2.GangReport, now: float) -> dict[
         if report.phase:
             status["phase"] = report.phase
         status["scheduled"] = report.scheduled
+        if occupied_by:
+            status["occupiedBy"] = occupied_by
         if report.schedule_start_time > 0:
             status["scheduleStartTime"] = rfc3339(report.schedule_start_time)
     if report.has_counts:
