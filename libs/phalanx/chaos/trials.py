@@ -180,10 +180,15 @@ def _drive(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosSt
             if creator.first_created_at is not None:
                 chaos.schedule(creator.first_created_at)
             chaos.tick(now, t0)
+            started = creator.first_created_at or t0
             try:
                 snap = read_snapshot(core, workload.trial, time.monotonic())
             except Exception as exc:  # the API server is never killed; a hiccup is noted, not judged
-                notes.append(f"snapshot failed at {now - t0:.1f}s: {exc}")
+                notes.append(f"snapshot failed at {now - t0:.1f}s: {str(exc).splitlines()[0][:200]}")
+                if now - started > options.time_limit:  # failing reads must not hold the trial past its limit
+                    notes.append(f"time limit: the API server did not answer for the last reads "
+                                 f"({options.time_limit:g}s)")
+                    break
                 time.sleep(options.poll_seconds)
                 continue
             writer.submit(kubelet.observe(snap))
@@ -195,7 +200,6 @@ def _drive(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosSt
             if creator.done() and len(done) == len(workload.gangs) and chaos.calm_since() is not None:
                 finished = True
                 break
-            started = creator.first_created_at or t0
             if now - started > options.time_limit:
                 notes.append(f"time limit: {len(done)}/{len(workload.gangs)} gangs ended after "
                              f"{options.time_limit:g}s")
