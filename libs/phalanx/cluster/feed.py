@@ -48,6 +48,7 @@ from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.hints import refresh_freed
 from phalanx.scheduling.ports import Popped, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
+from phalanx.state.store import FencedOut
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,9 @@ class ClusterFeed:
                 continue
             try:
                 self._apply(batch, initial=first)
+            except FencedOut as exc:  # another replica leads: this one is stepping down, nothing to retry
+                log.error("cluster feed: %s; stopping", exc)
+                return
             except Exception:
                 # The mirror already holds these events; what failed is applying them (Redis down, say).
                 # Nothing is dropped: a full reconciliation from the mirror retries until it succeeds.
