@@ -245,6 +245,7 @@ class Leadership:
         self.closed = False  # stopping or lost: nothing starts any more
         self.lost = ""
         self.scheduling_since: float | None = None  # monotonic time the loop started (takeover measurements)
+        servicer.standby = self.standby_reason  # a standby's ListGangs says so instead of an empty list
 
     @property
     def identity(self) -> str:
@@ -256,6 +257,9 @@ class Leadership:
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() and not self.closed
+
+    def standby_reason(self) -> str:
+        return "" if self.is_leader() else f"scheduler replica {self.identity} is a standby; the leader holds the gangs"
 
     # -- taking over -------------------------------------------------------------------------------------
     def _lead(self, term: int) -> None:

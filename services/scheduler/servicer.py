@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -30,6 +30,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         # False (Kubernetes mode): cluster state comes from the API server's watch alone, so the calls that
         # would feed it (ApplyClusterEvents, Step with its pods and events) are refused.
         self.simulated = simulated
+        # Why this replica does not schedule ("" when it does): set by leader election.
+        self.standby: Callable[[], str] = lambda: ""
         self.queue = queue
         self.clock = clock
         self.lock = threading.Lock()  # the scheduler's memory is single-threaded by design
@@ -108,6 +110,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def ListGangs(self, request: scheduler_pb2.ListGangsRequest,
                   context: grpc.ServicerContext) -> scheduler_pb2.ListGangsResponse:
+        standby = self.standby()
+        if standby:  # its memory is empty: an empty list would read as "no gangs"
+            context.abort(grpc.StatusCode.UNAVAILABLE, standby)
         with self.lock:
             statuses = self.scheduler.gang_statuses()
         out = []

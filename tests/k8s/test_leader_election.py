@@ -26,12 +26,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import redis
 import yaml
 from waiting import wait_for
 
-from conftest import GPU, SCHEDULER, Cluster, Phalanx, transport
+from conftest import GPU, SCHEDULER, TLS_DIR, Cluster, Phalanx, transport
+from phalanx.security import tls
+from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore, Txn
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, LocalApiServer, apiserver_available
@@ -135,6 +138,12 @@ def gpus_used(cluster: Cluster, namespace: str, names: list[str]) -> dict[str, i
 
 # --- (a) one leader schedules ---------------------------------------------------------------------------------
 
+def _operator_credentials() -> grpc.ChannelCredentials:
+    files = TLS_DIR / tls.OPERATOR
+    return grpc.ssl_channel_credentials((files / "ca.crt").read_bytes(), (files / "tls.key").read_bytes(),
+                                        (files / "tls.crt").read_bytes())
+
+
 def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: list[Replica]) -> None:
     leader = leader_of(replicas)
     [standby] = [r for r in replicas if r is not leader]
@@ -156,6 +165,11 @@ def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: l
     assert not standby.servicer.scheduler.assumed and not standby.servicer.scheduler.bound
     assert not standby.servicer.scheduler.snapshot.index
     assert standby.server.monitor.evaluate() == ("", ""), "a standby is live and ready"
+    with grpc.secure_channel(standby.server.address, _operator_credentials(),
+                             options=[("grpc.ssl_target_name_override", tls.SCHEDULER)]) as ch:
+        with pytest.raises(grpc.RpcError) as err:  # not an empty list: it holds no gangs, the leader does
+            scheduler_pb2_grpc.SchedulerStub(ch).ListGangs(scheduler_pb2.ListGangsRequest(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "standby" in (err.value.details() or "")
     assert leader.server.monitor.evaluate() == ("", "")
     assert lease(cluster, cfg.namespace, cfg.name)["holderIdentity"] == leader.leadership.identity
     assert not leader.lost and not standby.lost
