@@ -33,7 +33,7 @@ def common_parser(service: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--tls-dir", default=env("TLS_DIR", DEFAULT_TLS_DIR),
                    help="directory holding this service's ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret "
                         "with ca.crt, as cert-manager writes it); re-read when the files change (env PHALANX_TLS_DIR)")
-    p.add_argument("--plaintext", action="store_true", default=env("PLAINTEXT", "").lower() in ("1", "true", "yes"),
+    p.add_argument("--plaintext", action="store_true", default=bool(opt_bool(env("PLAINTEXT", ""))),
                    help="no TLS and no caller authorization: only for loopback addresses (the embedded simulator, "
                         "tests); refused for any other --listen (env PHALANX_PLAINTEXT=true)")
     p.add_argument("--health-listen", default=env("HEALTH_LISTEN", ""),
@@ -41,6 +41,24 @@ def common_parser(service: str, description: str) -> argparse.ArgumentParser:
                         f"TLS: the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext: none, "
                         "health is on --listen) (env PHALANX_HEALTH_LISTEN)")
     return p
+
+
+def opt_bool(raw: str) -> bool | None:
+    """A yes/no setting (an environment default): None when `raw` is empty or says neither."""
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
+def bool_arg(raw: str) -> bool:
+    """argparse type of a yes/no flag value."""
+    value = opt_bool(raw)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {raw!r}")
+    return value
 
 
 def security_of(args: argparse.Namespace) -> Security:

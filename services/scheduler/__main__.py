@@ -21,7 +21,8 @@ from phalanx.clock import Clock
 from phalanx.cluster.leader import (DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
                                     ElectionConfig, LeaderElector, claim_fencing_term, new_identity, pod_name,
                                     pod_namespace)
-from phalanx.config import common_parser, env, health_listen_of, redis_args, redis_client, security_of, setup_logging
+from phalanx.config import (bool_arg, common_parser, env, health_listen_of, opt_bool, redis_args, redis_client,
+                            security_of, setup_logging)
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import load_profile
 from phalanx.lifecycle import exit_with_parent
@@ -106,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the spec.schedulerName of the pods Phalanx schedules (env PHALANX_SCHEDULER_NAME)")
     g = p.add_argument_group("leader election", "several replicas: one leads (schedules), the others wait "
                              "(kube-scheduler's flags and defaults)")
-    g.add_argument("--leader-elect", type=_bool, nargs="?", const=True, default=_opt_bool(env("LEADER_ELECT", "")),
+    g.add_argument("--leader-elect", type=bool_arg, nargs="?", const=True, default=opt_bool(env("LEADER_ELECT", "")),
                    help="elect a leader on a coordination.k8s.io Lease before scheduling; default: true with "
                         "--backend kubernetes and --clock real (env PHALANX_LEADER_ELECT)")
     g.add_argument("--leader-elect-lease-name", default=env("LEADER_ELECT_LEASE_NAME", ""),
@@ -128,22 +129,6 @@ def parser() -> argparse.ArgumentParser:
                    default=float(env("LEADER_ELECT_RETRY_PERIOD", str(DEFAULT_RETRY_PERIOD))),
                    help="seconds between attempts to acquire or renew the Lease")
     return p
-
-
-def _bool(raw: str) -> bool:
-    value = _opt_bool(raw)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"expected true or false, got {raw!r}")
-    return value
-
-
-def _opt_bool(raw: str) -> bool | None:
-    low = raw.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    return None
 
 
 def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,

@@ -12,7 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from phalanx.rpc.clients import BinderClient, QueueClient
-from phalanx.rpc.server import ServiceServer
+from phalanx.rpc.server import ServiceServer, dial
 from phalanx.security import certs, tls
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import PLAINTEXT, Security
@@ -42,10 +42,8 @@ def queue(tls_dir: Path) -> Iterator[ServiceServer]:
 
 
 def _channel(address: str, tls_dir: Path, identity: str, peer: str = tls.QUEUE) -> grpc.Channel:
-    files = tls_dir / identity
-    creds = grpc.ssl_channel_credentials((files / "ca.crt").read_bytes(), (files / "tls.key").read_bytes(),
-                                         (files / "tls.crt").read_bytes())
-    return grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", peer)])
+    """As `identity`, without the services' own size limits (the server's are what is tested)."""
+    return dial(address, Security.tls(tls_dir / identity), peer)
 
 
 def _pop(ch: grpc.Channel) -> queue_pb2.PopResponse:

@@ -12,17 +12,17 @@ import pytest
 from conftest import GPU, TLS_DIR, Cluster, Phalanx
 from waiting import wait_for
 
+from phalanx.rpc.server import dial
 from phalanx.security import tls
+from phalanx.security.tls import Security
 from phalanx.v1 import binder_pb2, binder_pb2_grpc, objects_pb2, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
 
 def _secure(address: str, identity: str, peer: str) -> grpc.Channel:
-    files = TLS_DIR / identity
-    creds = grpc.ssl_channel_credentials((files / "ca.crt").read_bytes(), (files / "tls.key").read_bytes(),
-                                         (files / "tls.crt").read_bytes())
-    return grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", peer)])
+    """As `identity`, without the services' own size limits (the server's are what is tested)."""
+    return dial(address, Security.tls(TLS_DIR / identity), peer)
 
 
 def _callers(address: str, peer: str) -> list[tuple[str, grpc.Channel]]:

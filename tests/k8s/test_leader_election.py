@@ -33,7 +33,9 @@ import yaml
 from waiting import wait_for
 
 from conftest import GPU, SCHEDULER, TLS_DIR, Cluster, Phalanx, transport
+from phalanx.rpc.server import dial
 from phalanx.security import tls
+from phalanx.security.tls import Security
 from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore, Txn
@@ -138,12 +140,6 @@ def gpus_used(cluster: Cluster, namespace: str, names: list[str]) -> dict[str, i
 
 # --- (a) one leader schedules ---------------------------------------------------------------------------------
 
-def _operator_credentials() -> grpc.ChannelCredentials:
-    files = TLS_DIR / tls.OPERATOR
-    return grpc.ssl_channel_credentials((files / "ca.crt").read_bytes(), (files / "tls.key").read_bytes(),
-                                        (files / "tls.crt").read_bytes())
-
-
 def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: list[Replica]) -> None:
     leader = leader_of(replicas)
     [standby] = [r for r in replicas if r is not leader]
@@ -165,8 +161,7 @@ def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: l
     assert not standby.servicer.scheduler.assumed and not standby.servicer.scheduler.bound
     assert not standby.servicer.scheduler.snapshot.index
     assert standby.server.monitor.evaluate() == ("", ""), "a standby is live and ready"
-    with grpc.secure_channel(standby.server.address, _operator_credentials(),
-                             options=[("grpc.ssl_target_name_override", tls.SCHEDULER)]) as ch:
+    with dial(standby.server.address, Security.tls(TLS_DIR / tls.OPERATOR), tls.SCHEDULER) as ch:
         with pytest.raises(grpc.RpcError) as err:  # not an empty list: it holds no gangs, the leader does
             scheduler_pb2_grpc.SchedulerStub(ch).ListGangs(scheduler_pb2.ListGangsRequest(), timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "standby" in (err.value.details() or "")

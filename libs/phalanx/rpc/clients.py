@@ -41,7 +41,7 @@ class _Client:
 
     peer = ""  # the identity of the service called
 
-    def __init__(self, address: str, security: Security, timeout: float) -> None:
+    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.address = address
         self.security = security
         self.timeout = timeout
@@ -196,9 +196,6 @@ def _done_request(verdicts: list[Verdict], activate: list[str], failed: list[str
 class BinderClient(_Client):
     peer = tls.BINDER
 
-    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT) -> None:
-        super().__init__(address, security, timeout)
-
     def _open(self, ch: grpc.Channel) -> None:
         self.stub = binder_pb2_grpc.BinderStub(ch)
         self._bind = StreamCaller(self.stub.BindStream)
@@ -239,9 +236,6 @@ class BinderClient(_Client):
 
 class SchedulerClient(_Client):
     peer = tls.SCHEDULER
-
-    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT) -> None:
-        super().__init__(address, security, timeout)
 
     def _open(self, ch: grpc.Channel) -> None:
         self.stub = scheduler_pb2_grpc.SchedulerStub(ch)

@@ -6,7 +6,8 @@ import logging
 import signal
 import threading
 from concurrent import futures
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -131,16 +132,21 @@ def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None
     server.stop()
 
 
+def dial(address: str, security: Security, peer: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+    """A bare channel with `options`: plaintext with PLAINTEXT, else this process's certificate presented
+    and the server's checked against `peer` (its identity, as its name whatever the address)."""
+    if security.files is None:
+        return grpc.insecure_channel(address, options=list(options))
+    return grpc.secure_channel(address, channel_credentials(security.files),
+                               options=[*options, ("grpc.ssl_target_name_override", peer)])
+
+
 def channel(address: str, security: Security, peer: str) -> grpc.Channel:
-    """A channel to the service whose certificate names `peer` (its identity, checked as the server's
-    name whatever the address), presenting this process's own certificate; plaintext with PLAINTEXT."""
+    """The services' channel to the one whose certificate names `peer` (see dial), with the message size
+    limits and tracing."""
     from phalanx.rpc.interceptors import TracingClientInterceptor
 
-    if security.files is None:
-        plain = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-    else:
-        plain = grpc.secure_channel(address, channel_credentials(security.files),
-                                    options=[*CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", peer)])
+    plain = dial(address, security, peer, CHANNEL_OPTIONS)
     # With tracing off (OTEL_SDK_DISABLED=true), skip the interceptor's per-call cost altogether.
     return grpc.intercept_channel(plain, TracingClientInterceptor()) if tracing_enabled() else plain
 
@@ -154,12 +160,7 @@ def wait_healthy(address: str, timeout: float = 20.0, security: Security = PLAIN
     # growing) would then hold every later check back, so retry the connection at the polling pace.
     fast_retry = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
                   ("grpc.max_reconnect_backoff_ms", 250)]
-    if security.files is None:
-        ch = grpc.insecure_channel(address, options=fast_retry)
-    else:
-        ch = grpc.secure_channel(address, channel_credentials(security.files),
-                                 options=[*fast_retry, ("grpc.ssl_target_name_override", peer)])
-    with ch:
+    with dial(address, security, peer, fast_retry) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             try:
