@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from phalanx.sim.services import ServiceProcess
-from phalanx.testing.redis_server import free_port
+from phalanx.testing.ports import free_port
 
 pytestmark = pytest.mark.integration
 

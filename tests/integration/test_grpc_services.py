@@ -297,7 +297,7 @@ def test_waiting_for_a_service_notices_it_soon_after_it_starts() -> None:
     """Launching a stack waits for each service; gRPC's default reconnect backoff (1 s, then 1.6 s, ...) after
     the first refused connection would add a second or more to every simulation and test start."""
     from phalanx.rpc.server import wait_healthy
-    from phalanx.testing.redis_server import free_port
+    from phalanx.testing.ports import free_port
     from phalanx_queue import __main__ as queue_main
 
     address = f"127.0.0.1:{free_port()}"

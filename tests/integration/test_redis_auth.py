@@ -13,7 +13,8 @@ import redis
 
 from phalanx.security import certs
 from phalanx.state.connection import RedisConfigError, connect, redacted
-from phalanx.testing.redis_server import RedisServer, free_port
+from phalanx.testing.ports import free_port
+from phalanx.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -148,3 +148,10 @@ def test_pod_view_reads_gang_requests_and_limits() -> None:
     view = pod_view(obj)
     assert (view.key, view.gang, view.min_available, view.node) == ("ns/w-0", "ns/w", 4, "n1")
     assert view.requests == {"cpu": 500, GPU: 1000} and view.holds_node
+
+
+def test_ports_picked_together_are_distinct() -> None:
+    from phalanx.testing.ports import free_ports
+
+    ports = free_ports(64)
+    assert len(set(ports)) == 64

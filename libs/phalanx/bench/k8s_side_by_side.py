@@ -505,7 +505,7 @@ class PeerUnderTest(SchedulerUnderTest):
 
     def __init__(self, binary: Path, kubeconfig: str, run_dir: Path) -> None:
         from phalanx.testing.children import exit_with_parent_argv
-        from phalanx.testing.redis_server import free_port
+        from phalanx.testing.ports import free_port
 
         run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir = run_dir

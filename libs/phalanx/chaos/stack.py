@@ -25,7 +25,8 @@ from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import SERVICE_IDENTITIES
 from phalanx.testing.children import exit_with_parent_env
-from phalanx.testing.redis_server import RedisServer, free_port
+from phalanx.testing.ports import free_ports
+from phalanx.testing.redis_server import RedisServer
 
 SERVICES = ("queue", "binder", "scheduler")
 REDIS = "redis"
@@ -116,8 +117,9 @@ class ChaosStack:
     def create(cls, config: StackConfig) -> ChaosStack:
         config.run_dir.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(appendonly=True, log_path=config.run_dir / "redis.log", password=secrets.token_hex(16))
-        ports = {name: free_port() for name in SERVICES}
-        health_ports = {name: free_port() for name in SERVICES}
+        picked = free_ports(2 * len(SERVICES))
+        ports = dict(zip(SERVICES, picked))
+        health_ports = dict(zip(SERVICES, picked[len(SERVICES):]))
         addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
         tls_dir = config.run_dir / "tls"
         make_tree(tls_dir, list(SERVICE_IDENTITIES.values()), [], ["127.0.0.1"], days=30)

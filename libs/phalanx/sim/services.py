@@ -17,7 +17,8 @@ from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, PLAINTEXT, SERVICE_IDENTITIES, SIMULATOR, Security
 from phalanx.testing.children import exit_with_parent_env
-from phalanx.testing.redis_server import RedisServer, free_port
+from phalanx.testing.ports import free_ports
+from phalanx.testing.redis_server import RedisServer
 
 
 @dataclass
@@ -124,16 +125,17 @@ class Stack:
             return ["--tls-dir", str(logs / "tls" / SERVICE_IDENTITIES[name]), "--health-listen", "127.0.0.1:0"]
 
         state = ["--redis-url", redis_url, "--redis-prefix", prefix]
+        queue_port, binder_port, scheduler_port = free_ports(3)
         queue = ServiceProcess("queue", "phalanx_queue", [*common, *transport("queue"), "--unschedulable-flush", "0"],
-                               free_port(), logs / "queue.log")
+                               queue_port, logs / "queue.log")
         binder = ServiceProcess("binder", "phalanx_binder", [*common, *transport("binder"), *state,
-                                                             "--backend", "simulated"], free_port(), logs / "binder.log")
+                                                             "--backend", "simulated"], binder_port, logs / "binder.log")
         # Cluster events come through the Scheduler API (the simulator's), on either clock.
         sched_args = [*common, *transport("scheduler"), *state, "--backend", "simulated", "--queue", queue.address,
                       "--binder", binder.address, "--default-wait", str(default_wait)]
         if profile:
             sched_args += ["--profile", profile]
-        scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, free_port(), logs / "scheduler.log")
+        scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, scheduler_port, logs / "scheduler.log")
         for svc in (queue, binder, scheduler):
             svc.extra_env.update(env or {})
             svc.security = security

@@ -40,7 +40,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -50,6 +49,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from phalanx.testing.ports import free_port, free_ports
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -124,12 +125,6 @@ def apiserver_available() -> bool:
 
 
 # --- the server ------------------------------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _tail(path: Path, lines: int = 30) -> str:
     try:
@@ -328,7 +323,7 @@ class LocalApiServer:
             log.close()
 
     def _start_etcd(self) -> None:
-        self.etcd_port, peer = _free_port(), _free_port()
+        self.etcd_port, peer = free_ports(2)
         data = self._path("etcd")
         shutil.rmtree(data, ignore_errors=True)
         peer_url = f"http://127.0.0.1:{peer}"
@@ -347,7 +342,7 @@ class LocalApiServer:
         self._wait("etcd", self._etcd, lambda: self._http_ok(f"{self.etcd_url}/health"))
 
     def _start_apiserver(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         args = [
             f"--etcd-servers={self.etcd_url}",
             f"--cert-dir={self._path('certs')}",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,12 +19,7 @@ from pathlib import Path
 import redis
 
 from phalanx.testing.children import exit_with_parent_argv
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from phalanx.testing.ports import free_port
 
 
 class RedisServer:
