@@ -30,7 +30,7 @@ from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
 from phalanx.state.store import BINDING_STATE, PodRecord, StateStore, Txn, record_bound
-from phalanx.telemetry.tracing import child_span
+from phalanx.telemetry.tracing import child_span, mark_linked
 from phalanx.rpc.convert import assignment_of
 from phalanx.v1 import binder_pb2
 
@@ -129,8 +129,11 @@ class BatchBinder:
         if len(batches) <= 1 or self.backend.transactional:  # the embedded cluster: one script per batch
             return [self.bind(a, aon, now, trace) for a, aon, trace in batches]
         everything = [a for batch, _, _ in batches for a in batch]
+        others = [trace for _, _, trace in batches[1:]]
         with child_span("phalanx.binder.bind_many", batches[0][2],
-                        {"phalanx.pods": len(everything), "phalanx.batches": len(batches)}) as span:
+                        {"phalanx.pods": len(everything), "phalanx.batches": len(batches)}, linked=others) as span:
+            # The span lives in the first batch's trace; every other gang's trace gets a link to it.
+            mark_linked("phalanx.binder.bound_with_others", others, span)
             refusals = self.backend.precheck(everything)
             with self.lock.hold() as fence:
                 records = self.store.get_pods([a.pod_key for a in everything])

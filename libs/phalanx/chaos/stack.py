@@ -24,6 +24,7 @@ from phalanx.faults import FAULT_ENV
 from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import SERVICE_IDENTITIES
+from phalanx.telemetry.tracing import quiet_unless_exporting
 from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
@@ -56,7 +57,7 @@ class ServiceProcess:
     def start(self, fault: str = "") -> None:
         env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
         env = exit_with_parent_env(env)
-        env.setdefault("OTEL_SDK_DISABLED", "true")
+        quiet_unless_exporting(env)
         if fault:
             env[FAULT_ENV] = fault
         self.incarnations += 1

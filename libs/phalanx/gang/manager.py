@@ -47,6 +47,11 @@ class GangManager:
             rec = self.records[key] = GangRecord(key)
         return rec
 
+    def trace_of(self, key: str) -> str:
+        """The gang's W3C traceparent, "" when it has none yet (does not create a record)."""
+        rec = self.records.get(key)
+        return rec.trace if rec is not None else ""
+
     def status(self, key: str) -> GangStatus:
         if not key:
             return GangStatus.NO_GANG

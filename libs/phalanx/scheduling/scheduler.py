@@ -27,7 +27,7 @@ from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, Queue
 from phalanx.scheduling.reports import StatusReports
 from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import BINDING_STATE, GangRecord, PodRecord, StateStore, Txn, record_bound
-from phalanx.telemetry.tracing import child_span, nested_traceparent
+from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
 from phalanx.rpc.convert import assignment_of
 from phalanx.v1 import binder_pb2
 
@@ -556,8 +556,13 @@ class GangScheduler:
             batches.append((group, trace, assignments, all_or_nothing, {r.key: Popped(r.pod, trace) for r in records}))
         if len(batches) == 1:
             group, trace, assignments, all_or_nothing, items = batches[0]
+            # A GangGroup binds in one batch, in the trace of the group; each member gang's own trace
+            # links to that bind (and the bind back to them), so no member's trace ends without it.
+            members = [t for t in (self.gangs.trace_of(g) for g in group) if t and t != trace]
             with child_span("phalanx.scheduler.dispatch_bind", trace,
-                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)}):
+                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)},
+                            linked=members) as span:
+                mark_linked("phalanx.scheduler.bound_with_group", members, span, {"phalanx.gangs": ",".join(group)})
                 self._dispatch(assignments, all_or_nothing, state, trace, items)
         elif batches:
             try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, PLAINTEXT, SERVICE_IDENTITIES, SIMULATOR, Security
+from phalanx.telemetry.tracing import quiet_unless_exporting
 from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
@@ -42,7 +43,7 @@ class ServiceProcess:
 
     def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
         env = exit_with_parent_env({**os.environ, **self.extra_env, **(extra_env or {})})
-        env.setdefault("OTEL_SDK_DISABLED", "true")
+        quiet_unless_exporting(env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.address, *self.args],
                                      stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -13,19 +13,33 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span
+from opentelemetry.trace import Link, Span
 
 _TRACER_NAME = "phalanx"
 
 
 def tracing_enabled() -> bool:
     return os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+
+
+def exporting(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether an OTLP endpoint is configured in `env` (the standard variables)."""
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def quiet_unless_exporting(env: dict[str, str]) -> dict[str, str]:
+    """The environment for services a harness starts (`phalanx simulate`, the chaos stack): tracing off,
+    since nobody would read the spans, unless the user configured an OTLP endpoint; an explicit
+    OTEL_SDK_DISABLED is kept either way."""
+    if not exporting(env):
+        env.setdefault("OTEL_SDK_DISABLED", "true")
+    return env
 
 
 def setup_tracing(service_name: str) -> None:
@@ -36,7 +50,7 @@ def setup_tracing(service_name: str) -> None:
         return
     name = os.environ.get("OTEL_SERVICE_NAME", service_name)
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    if exporting():
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -59,19 +73,47 @@ def context_from_traceparent(traceparent: str) -> context.Context | None:
     return propagate.extract({"traceparent": traceparent})
 
 
+def links_to(traceparents: Iterable[str]) -> list[Link]:
+    """Span links to the spans the traceparents name (empty or malformed ones are skipped): a bind made for
+    several gangs at once belongs to one gang's trace and links to the others'."""
+    links = []
+    for parent in traceparents:
+        ctx = context_from_traceparent(parent)
+        if ctx is None:
+            continue
+        span_context = trace.get_current_span(ctx).get_span_context()
+        if span_context.is_valid:
+            links.append(Link(span_context))
+    return links
+
+
 @contextmanager
-def child_span(name: str, traceparent: str, attributes: dict[str, Any] | None = None) -> Iterator[Span]:
+def child_span(name: str, traceparent: str, attributes: dict[str, Any] | None = None,
+               linked: Iterable[str] = ()) -> Iterator[Span]:
     """A span in the gang's trace named by `traceparent` (a new trace when it is empty). When the current
     span already belongs to that trace (a gRPC server span of a call made for this gang), the new span
-    nests under it, so the tree shows the hop; otherwise it hangs off the gang's root."""
+    nests under it, so the tree shows the hop; otherwise it hangs off the gang's root. `linked`: the
+    traceparents of other gangs this span also works for."""
     ctx = context_from_traceparent(traceparent)
     current = trace.get_current_span().get_span_context()
     if ctx is not None and current.is_valid:
         wanted = trace.get_current_span(ctx).get_span_context()
         if wanted.trace_id == current.trace_id:
             ctx = None  # nest under the current span
-    with tracer().start_as_current_span(name, context=ctx, attributes=attributes or {}) as span:
+    links = links_to(p for p in linked if p and p != traceparent)
+    with tracer().start_as_current_span(name, context=ctx, attributes=attributes or {}, links=links) as span:
         yield span
+
+
+def mark_linked(name: str, traceparents: Iterable[str], target: Span, attributes: dict[str, Any] | None = None) -> None:
+    """In each trace named by `traceparents`, a short span linking to `target` (a span of another trace):
+    whichever gang of a group a user looks at, its trace leads to the shared bind."""
+    link = Link(target.get_span_context())
+    for parent in traceparents:
+        ctx = context_from_traceparent(parent)
+        if ctx is None:
+            continue
+        tracer().start_span(name, context=ctx, attributes=attributes or {}, links=[link]).end()
 
 
 def nested_traceparent(traceparent: str) -> str:
