@@ -1,10 +1,11 @@
-"""The `phalanx` command: simulate workloads on the embedded cluster, import traces."""
+"""The `phalanx` command: simulate workloads on the embedded cluster, import traces, explain waiting gangs."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from phalanx.cli.args import duration_arg
@@ -107,9 +108,10 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 
 def _add_replay_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    # A description is printed as written (argparse %-formats only help= strings), so "%" stays single here.
     p = sub.add_parser("replay-bench", help="replay the openb GPU trace: speed, and the FGD paper's experiment",
                        description="Replays the Alibaba openb trace through the services (whole and its first "
-                                   "25%%/50%%, for speed) and runs the FGD experiment (GPU allocation at 90-130%% "
+                                   "25%/50%, for speed) and runs the FGD experiment (GPU allocation at 90-130% "
                                    "arrived demand) for several seeds; prints a table and writes JSON.")
     p.add_argument("--traces", help="folder holding openb_node_list_gpu_node.csv and openb_pod_list_default.csv "
                                     "(default: ../shared/traces/alibaba-gpu-v2023 next to the repository)")
@@ -132,8 +134,17 @@ def _run_replay_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def package_version() -> str:
+    """The installed distribution's version (pyproject's), not a copy that could drift from it."""
+    try:
+        return version("phalanx")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phalanx", description="Phalanx: all-or-nothing gang scheduling")
+    parser.add_argument("--version", action="version", version=f"phalanx {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
     _add_compare(sub)
@@ -153,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     from phalanx.bench.k8s_side_by_side import add_bench_k8s_command
 
     add_bench_k8s_command(sub)
+    from phalanx.explain.cli import add_explain_command
+
+    add_explain_command(sub)
     return parser
 
 
