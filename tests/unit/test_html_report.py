@@ -35,18 +35,19 @@ MEM_RATIO = [0.0, 0.125, 0.125, 0.0]
 PENDING_PODS = [7.0, 5.0, 4.0, 4.0]
 PENDING_GANGS = [3.0, 2.0, 1.0, 1.0]
 ARRIVED = [0.5, 1.0, 1.25, 1.25]
+GPU_RESERVED = [0.25, 0.0, 0.125, 0.0]  # job-a held 2 GPUs before it bound; job-b held 1 while it waited
 
 
-def _pod(name: str, bound: float | None, reason: str | None = None) -> dict[str, Any]:
-    return {"namespace": "team", "name": name, "node": "n1" if bound is not None else None, "boundAt": bound,
-            "startedAt": bound, "finishedAt": 130.0 if bound is not None else None, "annotations": {},
-            "reason": reason}
+def _pod(name: str, bound: float | None, reason: str | None = None, gang: str | None = None) -> dict[str, Any]:
+    return {"namespace": "team", "name": name, "gang": gang, "node": "n1" if bound is not None else None,
+            "boundAt": bound, "startedAt": bound, "finishedAt": 130.0 if bound is not None else None,
+            "annotations": {}, "reason": reason}
 
 
 def hand_report() -> dict[str, Any]:
     pods = [_pod("job-a-0", 10.0), _pod("job-a-1", 10.0), _pod("job-c-0", 70.0),
-            _pod("job-b-0", None, "gang timed out"), _pod("job-b-1", None, "gang timed out"),
-            _pod("job-b-2", None, "gang timed out"), _pod(EVIL_NAME, None, EVIL_REASON)]
+            _pod("job-b-0", None, "gang timed out", "team/job-b"), _pod("job-b-1", None, "gang timed out", "team/job-b"),
+            _pod("job-b-2", None, "gang timed out", "team/job-b"), _pod(EVIL_NAME, None, EVIL_REASON)]
     return {
         "pods": pods,
         "podGroups": [
@@ -66,6 +67,8 @@ def hand_report() -> dict[str, Any]:
             "allocated": {"nvidia.com/gpu": [r * 8 for r in GPU_RATIO], "cpu": [r * 64 for r in CPU_RATIO],
                           "memory": [r * 256 * GIB for r in MEM_RATIO]},
             "allocatedRatio": {"nvidia.com/gpu": GPU_RATIO, "cpu": CPU_RATIO, "memory": MEM_RATIO},
+            "reserved": {"nvidia.com/gpu": [r * 8 for r in GPU_RESERVED], "cpu": [0.0] * 4, "memory": [0.0] * 4},
+            "reservedRatio": {"nvidia.com/gpu": GPU_RESERVED, "cpu": [0.0] * 4, "memory": [0.0] * 4},
             "capacity": {"nvidia.com/gpu": 8.0, "cpu": 64.0, "memory": 256.0 * GIB},
         },
         "gangWaits": [{"gang": "team/job-a", "waitSeconds": 10.0}, {"gang": "team/job-c", "waitSeconds": 70.0}],
@@ -73,6 +76,13 @@ def hand_report() -> dict[str, Any]:
         "gangWaitPercentiles": {"p50": 40.0, "p90": 64.0, "p99": 69.4},
         # arrived demand first reaches 0.9 and 1 at t=10, 1.1 at t=70 (GPU 50% both times), never 1.3
         "gpuAllocationAtDemand": {"0.9": 0.5, "1": 0.5, "1.1": 0.5, "1.3": None},
+        "gpuDemandSweep": True,  # said so by hand: this report stands for an arrived-demand sweep
+        "gangReasons": [
+            {"gang": "team/job-a", "reason": "gang team/job-a: 1/2 pods placed; waiting for the rest of the gang",
+             "cause": "gang <gang>: N/N pods placed; waiting for the rest of the gang"},
+            {"gang": "team/job-b", "reason": "gang team/job-b timed out after waiting 60s",
+             "cause": "gang <gang> timed out after waiting Ns"},
+        ],
     }
 
 
@@ -80,9 +90,10 @@ def no_gpu_no_gang_report() -> dict[str, Any]:
     r = hand_report()
     r["podGroups"], r["gangWaits"], r["gangWaitPercentiles"] = [], [], {}
     r["gpuAllocationAtDemand"] = {"0.9": None, "1": None, "1.1": None, "1.3": None}
+    r["gpuDemandSweep"], r["gangReasons"] = False, []
     r["summary"].update(gangsTotal=0, gangsBound=0, gangsTimedOut=0, errors=[])
     s = r["series"]
-    for key in ("allocated", "allocatedRatio", "capacity"):
+    for key in ("allocated", "allocatedRatio", "capacity", "reserved", "reservedRatio"):
         del s[key]["nvidia.com/gpu"]
     s["arrivedGpuDemand"] = [0.0] * len(T)
     s["pendingGangs"] = [0.0] * len(T)
@@ -211,11 +222,11 @@ def test_summary_table_shows_the_reports_numbers() -> None:
     assert cells["mode"] == "gang"
     assert (cells["podsTotal"], cells["podsBound"], cells["podsFinished"], cells["podsUnbound"]) == ("7", "3", "3", "4")
     assert (cells["gangsTotal"], cells["gangsBound"], cells["partialGangs"], cells["gangsTimedOut"]) == ("3", "2", "0", "1")
-    assert cells["virtualSeconds"] == "130 s"
+    assert cells["virtualSeconds"] == "2m 10s"
     assert cells["wallSeconds"] == "0.25 s"
     assert cells["untilReached"] == "no"
     assert cells["errors"] == "1"
-    assert (cells["p50"], cells["p90"], cells["p99"]) == ("40 s", "64 s", "69.4 s")
+    assert (cells["p50"], cells["p90"], cells["p99"]) == ("40 s", "1m 4s", "1m 9s")
     assert cells["gangsStarted"] == "2"
     assert [cells[f"demand:{d}"] for d in ("0.9", "1", "1.1", "1.3")] == ["50%", "50%", "50%", "not reached"]
     assert cells["capacity:nvidia.com/gpu"] == "8"
@@ -226,10 +237,14 @@ def test_summary_table_shows_the_reports_numbers() -> None:
 def test_long_durations_read_in_a_larger_unit() -> None:
     r = hand_report()
     r["summary"]["virtualSeconds"] = 12902960.0
+    r["gangWaitPercentiles"]["p50"] = 15630.0
     r["gangWaitPercentiles"]["p99"] = 7200.0
-    cells = summary_cells(render_html(r, "long"))
-    assert cells["virtualSeconds"] == "12,902,960 s (149 d)"
-    assert cells["p99"] == "7,200 s (120 min)"
+    page = render_html(r, "long")
+    cells = summary_cells(page)
+    assert cells["virtualSeconds"] == "149d 8h"
+    assert (cells["p50"], cells["p99"]) == ("4h 20m", "2h")
+    assert "over 149d 8h of virtual time" in page
+    assert "e+" not in check_well_formed(page)  # no 1.563e+04 anywhere a person reads
 
 
 def test_errors_are_listed_and_escaped() -> None:
@@ -307,6 +322,46 @@ def test_gpu_against_demand_plot_with_reference_line() -> None:
     assert pts[-1] == pytest.approx((1.25, 0.0), abs=1e-3)  # job-a finished, demand stood still
 
 
+def test_reserved_plot_maps_back_under_the_allocation_plot() -> None:
+    page = render_html(hand_report(), "hand")
+    alloc = section(page, "Allocation over virtual time")
+    assert alloc.index('data-chart="allocation"') < alloc.index('data-chart="reserved"')
+    root = chart(page, "reserved")
+    assert labels(root) == ["GPU reserved, not bound"]  # CPU and memory were never held
+    assert domain(root)[:2] == domain(chart(page, "allocation"))[:2]  # the same time axis
+    pts = series_points(root, "GPU reserved, not bound")
+    for t, y in zip(T, GPU_RESERVED):
+        assert step_value(pts, t) == pytest.approx(y, abs=1e-3), t
+
+
+def test_reserved_plot_says_when_nothing_was_held_and_is_left_out_where_it_cannot_be() -> None:
+    r = hand_report()
+    r["series"]["reservedRatio"]["nvidia.com/gpu"] = [0.0] * 4
+    alloc = section(render_html(r, "none held"), "Allocation over virtual time")
+    assert "no capacity was ever held by a waiting gang" in alloc and 'data-chart="reserved"' not in alloc
+    pod_mode = hand_report()
+    pod_mode["summary"]["mode"] = "pod"  # nothing is ever reserved for a gang there
+    assert "Reserved for waiting gangs" not in render_html(pod_mode, "pod")
+    older = hand_report()
+    del older["series"]["reservedRatio"]  # a report written before the series was recorded
+    assert "Reserved for waiting gangs" not in render_html(older, "old")
+
+
+def test_gpu_demand_panel_only_for_a_demand_sweep() -> None:
+    for flag in (False, None):
+        r = hand_report()
+        if flag is None:
+            del r["gpuDemandSweep"]
+        else:
+            r["gpuDemandSweep"] = flag
+        page = render_html(r, "no sweep")
+        assert "arrived GPU demand" not in page and "arrived demand" not in page
+        assert not any(k.startswith("demand:") for k in summary_cells(page))
+        assert "GPU allocation at" not in render_compare_html(r, r, "a", "b")
+    page = render_html(hand_report(), "sweep")
+    assert summary_cells(page)["demand:0.9"] == "50%" and chart(page, "demand") is not None
+
+
 # -- tables -------------------------------------------------------------------------------------------
 def test_gang_table_puts_gangs_not_bound_whole_first() -> None:
     gangs = section(render_html(hand_report(), "hand"), "Gangs")
@@ -316,10 +371,36 @@ def test_gang_table_puts_gangs_not_bound_whole_first() -> None:
     assert re.search(r"team/job-a</td><td class=\"ok\">Finished</td><td class=\"num\">2/2</td>.*?10 s", gangs)
 
 
+def test_gangs_table_has_each_gangs_reason_and_their_causes_counted() -> None:
+    gangs = section(render_html(hand_report(), "hand"), "Gangs")
+    assert re.search(r"<th>wait</th><th>reason</th>", gangs)
+    assert re.search(r'team/job-b</td>.*?<td class="reason">gang team/job-b timed out after waiting 60s</td>', gangs)
+    assert re.search(r'team/job-c</td>(?:(?!</tr>).)*<td class="reason"></td></tr>', gangs)  # no wait to explain
+    never = gangs[gangs.index("<h3>Why gangs never started</h3>"):gangs.index("<h3>Why gangs waited")]
+    assert ('<td class="num">3</td><td class="num">1</td><td class="reason">gang &lt;gang&gt; timed out after '
+            'waiting Ns</td><td class="example"><details><summary>team/job-b</summary>') in never
+    waited = gangs[gangs.index("<h3>Why gangs waited"):gangs.index("<h3>All gangs</h3>")]
+    assert "N/N pods placed; waiting for the rest of the gang" in waited and "team/job-a" in waited
+
+
+def test_many_gangs_timed_out_for_one_cause_make_one_row() -> None:
+    r = hand_report()
+    r["pods"] = [_pod(f"g{g}-{i}", None, f"gang ns/g{g} timed out after waiting 300s with {i}/4 pods placed "
+                      f"(last failure: g{g}-3: 0/8 nodes are available: 8 Insufficient nvidia.com/gpu)", f"ns/g{g}")
+                 for g in range(89) for i in range(4)]
+    unbound = section(render_html(r, "many"), "Unbound pods")
+    by_reason = unbound[:unbound.index("<h3>Pods</h3>")]
+    assert by_reason.count("<tr><td") == 1  # one cause, not 89 (nor 356) reasons
+    assert ('<td class="num">356</td><td class="num">89</td><td class="reason">gang &lt;gang&gt; timed out after '
+            'waiting Ns with N/N pods placed (last failure: &lt;pod&gt;: N/N nodes') in by_reason
+    assert "<summary>ns/g0</summary>" in by_reason
+
+
 def test_unbound_pods_with_reasons_and_escaping() -> None:
     page = render_html(hand_report(), "hand")
     unbound = section(page, "Unbound pods")
-    assert '<td class="num">3</td><td class="reason">gang timed out</td>' in unbound
+    assert ('<td class="num">3</td><td class="num">1</td><td class="reason">gang timed out</td>'
+            '<td class="example"><details><summary>team/job-b</summary>') in unbound
     assert "team/&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;&amp;x" in unbound
     assert "&lt;img src=http://evil.example/x.png onerror=alert(1)&gt; 0/2 nodes" in unbound
     assert EVIL_NAME not in page and "<img" not in page and "<script" not in page
@@ -329,7 +410,7 @@ def test_unbound_pods_with_reasons_and_escaping() -> None:
 
 def test_long_tables_are_capped_and_say_so() -> None:
     r = hand_report()
-    r["pods"] = [_pod(f"p{i}", None, f"reason {i % 30}") for i in range(450)]
+    r["pods"] = [_pod(f"p{i}", None, f"reason {'abcdefghijklmnopqrstuvwxyzABCD'[i % 30]}") for i in range(450)]
     r["podGroups"] = [{"namespace": "ns", "name": f"g{i}", "phase": "Pending", "bound": 0, "minMember": 2, "pods": 2,
                        "timedOut": False} for i in range(300)]
     page = render_html(r, "big")
@@ -337,6 +418,7 @@ def test_long_tables_are_capped_and_say_so() -> None:
     assert unbound.count("<tr><td>ns/") + unbound.count("<tr><td>team/p") == ROW_CAP
     assert "Showing the first 200 of 450 unbound pods." in unbound
     assert "Showing the first 20 of 30 distinct reasons." in unbound
+    assert unbound.split("<h3>Pods</h3>")[0].count('<td class="reason">reason ') == 20
     assert gangs.count("<tr><td>ns/g") == ROW_CAP
     assert "Showing the first 200 of 300 gangs" in gangs
     check_well_formed(page)
@@ -379,13 +461,13 @@ def test_report_without_gpus_or_gangs() -> None:
     check_well_formed(page)
     assert labels(chart(page, "allocation")) == ["CPU", "memory"]
     assert labels(chart(page, "pending")) == ["pending pods"]
-    assert "no GPUs in this cluster" in section(page, "GPU allocation against arrived GPU demand")
+    assert "GPU allocation against arrived GPU demand" not in page  # no GPUs: no sweep to show
     assert "no gangs" in section(page, "Gang wait (CDF)")
     assert "no gangs" in section(page, "Gangs")
     assert not any(ET.fromstring(s).get("data-chart") in ("waits", "demand") for s in svgs(page))
     cells = summary_cells(page)
     assert cells["gangWaits"] == "no gangs"
-    assert cells["gpuAllocationAtDemand"] == "no GPUs in this cluster"
+    assert not any(k.startswith("demand:") for k in cells)
 
 
 def test_gangs_that_never_started_say_so() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from phalanx.sim import units
+
 ROWS = [
     ("pods bound", "podsBound"),
     ("pods finished", "podsFinished"),
@@ -11,20 +13,21 @@ ROWS = [
     ("gangs bound whole", "gangsBound"),
     ("gangs partially bound (deadlock risk)", "partialGangs"),
     ("gangs timed out", "gangsTimedOut"),
-    ("virtual seconds until quiet", "virtualSeconds"),
+    ("virtual time until quiet", "virtualSeconds"),
 ]
+DURATIONS = {"virtualSeconds"}
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+def _fmt(value: Any, key: str = "") -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return units.fmt_duration(value) if key in DURATIONS else units.fmt_number(value)
 
 
 def compare_rows(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> list[tuple[str, str, str]]:
     sa, sb = a["summary"], b["summary"]
     rows = [("", label_a, label_b), ("", f"({sa.get('podsTotal')} pods)", f"({sb.get('podsTotal')} pods)")]
-    rows += [(title, _fmt(sa.get(key, "-")), _fmt(sb.get(key, "-"))) for title, key in ROWS]
+    rows += [(title, _fmt(sa.get(key, "-"), key), _fmt(sb.get(key, "-"), key)) for title, key in ROWS]
     groups_a = {(g["namespace"], g["name"]): g for g in a.get("podGroups", [])}
     groups_b = {(g["namespace"], g["name"]): g for g in b.get("podGroups", [])}
     keys = sorted(set(groups_a) | set(groups_b))

@@ -83,6 +83,7 @@ class SimResult:
     until_reached: bool
     series: dict[str, Any] = field(default_factory=dict)
     attempts: int = 0
+    gang_messages: dict[str, str] = field(default_factory=dict)  # gang -> its last status message before binding
 
 
 MAX_LATER_INSTANTS = 256  # instants sent ahead with one step (bounded: the unused ones are re-admitted)
@@ -141,6 +142,8 @@ class Simulation:
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self._bind_cursor = 0
+        self._events_cursor = 0
+        self.gang_messages: dict[str, str] = {}
         self.steps = 0
         self.running = 0
         self.attempts = 0  # pods the scheduler tried, retries included
@@ -185,6 +188,7 @@ class Simulation:
                 for inst in later[: step.instants_done]:
                     self._finished_early.update(inst.foreseen)
                 self._read_bindings(now)
+                self._read_gang_reports()
                 for inst in later[: step.instants_done]:
                     for key in inst.foreseen:
                         self._note_finished(key, inst.at)
@@ -309,7 +313,8 @@ class Simulation:
                     pod = self._admit_pod(payload)
                     if pod is not None:
                         inst.pods.append(pod)
-            if self._declares_gang(inst.pods) or carried + len(inst.pods) + len(inst.finished) > MAX_ITEMS:
+            if (self._declares_gang(inst.pods) or self._joins_waiting_gang(inst.pods)
+                    or carried + len(inst.pods) + len(inst.finished) > MAX_ITEMS):
                 # Declaring a gang is a cluster event (it retries unschedulable pods): it gets its own step.
                 # And one request carries at most MAX_ITEMS pods: the instant waits for the next step.
                 self._put_back([inst])
@@ -327,6 +332,13 @@ class Simulation:
             if spec is not None and self.sent_specs.get(key) != spec:
                 return True
         return False
+
+    def _joins_waiting_gang(self, pods: list[PodInfo]) -> bool:
+        """A pod of a gang not started yet may change what gangs hold reserved, which is read as each step
+        ends (_read_gang_reports): it gets its own step, so that reading is exact at every instant. Nothing
+        else in a run of quiet instants can (the queue holds nothing but each instant's arrivals)."""
+        return self.opt.mode == "gang" and any((g := self.pods[p.key].gang) and g not in self.gang_started
+                                               for p in pods)
 
     @staticmethod
     def _simple(kind: str, payload: Any) -> bool:
@@ -467,6 +479,37 @@ class Simulation:
             b = json.loads(item)
             self._record_bind(b["pod"], b["node"], float(b["at"]))
 
+    def _read_gang_reports(self) -> None:
+        """The gang-level reports the scheduler sent since the last step (the PodGroup status a cluster shows):
+        each gang's last word before it bound (why it waits), and, for each gang whose state changed, what it
+        holds reserved now, counted from its reserved pods in Redis, from the instant of its last report. That
+        is exact: a gang changes only at a step's first instant (see _joins_waiting_gang)."""
+        raw = self.redis.lrange(self.keys.sim_events, self._events_cursor, -1)
+        self._events_cursor += len(raw)
+        changed: dict[str, float] = {}
+        for item in raw:
+            if "PodGroup/" not in item:  # pod events, most of the list: not parsed
+                continue
+            event = json.loads(item)
+            if not event["object"].startswith("PodGroup/"):
+                continue
+            gang = event["object"].removeprefix("PodGroup/")
+            changed[gang] = float(event["at"])
+            if event["reason"] != "Scheduled":  # the phase; once scheduled, the reason it waited stays
+                self.gang_messages[gang] = event["message"]
+        if not changed:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for gang in changed:
+            pipe.smembers(self.keys.gang_assumed(gang))
+        for (gang, at), members in zip(changed.items(), pipe.execute()):
+            held: dict[str, int] = {}
+            for key in members:
+                pod = self.parsed.get(key)
+                for r, v in (pod.requests if pod is not None else {}).items():
+                    held[r] = held.get(r, 0) + v
+            self.series.gang_reserved(gang, held, at)
+
     def _record_bind(self, key: str, node: str, at: float) -> None:
         track = self.pods.get(key)
         if track is None or track.bound_at is not None:
@@ -513,4 +556,5 @@ class Simulation:
         annotations = {k: json.loads(v) for k, v in decoded(self.redis.hgetall(self.keys.sim_annotations)).items()}
         gangs = {k: s for k in sorted(self.gang_refs) if (s := self.resolver.gang(k)) is not None}
         return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
-                         timed_out, conditions, annotations, until_reached, self.series.report(), self.attempts)
+                         timed_out, conditions, annotations, until_reached, self.series.report(), self.attempts,
+                         self.gang_messages)

@@ -6,14 +6,15 @@ machines and clusters, and attached to CI runs. Every string from the report is 
 
 from __future__ import annotations
 
-from collections import Counter
 from html import escape
 from typing import Any, Iterable, Sequence
 
 from phalanx.sim import units
+from phalanx.sim.causes import Cause, gang_causes, unbound_causes
 from phalanx.sim.compare import compare_rows
 from phalanx.sim.report_charts import (DEMAND_LEVELS, RESOURCE_NAMES, Run, allocation_chart, demand_chart,
-                                       pending_chart, t_max, wait_cdf_chart, wait_values)
+                                       has_demand_sweep, pending_chart, reserved_chart, t_max, wait_cdf_chart,
+                                       wait_values)
 
 ROW_CAP = 200  # a trace replay has thousands of pods: the page stays small and the cut is said out loud
 REASON_CAP = 20
@@ -55,7 +56,9 @@ tr.sub th { background: #f8f9fa; color: #495057; }
 .bad { color: #c92a2a; } .ok { color: #2b8a3e; } .note { color: #868e96; font-size: 12px; }
 .empty { color: #868e96; font-style: italic; border: 1px dashed #dee2e6; padding: 24px; text-align: center; }
 .errors li { color: #c92a2a; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
-td.reason { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; word-break: break-word; }
+td.reason, span.reason { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px;
+                         word-break: break-word; }
+td.example { max-width: 420px; } td.example summary { cursor: pointer; white-space: nowrap; }
 svg.chart { width: 100%; height: auto; display: block; }
 svg .tick { font-size: 11px; fill: #495057; } svg .axis { font-size: 12px; fill: #343a40; }
 svg .legend { font-size: 12px; fill: #212529; } svg text.marker { font-size: 10px; fill: #868e96; }
@@ -77,10 +80,7 @@ def _value(v: Any) -> str:
 def _duration(seconds: Any) -> str:
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         return _value(seconds)
-    text = f"{units.fmt_number(seconds)} s"
-    if units.time_unit(abs(seconds)) is not units.SECOND:
-        text += f" ({units.fmt_duration(seconds)})"
-    return text
+    return units.fmt_duration(seconds)
 
 
 def _bytes(n: float) -> str:
@@ -134,10 +134,10 @@ def waits_table(report: dict[str, Any]) -> str:
 
 
 def demand_table(report: dict[str, Any]) -> str:
+    """The FGD metric, for a run that is its sweep; nothing otherwise."""
+    if not has_demand_sweep(report):
+        return ""
     at = report.get("gpuAllocationAtDemand") or {}
-    if not (report.get("series") or {}).get("allocatedRatio", {}).get("nvidia.com/gpu"):
-        return _table([], [_row("gpuAllocationAtDemand", "GPU allocation", "no GPUs in this cluster", "")],
-                      "GPU allocation at arrived demand")
     rows = []
     for level in DEMAND_LEVELS:
         v = at.get(level)
@@ -166,11 +166,26 @@ def errors_list(report: dict[str, Any]) -> str:
 
 
 # -- tables of gangs and pods ----------------------------------------------------------------------
+def causes_table(found: list[Cause], caption: str, what: str) -> str:
+    """One row per cause (names and numbers taken out), with one gang or pod to read in full."""
+    rows = [f'<tr><td class="num">{units.fmt_number(c.pods)}</td><td class="num">{units.fmt_number(c.gangs)}</td>'
+            f'<td class="reason">{escape(c.cause)}</td>'
+            f'<td class="example"><details><summary>{escape(c.example)}</summary>'
+            f'<span class="reason">{escape(c.example_reason)}</span></details></td></tr>'
+            for c in found[:REASON_CAP]]
+    return _table(["pods", "gangs", "cause", "example"], rows, caption) + _capped(len(found), REASON_CAP, what)
+
+
 def gangs_table(report: dict[str, Any]) -> str:
     groups = [g for g in report.get("podGroups") or [] if isinstance(g, dict)]
     if not groups:
         return empty_note("no gangs")
     waits = {w.get("gang"): w.get("waitSeconds") for w in report.get("gangWaits") or [] if isinstance(w, dict)}
+    reasons = {g.get("gang"): g.get("reason") for g in report.get("gangReasons") or [] if isinstance(g, dict)}
+    out = ""
+    for started, caption in ((False, "Why gangs never started"), (True, "Why gangs waited before they started")):
+        found = gang_causes(report, started)
+        out += causes_table(found, caption, "distinct causes") if found else ""
     # Gangs that did not bind whole come first: on a long replay they are the ones worth reading.
     ordered = sorted(groups, key=lambda g: g.get("phase") in BOUND_PHASES)
     rows = []
@@ -183,20 +198,18 @@ def gangs_table(report: dict[str, Any]) -> str:
             f"<td class=\"num\">{escape(_value(g.get('bound')))}/{escape(_value(g.get('minMember')))}</td>"
             f"<td class=\"num\">{escape(_value(g.get('pods')))}</td>"
             f"<td>{'yes' if g.get('timedOut') else ''}</td>"
-            f"<td class=\"num\">{escape(_duration(wait)) if wait is not None else ''}</td></tr>")
-    head = ["gang", "phase", "bound/min", "pods", "timed out", "wait"]
-    return _table(head, rows) + _capped(len(groups), ROW_CAP, "gangs (those not bound whole first)")
+            f"<td class=\"num\">{escape(_duration(wait)) if wait is not None else ''}</td>"
+            f"<td class=\"reason\">{escape(str(reasons.get(key) or ''))}</td></tr>")
+    head = ["gang", "phase", "bound/min", "pods", "timed out", "wait", "reason"]
+    table = _table(head, rows, "All gangs" if out else "")
+    return out + table + _capped(len(groups), ROW_CAP, "gangs (those not bound whole first)")
 
 
 def unbound_pods(report: dict[str, Any]) -> str:
     pods = [p for p in report.get("pods") or [] if isinstance(p, dict) and p.get("boundAt") is None]
     if not pods:
         return empty_note("every pod was bound")
-    reasons = Counter(str(p.get("reason") or "no reason recorded") for p in pods)
-    reason_rows = [f'<tr><td class="num">{units.fmt_number(n)}</td><td class="reason">{escape(r)}</td></tr>'
-                   for r, n in reasons.most_common(REASON_CAP)]
-    out = _table(["pods", "reason"], reason_rows, "By reason")
-    out += _capped(len(reasons), REASON_CAP, "distinct reasons")
+    out = causes_table(unbound_causes(report), "By reason", "distinct reasons")
     rows = [f"<tr><td>{escape(str(p.get('namespace', '')))}/{escape(str(p.get('name', '')))}</td>"
             f"<td class=\"reason\">{escape(str(p.get('reason') or ''))}</td></tr>" for p in pods[:ROW_CAP]]
     out += _table(["pod", "reason"], rows, "Pods")
@@ -223,7 +236,7 @@ def _lede(report: dict[str, Any]) -> str:
     return (f'<p class="lede">mode {escape(_value(s.get("mode")))}: {escape(_value(s.get("podsBound")))}/'
             f'{escape(_value(s.get("podsTotal")))} pods bound, {escape(_value(s.get("gangsBound")))}/'
             f'{escape(_value(s.get("gangsTotal")))} gangs bound whole, over '
-            f'{escape(units.fmt_duration(float(s.get("virtualSeconds") or 0)))} of virtual time.</p>')
+            f'{escape(_duration(float(s.get("virtualSeconds") or 0)))} of virtual time.</p>')
 
 
 def _section(heading: str, content: str) -> str:
@@ -238,7 +251,8 @@ def render_html(report: dict[str, Any], title: str) -> str:
         f"<h1>{escape(title)}</h1>", _lede(report),
         _section("Summary", f'<div class="cards">{cards}</div>{errors_list(report)}'),
         _section("Allocation over virtual time",
-                 allocation_chart(runs, name="allocation", title="allocated share of the cluster over virtual time")),
+                 allocation_chart(runs, name="allocation", title="allocated share of the cluster over virtual time")
+                 + _reserved(runs, "reserved")),
         _secondary_charts(runs),
         _section("Gangs", gangs_table(report)),
         _section("Unbound pods", unbound_pods(report)),
@@ -246,16 +260,36 @@ def render_html(report: dict[str, Any], title: str) -> str:
     return _page(title, "\n".join(body))
 
 
+def _reserved(runs: list[Run], name: str, x_max: float | None = None) -> str:
+    """Under the allocation plot, on its time axis: what waiting gangs held. Reports from before it was
+    recorded show nothing here."""
+    if not any("reservedRatio" in (r.report.get("series") or {}) and _gang_mode(r.report) for r in runs):
+        return ""
+    return ("<h3>Reserved for waiting gangs, not bound</h3>"
+            + reserved_chart(runs, name=name, title="capacity reserved for waiting gangs and not bound",
+                             x_max=x_max)
+            + '<p class="note">Capacity placed for pods of gangs short of their minimum (or waiting for their '
+              'GangGroup): held, idle, and closed to every other pod until the gang binds or times out.</p>')
+
+
+def _gang_mode(report: dict[str, Any]) -> bool:
+    """Gangs were scheduled as gangs (in pod mode nothing is ever reserved for one)."""
+    s = report.get("summary") or {}
+    return s.get("mode") != "pod" and bool(report.get("podGroups") or s.get("gangsTotal"))
+
+
 def _secondary_charts(runs: list[Run]) -> str:
-    """The pending, gang-wait and GPU-against-demand plots, in a grid (one run, or two overlaid)."""
-    return "\n".join([
+    """The pending and gang-wait plots, in a grid (one run, or two overlaid), and GPU allocation against
+    arrived demand for runs that are that sweep."""
+    parts = [
         '<div class="grid">',
         _section("Pending over time", pending_chart(runs, name="pending", title="pending pods and gangs")),
         _section("Gang wait (CDF)", wait_cdf_chart(runs, name="waits", title="gang wait distribution")),
-        _section("GPU allocation against arrived GPU demand",
-                 demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")),
-        "</div>",
-    ])
+    ]
+    if any(has_demand_sweep(r.report) for r in runs):
+        parts.append(_section("GPU allocation against arrived GPU demand",
+                              demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")))
+    return "\n".join(parts + ["</div>"])
 
 
 def _compare_table(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> str:
@@ -263,8 +297,8 @@ def _compare_table(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: 
     head, body = rows[0], rows[1:]
     extra = [("gang wait " + k, _duration((a.get("gangWaitPercentiles") or {}).get(k)),
               _duration((b.get("gangWaitPercentiles") or {}).get(k))) for k in ("p50", "p90", "p99")]
-    for level in DEMAND_LEVELS:
-        cells = [(r.get("gpuAllocationAtDemand") or {}).get(level) for r in (a, b)]
+    for level in DEMAND_LEVELS if has_demand_sweep(a) or has_demand_sweep(b) else ():
+        cells = [(r.get("gpuAllocationAtDemand") or {}).get(level) if has_demand_sweep(r) else None for r in (a, b)]
         texts = [units.fmt_percent(c) if isinstance(c, (int, float)) else "–" for c in cells]
         extra.append((f"GPU allocation at {units.fmt_percent(float(level))} demand", texts[0], texts[1]))
     # compare_rows ends with one row per gang; our rows go before that block, which can be long.
@@ -288,7 +322,8 @@ def render_compare_html(a: dict[str, Any], b: dict[str, Any], label_a: str, labe
     x_max = t_max(runs)  # one time axis for both, so the side-by-side plots line up
     stacked = "\n".join(
         _section(f"Allocation over virtual time: {run.label}",
-                 allocation_chart([Run(run.label, run.report)], name=f"allocation-{i}", title=run.label, x_max=x_max, height=300))
+                 allocation_chart([Run(run.label, run.report)], name=f"allocation-{i}", title=run.label, x_max=x_max, height=300)
+                 + _reserved([Run(run.label, run.report)], f"reserved-{i}", x_max))
         for i, run in enumerate(runs))
     body = [
         f"<h1>{escape(title)}</h1>",

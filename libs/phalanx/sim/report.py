@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from phalanx.model.keys import KOORD_TIMEOUT
-from phalanx.sim.driver import SimResult
+from phalanx.sim import causes, units
+from phalanx.sim.driver import PodTrack, SimResult
+
+TEXT_CAUSES = 3  # causes of unbound pods printed under the one-line summary
 
 
 def _phase(bound: int, finished: int, minimum: int, timed_out: bool) -> str:
@@ -19,7 +23,33 @@ def _phase(bound: int, finished: int, minimum: int, timed_out: bool) -> str:
     return "Pending"
 
 
+def _gang_names(r: SimResult) -> dict[str, dict[str, str]]:
+    """For each gang, the names its messages may carry (see phalanx.sim.causes)."""
+    members: dict[str, list[tuple[str, str]]] = {}
+    for t in r.pods.values():
+        if t.gang:
+            members.setdefault(t.gang, []).append((t.namespace, t.name))
+    out = {}
+    for gang in r.gang_refs:
+        spec = r.gangs.get(gang)
+        group = [k for k in (spec.group_keys if spec is not None else ()) if k != gang]
+        out[gang] = causes.names_of_gang(gang, members.get(gang, []), {k: members.get(k, []) for k in group})
+    return out
+
+
+def _gang_reason(r: SimResult, key: str, members: list[PodTrack], started: bool) -> str | None:
+    """Why the gang waited or never started: its last status message before binding, else what its pods
+    were told most often (a gang the scheduler never took up as a whole: undeclared, or pod mode)."""
+    if key in r.gang_messages:
+        return r.gang_messages[key]
+    told = Counter(m for t in members if (m := r.conditions.get(t.key) or t.reason or t.waiting_for))
+    if told:
+        return sorted(told.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return None if started else "not scheduled before the simulation ended"
+
+
 def build_report(r: SimResult) -> dict[str, Any]:
+    names = _gang_names(r)
     pods_out = []
     for key in sorted(r.pods):
         t = r.pods[key]
@@ -35,15 +65,24 @@ def build_report(r: SimResult) -> dict[str, Any]:
                 reason = t.waiting_for
             else:
                 reason = r.conditions.get(key) or "not scheduled before the simulation ended"
+        cause = None
+        if reason is not None:
+            cause = causes.cause_of(reason, names[t.gang] if t.gang else causes.names_of_pod(t.namespace, t.name))
         pods_out.append({
-            "namespace": t.namespace, "name": t.name, "node": t.node, "boundAt": t.bound_at,
+            "namespace": t.namespace, "name": t.name, "gang": t.gang or None, "node": t.node, "boundAt": t.bound_at,
             "startedAt": t.started_at, "finishedAt": t.finished_at, "annotations": annotations, "reason": reason,
+            "cause": cause,
         })
 
     groups_out = []
     gangs_bound = partial = timed_out = 0
+    waits = {w["gang"]: w["waitSeconds"] for w in r.series.get("gangWaits") or []}
+    members_of: dict[str, list[PodTrack]] = {}
+    for t in r.pods.values():
+        members_of.setdefault(t.gang, []).append(t)
+    gang_reasons = []
     for key in sorted(r.gang_refs):
-        members = [t for t in r.pods.values() if t.gang == key]
+        members = members_of.get(key, [])
         bound = sum(1 for t in members if t.bound_at is not None)
         finished = sum(1 for t in members if t.finished_at is not None)
         spec = r.gangs.get(key)
@@ -53,6 +92,10 @@ def build_report(r: SimResult) -> dict[str, Any]:
         ns, name = key.split("/", 1)
         groups_out.append({"namespace": ns, "name": name, "phase": phase, "bound": bound, "minMember": minimum,
                            "pods": len(members), "timedOut": is_timed_out})
+        if waits.get(key, 1.0) > 0:  # bound the instant it arrived: nothing to explain
+            why = _gang_reason(r, key, members, key in waits)
+            if why is not None:
+                gang_reasons.append({"gang": key, "reason": why, "cause": causes.cause_of(why, names[key])})
         if minimum and bound >= minimum:
             gangs_bound += 1
         elif bound > 0:
@@ -77,7 +120,7 @@ def build_report(r: SimResult) -> dict[str, Any]:
         "schedulingAttempts": r.attempts,
         "errors": r.errors,
     }
-    return {"pods": pods_out, "podGroups": groups_out, "summary": summary}
+    return {"pods": pods_out, "podGroups": groups_out, "gangReasons": gang_reasons, "summary": summary}
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
@@ -85,8 +128,15 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     lines = [
         f"mode {s['mode']}: {s['podsBound']}/{s['podsTotal']} pods bound, {s['podsFinished']} finished; "
         f"gangs {s['gangsBound']}/{s['gangsTotal']} bound, {s['partialGangs']} partial, {s['gangsTimedOut']} timed out; "
-        f"virtual {s['virtualSeconds']:g}s in {s['wallSeconds']:g}s wall",
+        f"virtual {units.fmt_duration(s['virtualSeconds'])} in {units.fmt_duration(s['wallSeconds'])} wall",
     ]
+    found = causes.unbound_causes(report)
+    for c in found[:TEXT_CAUSES]:
+        in_gangs = f" of {units.fmt_number(c.gangs)} gang{'s' if c.gangs != 1 else ''}" if c.gangs else ""
+        lines.append(f"  not bound: {units.fmt_number(c.pods)} pod{'s' if c.pods != 1 else ''}{in_gangs}: "
+                     f"{c.cause} (e.g. {c.example})")
+    if len(found) > TEXT_CAUSES:
+        lines.append(f"  not bound: {len(found) - TEXT_CAUSES} more causes (see the report's pods)")
     for e in s["errors"]:
         lines.append(f"  error: {e}")
     return lines

@@ -60,6 +60,38 @@ def resources(report: dict[str, Any]) -> list[str]:
     return known + sorted(r for r in ratios if r not in RESOURCE_ORDER)
 
 
+def has_demand_sweep(report: dict[str, Any]) -> bool:
+    """GPU allocation at arrived demand is shown only for a run that is the sweep it is read from (see
+    phalanx.sim.series.SeriesRecorder.demand_sweep); anywhere else it reads 0% or 100% and means nothing."""
+    return report.get("gpuDemandSweep") is True
+
+
+def reserved_resources(report: dict[str, Any]) -> list[str]:
+    """Resources that waiting gangs ever held reserved and unbound."""
+    held = series_of(report).get("reservedRatio") or {}
+    return [r for r in resources(report) if any(v for v in _floats(held.get(r)) if v == v)]
+
+
+def reserved_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
+                   height: int = 260) -> str:
+    """Capacity reserved for waiting gangs and not bound: held, idle, and what keeps others waiting."""
+    lines: list[Line] = []
+    for run in runs:
+        s = series_of(run.report)
+        t = _floats(s.get("t"))
+        for i, res in enumerate(reserved_resources(run.report)):
+            color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
+            dash = run.dash or ("7 4" if res == "memory" else None)
+            lines.append(Line(_name(runs, run, f"{RESOURCE_NAMES.get(res, res)} reserved, not bound"), t,
+                              _floats(s["reservedRatio"][res]), color, dash=dash, width=2.6 if res == GPU else 1.8))
+    if not lines:
+        return empty("no capacity was ever held by a waiting gang")
+    y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
+    x = time_scale(t_max(runs) if x_max is None else x_max)
+    return chart(lines, x, ratio_scale(y_max, "reserved, share of the cluster"), name=name, title=title,
+                 width=1100, height=height)
+
+
 def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
                      height: int = 380) -> str:
     lines: list[Line] = []
@@ -136,14 +168,14 @@ def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
     for k, run in enumerate(runs):
         s = series_of(run.report)
         gpu = (s.get("allocatedRatio") or {}).get(GPU)
-        if not gpu:
+        if not gpu or not has_demand_sweep(run.report):  # a run that is no sweep has nothing to say here
             continue
         xs = _floats(s.get("arrivedGpuDemand"))
         # Stairs: within one sample the demand arrives first and the allocation follows it.
         lines.append(Line(_name(runs, run, "GPU allocated"), xs, _floats(gpu),
                           RUN_COLORS[k % len(RUN_COLORS)], dash=run.dash))
     if not lines:
-        return empty("no GPUs in this cluster")
+        return empty("no run here is an arrived-GPU-demand sweep")
     x_hi = max((x for line in lines for x in line.xs if x == x), default=0.0)
     if x_hi <= 0:
         return empty("no GPU demand arrived")

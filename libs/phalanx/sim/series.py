@@ -2,10 +2,13 @@
 
 - allocation of each resource (cpu, memory, GPUs) over virtual time, absolute and as a share of the
   cluster's allocatable; GPUs count whole GPUs and shares of one (phalanx.dev/gpu-share) alike;
+- what waiting gangs hold: capacity reserved for their pods and not bound yet, the same way (it is what
+  makes other pods wait while nothing runs on it);
 - pending pods and pending gangs over time;
 - each gang's wait: from its first pod's arrival to the moment its minimum was bound;
 - the GPU allocation ratio as a function of arrived GPU demand (the FGD paper's metric: allocated GPU
-  over all GPUs, against the GPUs requested by all pods arrived so far over all GPUs).
+  over all GPUs, against the GPUs requested by all pods arrived so far over all GPUs), and whether this run
+  is the sweep that metric is read from (`gpuDemandSweep`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ def _tracked(requests: dict[str, int]) -> dict[str, int]:
     return {"nvidia.com/gpu": _gpu_milli(requests), "cpu": requests.get("cpu", 0),
             "memory": requests.get("memory", 0)}
 MAX_POINTS = 2000  # reports stay small on long traces; the last value of each bucket is kept
+DEMAND_LEVELS = (0.9, 1.0, 1.1, 1.3)  # arrived GPU demand, as a share of the GPUs, where the FGD metric is read
+# The largest arrival, as a share of the GPUs, that still tells the levels apart (10 points between the
+# closest two): a run whose demand jumps past a level in one step cannot say what was allocated at it.
+SWEEP_STEP = 0.05
 
 
 @dataclass
@@ -60,10 +67,17 @@ class SeriesRecorder:
     def gang_started(self, gang: str, at: float) -> None:
         self._log(at, "started", gang)
 
+    def gang_reserved(self, gang: str, requests: dict[str, int], at: float) -> None:
+        """What the gang holds reserved and not bound from `at` on (the sum of its reserved pods' requests;
+        empty once it bound or let go)."""
+        self._log(at, "reserved", (gang, _tracked(requests)))
+
     def _fold(self) -> None:
         """One point per distinct time, after every event at that time."""
         allocated: dict[str, int] = {}
-        arrived_gpu = pending = 0
+        reserved: dict[str, int] = {}
+        held: dict[str, dict[str, int]] = {}  # gang -> what it holds reserved
+        arrived_gpu = pending = gpu_freed = 0
         pending_gangs: set[str] = set()
         first_arrival: dict[str, float] = {}
         self.points, self.gang_waits = [], {}
@@ -83,13 +97,22 @@ class SeriesRecorder:
             elif kind == "finished":
                 for r, v in data.items():
                     allocated[r] = allocated.get(r, 0) - v
+                gpu_freed += data[GPU]
+            elif kind == "reserved":
+                gang, now_held = data
+                before = held.pop(gang, {})
+                for r in TRACKED:
+                    reserved[r] = reserved.get(r, 0) + now_held[r] - before.get(r, 0)
+                if any(now_held.values()):
+                    held[gang] = now_held
             elif kind == "started":
                 pending_gangs.discard(data)
                 self.gang_waits.setdefault(data, at - first_arrival.get(data, at))
             point = {"t": at, "pendingPods": float(pending), "pendingGangs": float(len(pending_gangs)),
-                     "arrivedGpuDemand": self._ratio(arrived_gpu, GPU)}
+                     "arrivedGpuDemand": self._ratio(arrived_gpu, GPU), "gpuFreed": float(gpu_freed)}
             for r in TRACKED:
                 point[f"allocated:{r}"] = float(allocated.get(r, 0))
+                point[f"reserved:{r}"] = float(reserved.get(r, 0))
             if self.points and self.points[-1]["t"] == at:
                 self.points[-1] = point
             else:
@@ -112,6 +135,10 @@ class SeriesRecorder:
             "allocated": {r: [p[f"allocated:{r}"] / 1000 for p in points] for r in TRACKED if self.capacity.get(r)},
             "allocatedRatio": {r: [round(p[f"allocated:{r}"] / self.capacity[r], 6) for p in points]
                                for r in TRACKED if self.capacity.get(r)},
+            # Read from Redis as each step ends (see Simulation._read_gang_reports), exact at every instant.
+            "reserved": {r: [p[f"reserved:{r}"] / 1000 for p in points] for r in TRACKED if self.capacity.get(r)},
+            "reservedRatio": {r: [round(p[f"reserved:{r}"] / self.capacity[r], 6) for p in points]
+                              for r in TRACKED if self.capacity.get(r)},
             "capacity": {r: v / 1000 for r, v in self.capacity.items() if v},
         }
         waits = sorted(self.gang_waits.values())
@@ -119,8 +146,27 @@ class SeriesRecorder:
             "series": series,
             "gangWaits": [{"gang": g, "waitSeconds": w} for g, w in sorted(self.gang_waits.items())],
             "gangWaitPercentiles": {f"p{q}": _percentile(waits, q) for q in (50, 90, 99)} if waits else {},
-            "gpuAllocationAtDemand": self.gpu_allocation_at((0.9, 1.0, 1.1, 1.3)),
+            "gpuAllocationAtDemand": self.gpu_allocation_at(DEMAND_LEVELS),
+            "gpuDemandSweep": self.demand_sweep(),
         }
+
+    def demand_sweep(self) -> bool:
+        """Whether GPU allocation at arrived demand means something here: the run is the FGD paper's sweep
+        (pods of a GPU trace arriving one by one and never leaving) until the last level. Demand must reach
+        the first level in steps of at most SWEEP_STEP, and no GPU may be freed before the last level: once
+        pods leave, allocation trails the demand that ever arrived by what finished, not by what did not fit."""
+        if not self.capacity.get(GPU):
+            return False
+        previous, reached = 0.0, False
+        for p in self.points:
+            demand = p["arrivedGpuDemand"]
+            if p["gpuFreed"] > 0 or demand - previous > SWEEP_STEP + 1e-9:
+                return False
+            previous = demand
+            reached = reached or demand >= DEMAND_LEVELS[0] - 1e-9
+            if demand >= DEMAND_LEVELS[-1] - 1e-9:
+                break
+        return reached
 
     def gpu_allocation_at(self, demands: tuple[float, ...]) -> dict[str, float | None]:
         """GPU allocation ratio at the first sample where arrived GPU demand reached each level."""

@@ -55,11 +55,14 @@ def ticks(lo: float, hi: float, target: int = 6) -> list[float]:
 
 
 def fmt_number(value: float) -> str:
-    """Compact and exact enough for tables: integers with thousands separators, else 4 significant digits."""
+    """Compact and exact enough for tables: integers with thousands separators, else 4 significant digits;
+    never an exponent for ordinary magnitudes (15,630 rather than 1.563e+04)."""
     if not math.isfinite(value):
         return str(value)
     if float(value).is_integer():
         return f"{int(value):,}"
+    if abs(value) >= 1000:
+        return f"{round(value):,}"
     return f"{value:,.4g}" if abs(value) >= 1 else f"{value:.4g}"
 
 
@@ -75,9 +78,22 @@ def fmt_percent(ratio: float) -> str:
     return f"{round(ratio * 100, 4):g}%"
 
 
+# (unit, its name, the next smaller unit, its name): a duration reads as two parts, "4h 20m", "1d 14h".
+_PARTS = ((86400, "d", 3600, "h"), (3600, "h", 60, "m"), (60, "m", 1, "s"))
+
+
 def fmt_duration(seconds: float) -> str:
-    """`38.5 s`, `2.15 min`, `3.2 h`, `149 d`: the unit a person would pick for this one value."""
+    """A duration as a person writes it, the one format of every report: `0.25 s`, `38.5 s`, `6m 31s`,
+    `4h 20m`, `149d 8h` (rounded to the smaller part; a zero smaller part is left out)."""
     if not math.isfinite(seconds):
         return str(seconds)
-    unit = time_unit(abs(seconds))
-    return f"{seconds / unit.seconds:.3g} {unit.short}"
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    if round(s, 2) < 60:
+        return f"{sign}{fmt_number(round(s, 2) if s >= 1 else float(f'{s:.2g}'))} s"
+    for big, big_name, small, small_name in _PARTS:
+        total = round(s / small)
+        if total * small >= big:  # rounding 3599.7 s up makes it 1h, not 60m
+            whole, rest = divmod(total, big // small)
+            return f"{sign}{whole:,}{big_name}" + (f" {rest}{small_name}" if rest else "")
+    raise AssertionError("unreachable: 60 s and more reach the minutes")
