@@ -1,7 +1,8 @@
 """The report's main plot as a PNG, for terminals, CI logs and READMEs.
 
 matplotlib is imported inside render_png: it takes a good part of a second to load, and most
-`phalanx` commands never draw.
+`phalanx` commands never draw. It is an optional dependency (the `report` extra), left out of the container
+image, whose services never draw.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.sim import units
-from phalanx.sim.report_charts import RESOURCE_COLORS, RESOURCE_NAMES, resources, series_of
+from phalanx.sim.outputs import OutputError
+from phalanx.sim.report_charts import RESOURCE_COLORS, RESOURCE_NAMES, reserved_resources, resources, series_of
 from phalanx.sim.svg_plot import ZOOM_LEVELS
 
 WIDTH_IN, HEIGHT_IN, DPI = 12.0, 5.0, 100
+MATPLOTLIB_MISSING = ("PNG reports need matplotlib, which is not installed; it comes with the 'report' extra: "
+                      "pip install 'phalanx[report]'")
 
 
 def _zoom(y_max: float) -> float:
@@ -25,9 +29,14 @@ def _zoom(y_max: float) -> float:
 
 def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
     # The object API with an explicit Agg canvas: no pyplot global state, no display needed.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "matplotlib":
+            raise  # matplotlib is there but broken: its own message says more
+        raise OutputError(MATPLOTLIB_MISSING) from None
 
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
     FigureCanvasAgg(fig)
@@ -47,6 +56,11 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
             y_max = max([y_max] + ys)
             ax.step(xs, ys, where="post", color=RESOURCE_COLORS.get(r), linewidth=2.2 if r == "nvidia.com/gpu" else 1.6,
                     linestyle="--" if r == "memory" else "-", label=f"{RESOURCE_NAMES.get(r, r)} allocated")
+        for r in reserved_resources(report):  # held by waiting gangs, next to what is bound: what others wait for
+            ys = [float(v) for v in s["reservedRatio"][r]]
+            y_max = max([y_max] + ys)
+            ax.step(xs, ys, where="post", color=RESOURCE_COLORS.get(r), linewidth=1.4, linestyle=":",
+                    label=f"{RESOURCE_NAMES.get(r, r)} reserved, not bound")
         hi = _zoom(y_max)
         ax.set_ylim(0, hi * 1.02)
         ax.set_xlim(xs[0], xs[-1] if xs[-1] > xs[0] else xs[0] + 1)
@@ -70,8 +84,8 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
             h2, l2 = ax2.get_legend_handles_labels()
             handles, labels = handles + h2, labels + l2
         # Below the axes, so the legend never hides a line.
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(labels), frameon=False,
-                  fontsize=9)
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(len(labels), 4),
+                  frameon=False, fontsize=9)  # at most 4 a row: with the reserved lines there can be 7
     summary = report.get("summary") or {}
     sub = ""
     if summary:
