@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,17 @@ def test_png_report_without_matplotlib_names_the_extra(tmp_path: object) -> None
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "phalanx[report]" in proc.stdout and "matplotlib" in proc.stdout, proc.stdout
+
+
+def test_simulate_png_without_matplotlib_fails_before_the_run(tmp_path: object) -> None:
+    report = f"{tmp_path}/r.json"
+    code = (
+        "import sys\n"
+        "sys.modules['matplotlib'] = None\n"
+        "from phalanx.cli.main import main\n"
+        f"main(['simulate', '-f', 'examples/demo-two-jobs.yaml', '-o', {report!r}, '--png', {str(tmp_path)!r} + '/r.png'])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert "phalanx[report]" in proc.stderr
+    assert not Path(report).exists()  # refused before the simulation ran, not after

@@ -49,6 +49,10 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     try:
         check_writable(args.output, args.html, args.png)  # before the run, not after 30 s of it
+        if args.png:
+            from phalanx.sim.png_report import check_can_draw
+
+            check_can_draw()
     except OutputError as exc:
         print(f"phalanx simulate: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,16 @@ def _zoom(y_max: float) -> float:
     return max(1.0, y_max)
 
 
+def check_can_draw() -> None:
+    """Raises OutputError when matplotlib is missing: `simulate --png` says so before the run, not after."""
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "matplotlib":
+            raise
+        raise OutputError(MATPLOTLIB_MISSING) from None
+
+
 def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
     # The object API with an explicit Agg canvas: no pyplot global state, no display needed.
     try:
