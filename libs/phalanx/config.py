@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, NoReturn
 
 from phalanx.security.tls import PLAINTEXT, Security, TlsError, is_loopback
 
 if TYPE_CHECKING:
     import redis
+    from prometheus_client.registry import Collector
+
+    from phalanx.metrics.endpoint import MetricsEndpoint
 
 DEFAULT_PORTS = {"queue": 50051, "scheduler": 50052, "binder": 50053}
 # Plaintext, health only (grpc.health.v1), for kubelet's gRPC probes, which cannot present a certificate.
 DEFAULT_HEALTH_PORTS = {"queue": 50061, "scheduler": 50062, "binder": 50063}
+# Plain HTTP, read-only: Prometheus' /metrics.
+DEFAULT_METRICS_PORTS = {"queue": 9091, "scheduler": 9092, "binder": 9093}
 DEFAULT_TLS_DIR = "/etc/phalanx/tls"
 
 
@@ -24,6 +30,7 @@ def env(name: str, default: str) -> str:
 
 def common_parser(service: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"phalanx-{service}", description=description)
+    p.add_argument("--version", action="version", version=f"phalanx-{service} {package_version()}")
     p.add_argument("--listen", default=env("LISTEN", f"0.0.0.0:{DEFAULT_PORTS[service]}"),
                    help="address to serve gRPC on (env PHALANX_LISTEN)")
     p.add_argument("--clock", choices=["real", "virtual"], default=env("CLOCK", "real"),
@@ -40,7 +47,39 @@ def common_parser(service: str, description: str) -> argparse.ArgumentParser:
                    help="plaintext address serving only the gRPC health service, for kubelet probes (default with "
                         f"TLS: the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext: none, "
                         "health is on --listen) (env PHALANX_HEALTH_LISTEN)")
+    p.add_argument("--metrics-listen", default=env("METRICS_LISTEN", f"0.0.0.0:{DEFAULT_METRICS_PORTS[service]}"),
+                   help="address of the Prometheus /metrics endpoint: plain HTTP, read-only (it serves counters "
+                        "and gauges, and accepts no change); empty or 'off' turns it off (env "
+                        "PHALANX_METRICS_LISTEN)")
     return p
+
+
+def package_version() -> str:
+    """The installed phalanx distribution's version (--version, phalanx_build_info)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("phalanx")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+def usage_error(service: str, message: str) -> NoReturn:
+    """A setting the service cannot run with: one line on stderr, exit status 2 (as argparse's)."""
+    print(f"phalanx-{service}: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def serve_metrics_of(args: argparse.Namespace, service: str, *collectors: "Collector") -> "MetricsEndpoint | None":
+    """Starts the service's /metrics endpoint on --metrics-listen (None when it is off); a bad or busy
+    address ends the service with one line naming it."""
+    from phalanx.metrics.catalog import registry_for
+    from phalanx.metrics.endpoint import MetricsListenError, serve_metrics
+
+    try:
+        return serve_metrics(args.metrics_listen, registry_for(service, *collectors))
+    except MetricsListenError as exc:
+        usage_error(service, f"--metrics-listen {args.metrics_listen}: {exc}")
 
 
 def opt_bool(raw: str) -> bool | None:
@@ -101,6 +140,24 @@ def redis_client(args: argparse.Namespace) -> "redis.Redis":
         return connect(args.redis_url, password_file=args.redis_password_file, ca_file=args.redis_ca_file)
     except RedisConfigError as exc:
         raise SystemExit(str(exc)) from None
+
+
+def redis_address(client: "redis.Redis") -> str:
+    """host:port (or the socket path) a client connects to; never its password."""
+    kwargs = client.connection_pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def redis_unreachable(exc: BaseException, client: "redis.Redis") -> str:
+    """One line naming Redis when `exc` is a failure to reach it, else ""."""
+    import redis
+
+    if not isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        return ""
+    text = str(exc).splitlines()
+    return f"Redis at {redis_address(client)} is unreachable: {text[0] if text else type(exc).__name__}"
 
 
 def setup_logging(level: str) -> None:

@@ -12,7 +12,8 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env, health_listen_of, redis_args, redis_client, security_of, setup_logging
+from phalanx.config import (common_parser, env, health_listen_of, redis_args, redis_client, security_of,
+                            serve_metrics_of, setup_logging)
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
@@ -101,7 +102,11 @@ def main(argv: list[str] | None = None) -> None:
     exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
-    serve_until_signal(build(args).start())
+    metrics = serve_metrics_of(args, "binder")
+    server = build(args)
+    if metrics is not None:
+        server.add_cleanup(metrics.stop)
+    serve_until_signal(server.start())
 
 
 if __name__ == "__main__":

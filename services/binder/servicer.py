@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import grpc
 
@@ -10,9 +12,14 @@ from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import LockTimeout
 from phalanx.clock import Clock
+from phalanx.config import redis_unreachable
 from phalanx.rpc import validation
+from phalanx.rpc.server import FailureLog
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class BinderServicer(binder_pb2_grpc.BinderServicer):
@@ -20,6 +27,22 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         self.binder = binder
         self.backend = backend
         self.clock = clock
+        self._failures = FailureLog(log)
+
+    def _with_redis(self, context: grpc.ServicerContext, call: Callable[[], T]) -> T:
+        """Runs `call`; Redis unreachable answers UNAVAILABLE naming it (the scheduler keeps the bind and
+        sends it again) and logs one line, instead of gRPC's traceback for every call."""
+        try:
+            result = call()
+        except Exception as exc:
+            store = getattr(self.binder, "store", None)
+            unreachable = redis_unreachable(exc, store.redis) if store is not None else ""
+            if not unreachable:
+                raise
+            self._failures.failed(f"binder: {unreachable}")
+            context.abort(grpc.StatusCode.UNAVAILABLE, unreachable)
+        self._failures.cleared("binder: Redis")
+        return result
 
     def Bind(self, request: binder_pb2.BindRequest, context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         validation.abort_if_invalid(context, validation.bind_request(request))
@@ -34,7 +57,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         validation.abort_if_invalid(context, validation.bind_many_request(request))
         batches = [(list(b.assignments), b.all_or_nothing, b.trace_parent) for b in request.batches]
         try:
-            done = self.binder.bind_many(batches, self.clock.now(request.now))
+            done = self._with_redis(context, lambda: self.binder.bind_many(batches, self.clock.now(request.now)))
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return binder_pb2.BindManyResponse(batches=[binder_pb2.BindResponse(results=r, fence=f) for r, f in done])
@@ -42,8 +65,8 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
     def _bind(self, assignments: Iterable[binder_pb2.Assignment], all_or_nothing: bool, now: float, trace: str,
               context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         try:
-            results, fence = self.binder.bind(list(assignments), all_or_nothing,
-                                              self.clock.now(now), trace)
+            results, fence = self._with_redis(context, lambda: self.binder.bind(list(assignments), all_or_nothing,
+                                                                                self.clock.now(now), trace))
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return binder_pb2.BindResponse(results=results, fence=fence)
@@ -54,5 +77,6 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     def Report(self, request: binder_pb2.ReportRequest, context: grpc.ServicerContext) -> binder_pb2.ReportResponse:
         validation.abort_if_invalid(context, validation.report_request(request))
-        self.backend.report(list(request.pods), list(request.gangs), self.clock.now(request.now))
+        self._with_redis(context, lambda: self.backend.report(list(request.pods), list(request.gangs),
+                                                              self.clock.now(request.now)))
         return binder_pb2.ReportResponse()

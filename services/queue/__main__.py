@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env, health_listen_of, security_of, setup_logging
+from phalanx.config import common_parser, env, health_listen_of, security_of, serve_metrics_of, setup_logging
 from phalanx.lifecycle import exit_with_parent
+from phalanx.metrics.collectors import QueueCollector
+from phalanx.metrics.endpoint import MetricsEndpoint
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.server import ServiceServer, serve_until_signal
 from phalanx.telemetry.tracing import setup_tracing
@@ -14,12 +16,16 @@ from phalanx.v1 import queue_pb2_grpc
 from phalanx_queue.servicer import QueueServicer
 
 
-def build(args: argparse.Namespace) -> ServiceServer:
+def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> ServiceServer:
     settings = QueueSettings(initial_backoff=args.initial_backoff, max_backoff=args.max_backoff,
                              unschedulable_flush=args.unschedulable_flush, lease_seconds=args.lease)
     servicer = QueueServicer(SchedulingQueue(settings), Clock(args.clock == "virtual"))
-    return ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s),
-                         security=security_of(args), health_listen=health_listen_of(args, "queue"))
+    server = ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s),
+                           security=security_of(args), health_listen=health_listen_of(args, "queue"))
+    if metrics is not None:
+        metrics.registry.register(QueueCollector(servicer.queue))  # pending pods, counted when scraped
+        server.add_cleanup(metrics.stop)
+    return server
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-queue")
-    serve_until_signal(build(args).start())
+    metrics = serve_metrics_of(args, "queue")
+    serve_until_signal(build(args, metrics).start())
 
 
 if __name__ == "__main__":

@@ -15,23 +15,28 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
 
 from phalanx.clock import Clock
 from phalanx.cluster.leader import (DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
                                     ElectionConfig, LeaderElector, claim_fencing_term, new_identity, pod_name,
                                     pod_namespace)
 from phalanx.config import (bool_arg, common_parser, env, health_listen_of, opt_bool, redis_args, redis_client,
-                            security_of, setup_logging)
+                            redis_unreachable, security_of, serve_metrics_of, setup_logging, usage_error)
 from phalanx.framework.framework import Framework
-from phalanx.framework.profile import load_profile
+from phalanx.framework.profile import ProfileError, check_plugin_names, load_profile
 from phalanx.lifecycle import exit_with_parent
+from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import Heartbeat, redis_check
-from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
+from phalanx.plugins import default_registries
+from phalanx.rpc.server import ServiceServer, rpc_failure, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
+from phalanx.security.tls import Security
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore
 from phalanx.telemetry.tracing import setup_tracing
@@ -60,17 +65,27 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
     """The scheduler and its server. `standby`: a replica under leader election, which must not touch the
     state before it leads: no recover() (which would also hand the leader's in-flight pods back to the
     queue); Leadership does it on takeover."""
+    framework = framework_of(args.profile)  # a bad profile ends the service before it waits for anything
     clock = Clock(args.clock == "virtual")
     security = security_of(args)
     store = StateStore(redis_client(args), Keys(args.redis_prefix))
-    wait_healthy(args.queue, timeout=args.dependency_timeout, security=security, peer=tls.QUEUE)
-    wait_healthy(args.binder, timeout=args.dependency_timeout, security=security, peer=tls.BINDER)
+    wait_for(args.queue, "--queue", "queue", args.dependency_timeout, security, tls.QUEUE)
+    wait_for(args.binder, "--binder", "binder", args.dependency_timeout, security, tls.BINDER)
     consumer = SHARED_CONSUMER if election_enabled(args) else ""
     queue, binder = QueueClient(args.queue, security, consumer=consumer), BinderClient(args.binder, security)
-    settings = SchedulerSettings(default_wait_seconds=args.default_wait, pop_batch=args.pop_batch)
-    scheduler = GangScheduler(store, queue, binder, Framework(load_profile(args.profile)), settings)
+    settings = SchedulerSettings(default_wait_seconds=args.default_wait, pop_batch=args.pop_batch,
+                                 profile=args.scheduler_name)
+    scheduler = GangScheduler(store, queue, binder, framework, settings)
     if not standby:
-        scheduler.recover(clock.now(0.0))
+        try:
+            scheduler.recover(clock.now(0.0))
+        except grpc.RpcError as exc:  # the queue went away since it answered its health check
+            cannot_start(f"--queue {args.queue}: the queue did not answer: {rpc_failure(exc)}")
+        except Exception as exc:
+            unreachable = redis_unreachable(exc, store.redis)
+            if not unreachable:
+                raise
+            cannot_start(f"--redis-url: {unreachable}")
     # In Kubernetes mode the API server's watch is the only source of cluster state: the RPCs that feed
     # it (the simulator's) are refused.
     servicer = SchedulerServicer(scheduler, queue, clock, simulated=args.backend != "kubernetes")
@@ -80,6 +95,31 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
     server.monitor.add_check("redis", redis_check(store.redis))
     server.monitor.add_check("scheduling", servicer.step_error)
     return server, servicer
+
+
+def framework_of(path: str | None) -> Framework:
+    """The profile's framework; a profile that cannot be used ends the service with one line naming the
+    file and the field (exit status 2)."""
+    filters, scores = default_registries()
+    try:
+        profile = load_profile(path)
+        check_plugin_names(profile, path or "", filters.names(), scores.names())
+    except ProfileError as exc:
+        usage_error("scheduler", f"--profile {exc.path}: {exc.where()}")
+    return Framework(profile, (filters, scores))
+
+
+def wait_for(address: str, flag: str, what: str, timeout: float, security: Security, peer: str) -> None:
+    """Waits for a service the scheduler needs; ends the scheduler with one line naming it if it never serves."""
+    try:
+        wait_healthy(address, timeout=timeout, security=security, peer=peer)
+    except TimeoutError:
+        cannot_start(f"{flag} {address}: the {what} is not serving (no healthy answer within {timeout:g}s; "
+                     "--dependency-timeout)")
+
+
+def cannot_start(reason: str) -> NoReturn:
+    raise SystemExit(f"phalanx-scheduler: {reason}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -92,7 +132,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--default-wait", type=float, default=float(env("DEFAULT_WAIT", "600")),
                    help="seconds a gang waits for its minimum when it declares no waiting time")
     p.add_argument("--pop-batch", type=int, default=int(env("POP_BATCH", "256")))
-    p.add_argument("--dependency-timeout", type=float, default=60.0)
+    p.add_argument("--dependency-timeout", type=float, default=60.0,
+                   help="seconds to wait at start for the queue and the binder to serve before giving up")
     p.add_argument("--backend", choices=["simulated", "kubernetes"], default=env("BACKEND", "kubernetes"),
                    help="kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: "
                         "cluster events arrive through the Scheduler API (env PHALANX_BACKEND)")
@@ -358,13 +399,19 @@ def main(argv: list[str] | None = None) -> None:
     elect = election_enabled(args)
     if elect:
         election_config(args)  # bad flags fail before anything starts
+    metrics = serve_metrics_of(args, "scheduler")
     server, servicer = build(args, standby=elect)
+    if metrics is not None:
+        metrics.registry.register(GangCollector(lambda: servicer.scheduler.gangs, servicer.lock))
+        server.add_cleanup(metrics.stop)
     server.start()
     if elect:
         def on_lost(reason: str) -> None:  # through the graceful path: in-flight calls finish, then exit 1
             os.kill(os.getpid(), signal.SIGTERM)
 
         leadership = Leadership(args, server, servicer, on_lost=on_lost).start()
+        if metrics is not None:
+            metrics.registry.register(LeaderCollector(leadership.config.name, leadership.is_leader))
         serve_until_signal(server, on_stop=leadership.stop)
         if leadership.lost:
             raise SystemExit(f"phalanx-scheduler: leadership lost ({leadership.lost}); exiting to restart as a standby")

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from phalanx.clock import Clock
+from phalanx.config import redis_unreachable
 from phalanx.rpc.health import Heartbeat
+from phalanx.rpc.server import FailureLog, rpc_failure
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc import validation
@@ -37,6 +39,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.lock = threading.Lock()  # the scheduler's memory is single-threaded by design
         self.failing_since: float | None = None  # monotonic time of the first of the failing steps
         self.last_error = ""
+        self._failures = FailureLog(log)
 
     def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
                            context: grpc.ServicerContext) -> scheduler_pb2.ApplyClusterEventsResponse:
@@ -137,6 +140,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 with self.lock:
                     r = self.scheduler.step(self.clock.now(), prefetched=prefetched)
                 self.failing_since = None
+                self._failures.cleared("scheduling")
                 prefetched = None
                 if r.attempted == 0:
                     # Outside the lock: cluster events must not wait behind an idle poll.
@@ -147,12 +151,27 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 stop.set()
                 return
             except Exception as exc:  # keep serving: the step's pods went back to the queue; it is retried
-                log.exception("scheduling step failed")
-                self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                unreachable = self.unreachable(exc)
+                if unreachable:  # a dependency is down: one line naming it, not a traceback every second
+                    self._failures.failed(f"scheduling step failed: {unreachable}; retrying every second")
+                    self.last_error = unreachable
+                else:
+                    log.exception("scheduling step failed")
+                    self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
                 prefetched = None
                 stop.wait(1.0)
+
+    def unreachable(self, exc: Exception) -> str:
+        """One line naming the dependency a failed step could not reach ("" for any other failure). The
+        step's gRPC calls go to the queue (the binder's are answered inside it: a bind that fails is kept
+        and sent again)."""
+        if isinstance(exc, grpc.RpcError) and exc.code() in (grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
+                                                             grpc.StatusCode.DEADLINE_EXCEEDED):
+            return f"the queue at {getattr(self.queue, 'address', '?')} did not answer: {rpc_failure(exc)}"
+        store = getattr(self.scheduler, "store", None)
+        return redis_unreachable(exc, store.redis) if store is not None else ""
 
     def step_error(self, grace: float = 10.0) -> str:
         """Readiness: why scheduling has been failing for longer than `grace` seconds, or ""."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
+from phalanx.metrics.binds import record_bind
 from phalanx.state.store import BINDING_STATE, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked
 from phalanx.rpc.convert import assignment_of
@@ -71,6 +72,7 @@ class BatchBinder:
 
     def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
              trace: str = "") -> tuple[list[binder_pb2.BindResult], int]:
+        started = time.perf_counter()
         gangs = sorted({a.gang for a in assignments if a.gang})
         with child_span("phalanx.binder.bind_batch", trace,
                         {"phalanx.pods": len(assignments), "phalanx.gangs": ",".join(gangs),
@@ -88,6 +90,7 @@ class BatchBinder:
                     results = self._bind_locked(assignments, all_or_nothing, now, fence, refusals)
             span.set_attribute("phalanx.fence", fence)
             span.set_attribute("phalanx.bound", sum(1 for r in results if r.status == BOUND))
+            record_bind(results, time.perf_counter() - started)
             return results, fence
 
     def _bind_in_one_script(self, assignments: list[binder_pb2.Assignment],
@@ -128,6 +131,7 @@ class BatchBinder:
         batch after another ran three API calls at a time; together, the backend's pool runs them all."""
         if len(batches) <= 1 or self.backend.transactional:  # the embedded cluster: one script per batch
             return [self.bind(a, aon, now, trace) for a, aon, trace in batches]
+        started = time.perf_counter()
         everything = [a for batch, _, _ in batches for a in batch]
         others = [trace for _, _, trace in batches[1:]]
         with child_span("phalanx.binder.bind_many", batches[0][2],
@@ -140,6 +144,7 @@ class BatchBinder:
                 plans = [self._plan(a, aon, fence, refusals, records) for a, aon, _ in batches]
                 results = self._execute(plans, now, fence)
             span.set_attribute("phalanx.fence", fence)
+            record_bind((r for batch in results for r in batch), time.perf_counter() - started, len(batches))
             return [(r, fence) for r in results]
 
     def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
@@ -284,6 +289,7 @@ class BatchBinder:
         pending = self.store.pods_in_state(BINDING_STATE)
         if not pending:
             return []
+        started = time.perf_counter()
         assignments = [assignment_of(r) for r in sorted(pending.values(), key=lambda r: r.key)]
         refusals = self.backend.precheck(assignments)
         with self.lock.hold() as fence:
@@ -294,6 +300,7 @@ class BatchBinder:
             if not assignments:
                 return []
             results = self._bind_locked(assignments, False, now, fence, refusals)
+        record_bind(results, time.perf_counter() - started)  # a roll-forward is a batch bind too
         done = sum(1 for r in results if r.status == BOUND)
         log.warning("rolled forward %d interrupted bindings (%d bound)", len(assignments), done)
         return results

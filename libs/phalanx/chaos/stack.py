@@ -124,7 +124,8 @@ class ChaosStack:
         addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
         tls_dir = config.run_dir / "tls"
         make_tree(tls_dir, list(SERVICE_IDENTITIES.values()), [], ["127.0.0.1"], days=30)
-        common = ["--clock", "real", "--log-level", config.log_level]
+        # No /metrics: the default ports would collide between stacks on one machine.
+        common = ["--clock", "real", "--log-level", config.log_level, "--metrics-listen", "off"]
         state = ["--redis-url", redis.address_url, "--redis-password-file", str(redis.password_file()),
                  "--redis-prefix", config.redis_prefix]
         kube = ["--backend", "kubernetes", "--kubeconfig", config.kubeconfig]

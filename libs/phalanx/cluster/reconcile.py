@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from phalanx.metrics.catalog import RECONCILE_REPAIRS
 from phalanx.plugins.gpu_share import with_gpu_devices
 from phalanx.state.store import BINDING_STATE, PodRecord
 
@@ -176,6 +177,8 @@ class Maintenance:
             feed.requeue_missing()
         if repairs:
             self.totals.update(repairs)
+            for kind, n in repairs.items():
+                RECONCILE_REPAIRS.labels(kind).inc(n)
             log.warning("reconcile: repaired %d (%s)", sum(repairs.values()),
                         ", ".join(f"{k}={v}" for k, v in sorted(repairs.items())))
         return repairs

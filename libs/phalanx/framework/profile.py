@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,41 +21,89 @@ class Profile:
 
 
 class ProfileError(ValueError):
-    pass
+    """A profile that cannot be used; `field` is the offending field's path ("" for the whole file), and
+    `detail` one line saying what is wrong with it."""
+
+    def __init__(self, path: str | Path, field: str, detail: str) -> None:
+        self.path = str(path)
+        self.field = field
+        self.detail = detail
+        super().__init__(f"profile {path}: {self.where()}")
+
+    def where(self) -> str:
+        """'field: detail' (or the detail alone), the part after the file's name."""
+        return f"{self.field}: {self.detail}" if self.field else self.detail
 
 
 def load_profile(path: str | Path | None) -> Profile:
-    """Reads a profile file; every error names the file and the field."""
+    """Reads a profile file; every error names the file and the field, in one line."""
     if path is None:
         return Profile()
     try:
         data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"profile {path}: {exc}") from None
+    except OSError as exc:
+        raise ProfileError(path, "", f"cannot read it: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(path, "", _yaml_problem(exc)) from None
     if data is None:
         return Profile()
     if not isinstance(data, dict):
-        raise ProfileError(f"profile {path}: expected a mapping at the top level")
+        raise ProfileError(path, "", f"expected a mapping at the top level, got {_kind(data)}")
     unknown = set(data) - {"filters", "scores", "percentageOfNodesToScore"}
     if unknown:
-        raise ProfileError(f"profile {path}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise ProfileError(path, "", f"unknown field(s) {', '.join(sorted(map(str, unknown)))} (known: filters, "
+                                     "scores, percentageOfNodesToScore)")
     profile = Profile()
     if "filters" in data:
         filters = data["filters"]
-        if not isinstance(filters, list) or not all(isinstance(f, str) for f in filters):
-            raise ProfileError(f"profile {path}: filters: expected a list of plugin names")
+        if not isinstance(filters, list):
+            raise ProfileError(path, "filters", f"expected a list of plugin names, got {_kind(filters)}")
+        for i, name in enumerate(filters):
+            if not isinstance(name, str):
+                raise ProfileError(path, "filters", f"expected plugin names, got {name!r} (item {i + 1})")
         profile.filters = tuple(filters)
     if "scores" in data:
         scores = data["scores"]
         if not isinstance(scores, dict):
-            raise ProfileError(f"profile {path}: scores: expected a mapping of plugin name to weight")
+            raise ProfileError(path, "scores", f"expected a mapping of plugin name to weight, got {_kind(scores)}")
         for name, weight in scores.items():
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-                raise ProfileError(f"profile {path}: scores.{name}: weight must be a non-negative number")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise ProfileError(path, f"scores.{name}", f"weight must be a number >= 0, got {weight!r}")
+            if weight < 0:
+                raise ProfileError(path, f"scores.{name}", f"weight must be >= 0, got {weight:g}")
         profile.scores = {str(k): float(v) for k, v in scores.items()}
     if "percentageOfNodesToScore" in data:
         pct = data["percentageOfNodesToScore"]
         if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100:
-            raise ProfileError(f"profile {path}: percentageOfNodesToScore: expected an integer from 1 to 100")
+            raise ProfileError(path, "percentageOfNodesToScore", f"expected an integer from 1 to 100, got {pct!r}")
         profile.percentage_of_nodes_to_score = pct
     return profile
+
+
+def check_plugin_names(profile: Profile, path: str | Path, filters: Iterable[str], scores: Iterable[str]) -> None:
+    """Every plugin the profile names is one of the registered `filters` and `scores` (their names)."""
+    known_filters, known_scores = set(filters), set(scores)
+    for i, name in enumerate(profile.filters):
+        if name not in known_filters:
+            raise ProfileError(path, "filters", f"unknown filter plugin {name!r} (item {i + 1}; known: "
+                                                f"{', '.join(sorted(known_filters))})")
+    for name in profile.scores:
+        if name not in known_scores:
+            raise ProfileError(path, f"scores.{name}", f"unknown score plugin (known: {', '.join(sorted(known_scores))})")
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return repr(value)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's complaint and position in one line (its own message spans several)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"

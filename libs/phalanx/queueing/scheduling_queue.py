@@ -544,6 +544,14 @@ class SchedulingQueue:
             s.next_ready_at = self._next_ready_at()
             return s
 
+    def counts(self) -> dict[str, int]:
+        """Pods per sub-queue as they stand (no flush: unlike stats, needs no `now`), for /metrics."""
+        with self._lock:
+            out = dict.fromkeys((q.value for q in SubQueue), 0)
+            for e in self._entries.values():
+                out[e.where.value] += 1
+            return out
+
     def _next_ready_at(self) -> float | None:
         while self._backoff:
             until, version, key = self._backoff[0]

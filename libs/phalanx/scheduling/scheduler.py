@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from time import perf_counter
 
 from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
-from phalanx.model.keys import KOORD_TIMEOUT
+from phalanx.metrics.attempts import AttemptTally, observe_bound
+from phalanx.metrics.catalog import GANG_TIMEOUTS, GANG_WAIT
+from phalanx.model.keys import DEFAULT_SCHEDULER_NAME, KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
 from phalanx.plugins.gpu_share import with_gpu_devices
@@ -29,6 +32,7 @@ from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import BINDING_STATE, GangRecord, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
 from phalanx.rpc.convert import assignment_of
+from phalanx.rpc.server import rpc_failure
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ log = logging.getLogger(__name__)
 class SchedulerSettings:
     default_wait_seconds: float = 600.0
     pop_batch: int = 256
+    profile: str = DEFAULT_SCHEDULER_NAME  # the scheduler name: the `profile` label of its metrics
 
 
 @dataclass
@@ -78,9 +83,13 @@ class GangScheduler:
         self.bound: set[str] = set()  # pods bound and not yet released: never scheduled twice
         self._next_timer: float | None = None
         self.reports = StatusReports()
+        self.attempts = AttemptTally(self.settings.profile)  # scheduler_schedule_attempts_total and latency
         # The last reason a pod of each gang could not be placed, so a timeout message still names the
         # missing resource.
         self._last_failure: dict[str, str] = {}
+        # Each timed-out gang's message as said when its wait ran out, so pods turned away later are told
+        # the counts of that moment, not the zero left once its reservations were released.
+        self._timeout_said: dict[str, str] = {}
         # Binds that were decided but did not complete (binder unreachable, or it answered PENDING): the
         # reservations are kept and the bind is sent again, so a decided gang is finished, never dropped.
         self.pending_groups: dict[tuple[str, ...], str] = {}  # gang group -> trace
@@ -160,6 +169,7 @@ class GangScheduler:
         for key in gone:
             self.gangs.forget(key)
             self._last_failure.pop(key, None)
+            self._timeout_said.pop(key, None)
             self.reports.forget_gang(key)  # GangManager.forget flags the timers: the next step re-reads them
         return gone
 
@@ -227,6 +237,8 @@ class GangScheduler:
         later = list(later or ())
         unsettled: list[Popped] = list(prefetched.items) if prefetched is not None else []
         popped = PopResult([], None, 0)
+        round_started = perf_counter()
+        self.attempts.new_round()
         try:
             if self.needs_resync:
                 self.resync()
@@ -248,12 +260,18 @@ class GangScheduler:
                     break
                 result.attempted += len(popped.items)
                 state = _StepState(now)
+                round_started = perf_counter()
+                self.attempts.new_round()
                 for gang, unit in _units(popped.items):
                     if gang:
+                        mark, started = len(state.verdicts), perf_counter()
                         self._schedule_gang_unit(gang, unit, state)
+                        self.attempts.unit(unit, state.verdicts, mark, perf_counter() - started)
                     else:
                         state.ordinary.extend(unit)
+                mark, started = len(state.verdicts), perf_counter()
                 self._schedule_ordinary(state)
+                self.attempts.unit(state.ordinary, state.verdicts, mark, perf_counter() - started)
                 faults.reached("scheduler.before_bind")
                 self._bind_ready(state)
                 result.bound += state.bound
@@ -266,6 +284,7 @@ class GangScheduler:
                 if later and self._quiet_until(later[0][0], popped, state):
                     now = self._next_instant(now, later, carry, result)
         except Exception:
+            self.attempts.failed(len(unsettled), perf_counter() - round_started)
             # Whatever this round decided is in Redis (or not) as a whole; memory may be half updated, so it
             # is reloaded before the next step, and every pod popped in the round goes back to the queue
             # (one that was reserved after all is answered from the reservation when popped again).
@@ -330,9 +349,10 @@ class GangScheduler:
             self._reject(unit, Outcome.DROPPED, self.gangs.specs[gang].invalid, state)
             return
         if status == GangStatus.TIMED_OUT:
+            said = self._timed_out_message(gang)
             for item in unit:
-                self.reports.pod(item.pod.key, self._timeout_message(gang), annotations={KOORD_TIMEOUT: "true"})
-            self._reject(unit, Outcome.DROPPED, self._timeout_message(gang), state, report=False)
+                self.reports.pod(item.pod.key, said, annotations={KOORD_TIMEOUT: "true"})
+            self._reject(unit, Outcome.DROPPED, said, state, report=False)
             return
         unit = self._skip_reserved(unit, state)
         if not unit:
@@ -569,7 +589,7 @@ class GangScheduler:
                 results = self.binder.bind_many([(a, aon, trace) for _, trace, a, aon, _ in batches], state.now)
             except Exception as exc:
                 for _, _, assignments, _, items in batches:
-                    self._bind_unfinished(assignments, state, items, f"the binder did not answer: {exc}")
+                    self._bind_unfinished(assignments, state, items, self._binder_silent(exc))
                 return
             for (_, _, assignments, _, items), batch_results in zip(batches, results):
                 self._apply_bind(batch_results, assignments, state, items)
@@ -579,9 +599,12 @@ class GangScheduler:
         try:
             results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
         except Exception as exc:  # the binder is down or restarting: its answer is unknown, not negative
-            self._bind_unfinished(assignments, state, items, f"the binder did not answer: {exc}")
+            self._bind_unfinished(assignments, state, items, self._binder_silent(exc))
             return
         self._apply_bind(results, assignments, state, items)
+
+    def _binder_silent(self, exc: Exception) -> str:
+        return f"the binder at {getattr(self.binder, 'address', '?')} did not answer: {rpc_failure(exc)}"
 
     def _bind_unfinished(self, assignments: list[binder_pb2.Assignment], state: _StepState,
                          items: dict[str, Popped], why: str) -> None:
@@ -640,6 +663,7 @@ class GangScheduler:
                     bound_by_gang[a.gang].append(res.pod_key)
                 state.verdicts.append(Verdict(item, Outcome.BOUND))
                 state.bound += 1
+                observe_bound(state.now, item.pod.created_at)
                 self.reports.forget_pods([res.pod_key])  # placed: a later failure is news again
                 continue
             if res.status == binder_pb2.BIND_STATUS_PENDING:
@@ -668,6 +692,8 @@ class GangScheduler:
     def _gang_bound(self, gang: str, keys: list[str], now: float) -> None:
         first = self.gangs.record(gang).satisfied_at is None
         self.gangs.bound(gang, keys, now)
+        if first and (spec := self.gangs.specs.get(gang)) is not None:
+            GANG_WAIT.observe(max(now - spec.created_at, 0.0))
         if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
             bound_now = len(self.gangs.record(gang).bound)
             self._report_gang(gang, "Scheduled", "GangScheduled",
@@ -721,13 +747,15 @@ class GangScheduler:
         txn = Txn()
         victims: dict[str, list[str]] = {}
         messages: dict[str, str] = {}
+        for gang in sorted(expired):  # all before any release: a message counts its group partners' pods too
+            messages[gang] = self._timeout_said[gang] = self._timeout_message(gang)
         for gang in sorted(expired):
             rec = self.gangs.record(gang)
-            messages[gang] = self._timeout_message(gang)  # before the release: it counts what was placed
             victims[gang] = sorted(set(rec.rounds) | rec.assumed)
             txn.release.extend(k for k in rec.assumed if k in self.assumed)
             self.gangs.timed_out(gang, txn)
         self.store.must_apply(txn)
+        GANG_TIMEOUTS.inc(len(expired))
         to_remove: list[str] = []
         for gang, pods in victims.items():
             with child_span("phalanx.scheduler.gang_timeout", self.gangs.record(gang).trace,
@@ -752,11 +780,33 @@ class GangScheduler:
         return any(r.state == BINDING_STATE for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)))
 
     def _timeout_message(self, gang: str) -> str:
-        last = self._last_failure.get(gang)
-        why = f"last failure: {last}" if last else "too few of its pods were created"
+        """Why the wait ran out, said while the gang still holds its reservations (they are counted). A gang
+        that reached its minimum waited for the members of its GangGroup that did not: those are named."""
+        partners = [k for k in self.gangs.group_of(gang) if k != gang and not self.gangs.reached_minimum(k)]
+        if partners and self.gangs.reached_minimum(gang):
+            why = "; ".join(self._partner_progress(k) for k in partners)
+        elif last := self._last_failure.get(gang):
+            why = f"last failure: {last}"
+        else:
+            why = "too few of its pods were created"
         return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s with "
                 f"{self.gangs.placed_count(gang)}/{self._min(gang)} pods placed ({why}); it will not be scheduled "
                 f"again until its pods are recreated")
+
+    def _partner_progress(self, gang: str) -> str:
+        if gang not in self.gangs.specs:
+            return f"waiting for GangGroup member {gang}, which is not declared"
+        last = self._last_failure.get(gang)
+        return (f"waiting for GangGroup member {gang} which has {self.gangs.placed_count(gang)}/{self._min(gang)} "
+                f"pods placed" + (f", its last failure: {last}" if last else ""))
+
+    def _timed_out_message(self, gang: str) -> str:
+        said = self._timeout_said.get(gang)
+        if said is not None:
+            return said
+        # Timed out before this process started: what it had placed then went with its reservations.
+        return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s; it will not be "
+                f"scheduled again until its pods are recreated")
 
     def _min(self, gang: str) -> int | str:
         spec = self.gangs.specs.get(gang)

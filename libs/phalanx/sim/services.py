@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,11 @@ from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
 
 
+class ServiceExited(SystemExit):
+    """A service ended while starting; its message is the service's own last line (e.g. the profile
+    field it refused). A SystemExit, so `phalanx simulate` ends with that line rather than a traceback."""
+
+
 @dataclass
 class ServiceProcess:
     name: str
@@ -32,6 +38,8 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     security: Security = PLAINTEXT  # how this harness (the simulator's identity) reaches the service
+    # /metrics: off unless asked (the default ports of several stacks on one machine would collide).
+    metrics_port: int = 0
 
     @property
     def address(self) -> str:
@@ -45,7 +53,9 @@ class ServiceProcess:
         env = exit_with_parent_env({**os.environ, **self.extra_env, **(extra_env or {})})
         quiet_unless_exporting(env)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.address, *self.args],
+        metrics = f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "off"
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.address,
+                                      "--metrics-listen", metrics, *self.args],
                                      stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         if wait:
@@ -54,8 +64,34 @@ class ServiceProcess:
             except TimeoutError:
                 raise RuntimeError(f"{self.name} did not become healthy; its log:\n{self.log_tail()}") from None
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port else ""
+
     def wait_healthy(self, timeout: float = 60) -> None:
-        wait_healthy(self.address, timeout=timeout, security=self.security, peer=self.identity)
+        """Waits for SERVING; a process that exits meanwhile raises ServiceExited at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._raise_if_exited()
+            try:
+                wait_healthy(self.address, timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
+                             security=self.security, peer=self.identity)
+                return
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    self._raise_if_exited()
+                    raise
+
+    def _raise_if_exited(self) -> None:
+        code = None if self.proc is None else self.proc.poll()
+        if code is None:
+            return
+        lines = [line for line in self.log_tail(50).splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else ""
+        if last.startswith(f"phalanx-{self.name}:"):  # the service said why, in one line
+            raise ServiceExited(last)
+        raise ServiceExited(f"phalanx-{self.name} exited with status {code} while starting"
+                            + (f": {last}" if last else "") + f" (log: {self.log_path})")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -101,11 +137,12 @@ class Stack:
     def launch(cls, *, redis_url: str | None = None, prefix: str = "phalanx", default_wait: float = 600.0,
                profile: str | None = None, scheduler_env: dict[str, str] | None = None,
                log_dir: Path | None = None, clock: str = "virtual",
-               env: dict[str, str] | None = None, tls: bool = False) -> "Stack":
+               env: dict[str, str] | None = None, tls: bool = False, metrics: bool = False) -> "Stack":
         """`clock="real"`: every service on the wall clock; the scheduler runs its own loop (long-polling
         the queue when idle) and the simulated backend's bind log records wall time. `env`: extra
         environment of all three services. `tls`: mutual TLS between them, as deployed (certificates made
-        in the log directory; `stack.security` is the simulator's identity), to measure what it costs."""
+        in the log directory; `stack.security` is the simulator's identity), to measure what it costs.
+        `metrics`: each service serves /metrics on a free loopback port (`svc.metrics_url`)."""
         redis = None
         if redis_url is None:
             redis = RedisServer().start()
@@ -126,7 +163,7 @@ class Stack:
             return ["--tls-dir", str(logs / "tls" / SERVICE_IDENTITIES[name]), "--health-listen", "127.0.0.1:0"]
 
         state = ["--redis-url", redis_url, "--redis-prefix", prefix]
-        queue_port, binder_port, scheduler_port = free_ports(3)
+        queue_port, binder_port, scheduler_port, *metrics_ports = free_ports(6 if metrics else 3)
         queue = ServiceProcess("queue", "phalanx_queue", [*common, *transport("queue"), "--unschedulable-flush", "0"],
                                queue_port, logs / "queue.log")
         binder = ServiceProcess("binder", "phalanx_binder", [*common, *transport("binder"), *state,
@@ -140,6 +177,8 @@ class Stack:
         for svc in (queue, binder, scheduler):
             svc.extra_env.update(env or {})
             svc.security = security
+        if metrics_ports:
+            queue.metrics_port, binder.metrics_port, scheduler.metrics_port = metrics_ports
         stack = cls(redis_url, prefix, queue, binder, scheduler, redis, logs, security)
         try:
             queue.start(wait=False)

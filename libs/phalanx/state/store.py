@@ -23,6 +23,7 @@ from typing import Any, cast, overload
 
 import redis
 
+from phalanx.metrics.catalog import CONFLICT_REASONS, TXN_CONFLICTS
 from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo, Placement, SelectorRequirement, SelectorTerm, Taint, Toleration
 from phalanx.state.keys import (FIELD_SEP, REL_TIMERS, Keys, node_field, rel_gang, rel_gang_assumed,
                                 rel_gang_bound)
@@ -123,6 +124,22 @@ def record_bound(txn: Txn, keys_by_gang: dict[str, list[str]], now: float) -> No
         txn.cmd("SADD", rel_gang_bound(gang), *keys)
         txn.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
         txn.cmd("ZREM", REL_TIMERS, gang)
+
+
+# phalanx_redis_txn_conflicts_total, by the first words of lua/txn.lua's refusals.
+_CONFLICTS = {reason: TXN_CONFLICTS.labels(reason) for reason in CONFLICT_REASONS}
+
+
+def _conflict_reason(refusal: str) -> str:
+    if refusal.startswith("conflict:"):
+        return "capacity"
+    if refusal == "locked":
+        return "locked"
+    if refusal.startswith("fenced:"):
+        return "stale_fence"
+    if refusal.startswith("node "):
+        return "node_gone"
+    return "pod_state"
 
 
 class TxnConflict(Exception):
@@ -307,7 +324,9 @@ class StateStore:
             return True, "", int(result[1])
         if code == 2:
             raise self._fenced(str(result[1]))
-        return False, str(result[1]), 0
+        reason = str(result[1])
+        _CONFLICTS[_conflict_reason(reason)].inc()
+        return False, reason, 0
 
     def _write(self, cmds: list[list[Any]]) -> None:
         """Plain writes (`cmds` as in Txn.cmds: [op, key suffix under the base, args...]), atomically. With
