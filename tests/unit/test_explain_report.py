@@ -186,8 +186,18 @@ def test_one_gang_by_name_whatever_its_state(capsys, simulated) -> None:
     assert code == 1 and "no gang no-such-gang" in err
 
 
-def test_without_the_workload_counts_and_reasons_only(capsys, simulated) -> None:
-    _, report, data = simulated
+def test_the_report_names_its_workload_so_f_may_be_left_out(capsys, simulated) -> None:
+    workload, report, data = simulated
+    assert data["workload"] == [str(workload.resolve())]
+    code, out, err = _run(capsys, "--report", str(report), "-o", "json")
+    assert code == 0, err
+    assert {g["name"]: g for g in json.loads(out)["gangs"]} == _explained(capsys, simulated)
+
+
+def test_without_the_workload_counts_and_reasons_only(capsys, simulated, tmp_path: Path) -> None:
+    _, _, data = simulated
+    report = tmp_path / "moved.json"  # a report whose workload files are gone
+    report.write_text(json.dumps({**data, "workload": [str(tmp_path / "gone.yaml")]}))
     code, out, err = _run(capsys, "--report", str(report), "-o", "json")
     assert code == 0, err
     gangs = {g["name"]: g for g in json.loads(out)["gangs"]}

@@ -66,6 +66,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     options = SimOptions(mode=args.mode, until=args.until, default_wait=args.default_wait, progress=progress)
     endpoints = Endpoints(args.redis_url, args.queue, args.scheduler, args.redis_prefix) if args.redis_url else None
     report = simulate(workload, options, endpoints, profile=args.profile)
+    # Where the nodes and pods came from: `phalanx explain --report` reads them again for capacity.
+    report["workload"] = [str(Path(f).resolve()) for f in args.files]
     for line in summary_lines(report):
         print(line, file=sys.stderr)
     title = f"phalanx simulate: {', '.join(Path(f).name for f in args.files)} ({args.mode} mode)"

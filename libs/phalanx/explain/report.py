@@ -3,7 +3,8 @@
 The report says where each pod was bound, when it started and finished, and why an unbound one was not
 placed (the scheduler's last condition message); its podGroups say each gang's bound count and minimum.
 It does not hold the nodes or the pods' requests: those come from the workload the simulation ran
-(`-f`, the same files), read by the same intake, with gangs resolved as the simulator resolved them.
+(`-f`, or the files the report names under `workload` when they still exist), read by the same intake,
+with gangs resolved as the simulator resolved them.
 Without the workload, gangs are listed from the report alone and capacity is not analysed.
 """
 
@@ -31,6 +32,10 @@ NO_WORKLOAD = "the report holds no nodes or pod requests; pass the workload it s
 def read_report(path: str, workload_paths: list[str], scheduler: str, default_wait: float) -> ClusterState:
     data = _load(path)
     summary = data["summary"]
+    if not workload_paths:  # the files the simulation read, when the report names them and they are still there
+        named = data.get("workload")
+        if isinstance(named, list) and named and all(isinstance(f, str) and Path(f).is_file() for f in named):
+            workload_paths = list(named)
     state = ClusterState(
         clock="virtual", now=float(summary.get("virtualSeconds") or 0.0),
         source={"kind": "report", "report": path, "workload": list(workload_paths),
