@@ -113,7 +113,8 @@ bench-k8s: $(STAMP) tools peer-scheduler
 ## or public registry needed): Compose, the collector and Jaeger built from Go modules, the Debian base,
 ## Redis and Phalanx images built locally (hack/build-otel-images.sh), a gang run through the stack and
 ## checked in Redis, the services' APIs and /metrics, and Jaeger; then `compose down -v` (tests/e2e/README.md).
-## Needs root, podman, runc, netavark, aardvark-dns, debootstrap, Go. About 12 min the first time, 2 after.
+## Needs root, podman, runc, netavark, aardvark-dns, debootstrap, Go. Measured on 2 shared cores: 13 min the
+## first time (Go builds and images from nothing), under a minute after.
 e2e-compose: $(STAMP)
 	@scripts/ensure-system-deps.sh --containers
 	PHALANX_E2E=1 $(PY) -m pytest -q -rs tests/e2e

@@ -41,6 +41,7 @@ HELM_VERSION = "v3.22.0"  # keep in step with hack/build-helm.sh
 SERVICES = ("queue", "scheduler", "binder")
 PORTS = {"queue": 50051, "scheduler": 50052, "binder": 50053}
 HEALTH_PORTS = {"queue": 50061, "scheduler": 50062, "binder": 50063}
+METRICS_PORTS = {"queue": 9091, "scheduler": 9092, "binder": 9093}  # plain HTTP /metrics, read-only
 READ_VERBS = {"get", "list", "watch"}
 TLS_DIR = "/etc/phalanx/tls"
 CERT_MANAGER_API = "cert-manager.io/v1"
@@ -413,10 +414,11 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             continue
         assert psc["runAsUser"] == 65532
         [c] = pod["containers"]
-        port, health = PORTS[name], HEALTH_PORTS[name]
+        port, health, metrics = PORTS[name], HEALTH_PORTS[name], METRICS_PORTS[name]
         assert c["command"] == [f"phalanx-{name}"]
         assert {"name": "grpc", "containerPort": port, "protocol": "TCP"} in c["ports"]
         assert {"name": "health", "containerPort": health, "protocol": "TCP"} in c["ports"]
+        assert {"name": "metrics", "containerPort": metrics, "protocol": "TCP"} in c["ports"]
         # Native gRPC probes, on the plaintext health port (the kubelet cannot do TLS), on the health
         # service names that separate "restart me" from "route no work to me".
         for probe, service in (("readinessProbe", "readiness"), ("livenessProbe", "liveness"),
@@ -429,6 +431,7 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
         assert names.index("POD_IP") < names.index("PHALANX_LISTEN"), "$(POD_IP) expands only from earlier variables"
         assert env["PHALANX_LISTEN"]["value"] == f"$(POD_IP):{port}"
         assert env["PHALANX_HEALTH_LISTEN"]["value"] == f"$(POD_IP):{health}"
+        assert env["PHALANX_METRICS_LISTEN"]["value"] == f"$(POD_IP):{metrics}"
         assert env["PHALANX_TLS_DIR"]["value"] == TLS_DIR
         assert "PHALANX_PLAINTEXT" not in env
         volume, _ = secret_volume_at(pod, c, TLS_DIR)
@@ -470,8 +473,8 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             assert set(yaml.safe_load(data)) <= {"filters", "scores", "percentageOfNodesToScore"}
         svc = services[name]
         assert svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
-        # The health port is for the kubelet only: not in the Service.
-        assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "grpc")]
+        # The health port is for the kubelet only: not in the Service. The metrics port is, for Prometheus.
+        assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "grpc"), (metrics, "metrics")]
 
 
 def check_redis_container(pod: dict[str, Any]) -> None:
@@ -512,7 +515,7 @@ def reachability(docs: list[dict[str, Any]], redis_port: int = 6379) -> dict[tup
     admitted. Evaluated from the policies' selectors against the Deployments' pod labels."""
     pods = {component(d): d["spec"]["template"]["metadata"]["labels"] for d in of_kind(docs, "Deployment")}
     policies = of_kind(docs, "NetworkPolicy")
-    ports = {(svc, PORTS[svc]) for svc in SERVICES} | {(svc, HEALTH_PORTS[svc]) for svc in SERVICES}
+    ports = {(svc, p[svc]) for svc in SERVICES for p in (PORTS, HEALTH_PORTS, METRICS_PORTS)}
     if "redis" in pods:
         ports.add(("redis", redis_port))
     out: dict[tuple[str, int], set[str]] = {}
@@ -531,6 +534,9 @@ def reachability(docs: list[dict[str, Any]], redis_port: int = 6379) -> dict[tup
                     allowed.add(ANYWHERE)
                     continue
                 for peer in rule["from"]:
+                    if set(peer) == {"namespaceSelector"}:  # another namespace's pods (metrics.from): by name
+                        allowed.add(f"namespace {peer['namespaceSelector']['matchLabels']['kubernetes.io/metadata.name']}")
+                        continue
                     assert set(peer) == {"podSelector"}, f"only same-namespace pod peers expected: {peer}"
                     allowed |= {src for src, labels in pods.items() if _selects(peer["podSelector"], labels)}
         out[(target, port)] = allowed
@@ -541,12 +547,17 @@ EXPECTED_REACHABILITY = {
     ("queue", 50051): {"scheduler"}, ("queue", 50061): {ANYWHERE},
     ("scheduler", 50052): set(), ("scheduler", 50062): {ANYWHERE},
     ("binder", 50053): {"scheduler"}, ("binder", 50063): {ANYWHERE},
+    # /metrics (read-only numbers): Prometheus, wherever it runs.
+    ("queue", 9091): {ANYWHERE}, ("scheduler", 9092): {ANYWHERE}, ("binder", 9093): {ANYWHERE},
 }
 
 
-def check_network_policies(docs: list[dict[str, Any]]) -> None:
+def check_network_policies(docs: list[dict[str, Any]], metrics_from: set[str] | None = None) -> None:
+    """`metrics_from`: who may scrape the metrics ports (default: anywhere)."""
     got = reachability(docs)
     want = dict(EXPECTED_REACHABILITY)
+    for svc in SERVICES:
+        want[(svc, METRICS_PORTS[svc])] = metrics_from if metrics_from is not None else {ANYWHERE}
     if any(component(d) == "redis" for d in of_kind(docs, "Deployment")):
         want[("redis", 6379)] = {"scheduler", "binder"}
     assert got == want
@@ -901,6 +912,69 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
 
 
+def _service_containers(docs: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """service -> (pod template, its container)."""
+    out = {}
+    for d in of_kind(docs, "Deployment"):
+        if component(d) in SERVICES:
+            out[component(d)] = (d["spec"]["template"], d["spec"]["template"]["spec"]["containers"][0])
+    return out
+
+
+@needs_helm
+def test_helm_metrics(tmp_path: Path) -> None:
+    """/metrics by default (ports, Service ports, scrapes admitted from anywhere), no ServiceMonitor and no
+    scrape annotations unless asked; metrics.from narrows the NetworkPolicy; off turns it all off."""
+    helm = find_helm() or "helm"
+    docs = helm_template(tmp_path)
+    assert not of_kind(docs, "ServiceMonitor")
+    for name, (template, _) in _service_containers(docs).items():
+        assert "prometheus.io/scrape" not in template["metadata"].get("annotations", {}), name
+
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    docs = helm_template(tmp_path, {"metrics": {"podAnnotations": True, "from": monitoring,
+                                                "serviceMonitor": {"enabled": True, "interval": "15s",
+                                                                   "labels": {"release": "prometheus"}}}})
+    check_workloads(docs)
+    check_network_policies(docs, metrics_from={"namespace monitoring"})
+    for name, (template, _) in _service_containers(docs).items():
+        annotations = template["metadata"]["annotations"]
+        assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"],
+                annotations["prometheus.io/path"]) == ("true", str(METRICS_PORTS[name]), "/metrics")
+    [monitor] = of_kind(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["phalanx-system"]}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http",
+                                             "interval": "15s", "scrapeTimeout": "10s"}]
+    # It selects exactly the three services' Services, and each has the port it names.
+    selector = monitor["spec"]["selector"]
+    picked = []
+    for svc in of_kind(docs, "Service"):
+        labels = svc["metadata"]["labels"]
+        if selector["matchLabels"].items() <= labels.items() and all(
+                labels.get(e["key"]) in e["values"] for e in selector["matchExpressions"]):
+            picked.append(component(svc))
+            assert "metrics" in {p["name"] for p in svc["spec"]["ports"]}
+    assert sorted(picked) == sorted(SERVICES)
+
+    docs = helm_template(tmp_path, {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}})
+    assert not of_kind(docs, "ServiceMonitor")
+    for name, (_, c) in _service_containers(docs).items():
+        assert env_of(c)["PHALANX_METRICS_LISTEN"]["value"] == "off"
+        assert "metrics" not in {p["name"] for p in c["ports"]}, name
+    for svc in of_kind(docs, "Service"):
+        assert "metrics" not in {p["name"] for p in svc["spec"]["ports"]}
+    for policy in of_kind(docs, "NetworkPolicy"):
+        for rule in policy["spec"].get("ingress", []):
+            assert not {p["port"] for p in rule.get("ports", [])} & set(METRICS_PORTS.values())
+
+    for bad in (["--set", "metrics.serviceMonitor.interval=often"], ["--set", "metrics.enabled=maybe"],
+                ["--set", "metrics.scrape=true"]):
+        out = _run([helm, "template", "phalanx", str(CHART), *bad])
+        assert out.returncode != 0, f"helm template {' '.join(bad)} should fail"
+
+
 # --- the bundled Redis' start script and probes, run against a local redis-server ------------------------
 
 def _free_port() -> int:
@@ -982,7 +1056,7 @@ def compose_config(*files: str) -> dict[str, Any]:
     if cmd is None:
         pytest.skip(reason)
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PHALANX_", "OTEL", "COMPOSE_", "REDIS_IMAGE", "JAEGER_IMAGE"))}
+           if not k.startswith(("PHALANX_", "OTEL", "OTLP_", "COMPOSE_", "REDIS_", "JAEGER_"))}
     args = [a for f in files for a in ("-f", str(REPO / f))]
     out = _run([*cmd, "--project-directory", str(REPO), *args, "config", "--format", "json"], env=env, cwd=REPO)
     assert out.returncode == 0, f"docker compose config failed:\n{out.stderr}"
@@ -999,7 +1073,10 @@ def test_compose_config_base() -> None:
     assert set(services) == {"certs", "redis", *SERVICES}
     certs = services["certs"]
     assert certs["command"][:2] == ["sh", "-c"] and "phalanx certs --out /certs --redis-password" in certs["command"][2]
-    assert _volume_mounts(certs)["/certs"]["source"] == "certs"
+    # Each identity the services use is a volume of its own, mounted where `phalanx certs` writes it.
+    assert {t: m["source"] for t, m in _volume_mounts(certs).items()} == {
+        "/certs": "certs", "/certs/redis": "redis-auth",
+        **{f"/certs/phalanx-{svc}": f"tls-{svc}" for svc in SERVICES}}
     assert certs["read_only"] is True and certs["cap_drop"] == ["ALL"]
     for svc in SERVICES:
         s = services[svc]
@@ -1010,21 +1087,24 @@ def test_compose_config_base() -> None:
         assert env["PHALANX_LISTEN"] == f"0.0.0.0:{PORTS[svc]}"
         assert env["PHALANX_HEALTH_LISTEN"] == f"0.0.0.0:{HEALTH_PORTS[svc]}"
         assert env["PHALANX_TLS_DIR"] == TLS_DIR and "PHALANX_PLAINTEXT" not in env
-        # Its own identity's directory only, read-only.
+        # Its own identity's volume only, read-only; never the `certs` volume (the CA's key, other identities).
         tls = _volume_mounts(s)[TLS_DIR]
-        assert (tls["type"], tls["source"], tls["read_only"], tls["volume"]["subpath"]) == (
-            "volume", "certs", True, f"phalanx-{svc}")
-        assert [m for m in s["volumes"] if m["source"] == "certs" and m["volume"]["subpath"].startswith("phalanx-")] == [tls]
+        assert (tls["type"], tls["source"], tls["read_only"]) == ("volume", f"tls-{svc}", True)
+        assert sorted(m["source"] for m in s["volumes"]) == ([] if svc == "queue" else ["redis-auth"]) + [f"tls-{svc}"]
         assert s["depends_on"]["certs"]["condition"] == "service_completed_successfully"
-        assert s["healthcheck"]["test"][:3] == ["CMD", "python", "-c"]
-        assert "grpc_health" in s["healthcheck"]["test"][3] and "PHALANX_HEALTH_LISTEN" in s["healthcheck"]["test"][3]
+        # CMD-SHELL: podman's Docker API splits CMD arguments at spaces.
+        kind, script = s["healthcheck"]["test"]
+        assert kind == "CMD-SHELL" and script.startswith("exec /opt/phalanx/bin/python -c ")
+        assert "grpc_health" in script and "PHALANX_HEALTH_LISTEN" in script
         assert s["read_only"] is True and s["user"] == "65532:65532"
-        assert [p["target"] for p in s["ports"]] == [PORTS[svc]] and all(p["host_ip"] == "127.0.0.1" for p in s["ports"])
+        assert [p["target"] for p in s["ports"]] == [PORTS[svc], METRICS_PORTS[svc]]
+        assert all(p["host_ip"] == "127.0.0.1" for p in s["ports"])
+        assert env["PHALANX_METRICS_LISTEN"] == f"0.0.0.0:{METRICS_PORTS[svc]}"
         if svc != "queue":
             assert env["PHALANX_REDIS_URL"] == "redis://redis:6379/0"
             directory, file = env["PHALANX_REDIS_PASSWORD_FILE"].rsplit("/", 1)
             auth = _volume_mounts(s)[directory]
-            assert (auth["source"], auth["read_only"], auth["volume"]["subpath"], file) == ("certs", True, "redis", "password")
+            assert (auth["source"], auth["read_only"], file) == ("redis-auth", True, "password")
         else:
             assert not any(k.startswith("PHALANX_REDIS") for k in env)
     deps = services["scheduler"]["depends_on"]
@@ -1037,7 +1117,10 @@ def test_compose_config_base() -> None:
     assert "requirepass" in script and "protected-mode yes" in script and "protected-mode no" not in script
     assert "--requirepass" not in script and "exec docker-entrypoint.sh redis-server /tmp/redis.conf" in script
     auth = _volume_mounts(redis)["/etc/redis/auth"]
-    assert (auth["source"], auth["read_only"], auth["volume"]["subpath"]) == ("certs", True, "redis")
+    assert (auth["source"], auth["read_only"]) == ("redis-auth", True)
+    assert not any("subpath" in m.get("volume", {}) for svc in services.values() for m in svc.get("volumes", []))
+    profile = services["scheduler"]["configs"][0]
+    assert cfg["configs"][profile["source"]]["file"] == str(DEPLOY / "compose" / "scheduler-profile.yaml")
     assert "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
 
 
