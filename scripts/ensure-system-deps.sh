@@ -20,6 +20,7 @@ if [ "$containers" = 1 ]; then
   command -v podman >/dev/null 2>&1 || missing+=(podman)
   command -v runc >/dev/null 2>&1 || missing+=(runc)
   command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)  # hack/podman-api.sh asks the API socket
   # podman's network stack (a network with DNS between containers); the paths are Debian's and Ubuntu's.
   [ -x /usr/lib/podman/netavark ] || command -v netavark >/dev/null 2>&1 || missing+=(netavark)
   [ -x /usr/lib/podman/aardvark-dns ] || command -v aardvark-dns >/dev/null 2>&1 || missing+=(aardvark-dns)

@@ -1,7 +1,8 @@
 """Fixtures for the container image tests: podman, the base image, and the numbers the tests measure.
 
-The image tests (test_image.py) run when PHALANX_E2E=1 (`make e2e-image` sets it) and need podman able to
-run containers; otherwise they are skipped with the reason, as they are when the Debian base cannot be built
+The image tests (test_image.py) run when PHALANX_IMAGE_TESTS=1 (`make test`) or PHALANX_E2E=1 (`make
+e2e-image`) and need podman able to run containers; under `make test` a podman that cannot is a failure,
+otherwise they are skipped with the reason, as they are when the Debian base cannot be built
 here (debootstrap, root). The import checks (test_service_imports.py) need none of that and always run.
 
 `make e2e-image` runs them; the measured numbers are printed at the end of the run.
@@ -21,10 +22,14 @@ from podman_env import BUILD_BASE, DEFAULT_BASE, MEASURED, REPO, podman, podman_
 
 @pytest.fixture(scope="session")
 def podman_available() -> None:
-    # Opt-in, like tests/e2e: building the image takes minutes on a cold machine (see the Makefile).
-    if os.environ.get("PHALANX_E2E", "") != "1":
-        pytest.skip("container image tests run with PHALANX_E2E=1 (make e2e-image)")
+    # `make test` sets PHALANX_IMAGE_TESTS=1 (after installing podman and building the base), `make e2e-image`
+    # PHALANX_E2E=1; a bare `pytest` skips them: building the image takes minutes on a cold machine.
+    required = os.environ.get("PHALANX_IMAGE_TESTS", "") == "1"
+    if not required and os.environ.get("PHALANX_E2E", "") != "1":
+        pytest.skip("container image tests run with PHALANX_IMAGE_TESTS=1 (make test) or PHALANX_E2E=1 (make e2e-image)")
     problem = podman_problem()
+    if problem and required:
+        pytest.fail(f"make test runs the image tests, but podman cannot run containers here: {problem}")
     if problem:
         pytest.skip(problem)
 
@@ -39,8 +44,11 @@ def base_image(podman_available: None) -> str:
     if podman("image", "exists", DEFAULT_BASE, check=False).returncode == 0:
         return DEFAULT_BASE
     if shutil.which("debootstrap") is None or os.geteuid() != 0:
-        pytest.skip(f"{DEFAULT_BASE} is missing and cannot be built here (hack/build-base-image.sh needs root "
-                    "and debootstrap); or set PHALANX_TEST_BASE_IMAGE to a pullable Python 3.11 image")
+        why = (f"{DEFAULT_BASE} is missing and cannot be built here (hack/build-base-image.sh needs root and "
+               "debootstrap); or set PHALANX_TEST_BASE_IMAGE to a pullable Python 3.11 image")
+        if os.environ.get("PHALANX_IMAGE_TESTS", "") == "1":
+            pytest.fail(why)  # `make test` promised these tests
+        pytest.skip(why)
     proc = subprocess.run([str(BUILD_BASE)], capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert proc.returncode == 0, f"hack/build-base-image.sh failed:\n{proc.stderr[-3000:]}"
     return DEFAULT_BASE
