@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from phalanx.cluster import podgroups
-from phalanx.explain.view import ClusterState, Condition, GangState, Holder, PodGroupStatus, PodState, SourceError
+from phalanx.explain.view import ClusterState, Condition, Holder, PodGroupStatus, PodState, SourceError
 from phalanx.intake.errors import IntakeError, Subject
 from phalanx.intake.fields import timestamp
 from phalanx.intake.gangs import find_link
@@ -252,10 +252,7 @@ def _join_gang(state: ClusterState, resolver: GangResolver, pod: PodState, obj: 
             return
         gang_key, error, waiting_for, spec = res.gang_key, res.error, res.waiting_for, res.spec
     pod.gang = gang_key
-    gang = state.gangs.get(gang_key)
-    if gang is None:
-        namespace, _, name = gang_key.partition("/")
-        gang = state.gangs[gang_key] = GangState(namespace, name)
+    gang = state.gang(gang_key)
     gang.pods.append(pod)
     if error and not gang.error:
         gang.error = error

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from phalanx.explain.view import ClusterState, Condition, GangState, Holder, PodState, SourceError
+from phalanx.explain.view import ClusterState, Condition, Holder, PodState, SourceError
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
@@ -49,9 +49,7 @@ def read_report(path: str, workload_paths: list[str], scheduler: str, default_wa
         _from_report_only(state, entries)
     for group in data["podGroups"]:
         key = f"{group.get('namespace')}/{group.get('name')}"
-        gang = state.gangs.get(key)
-        if gang is None:
-            gang = state.gangs[key] = GangState(str(group.get("namespace")), str(group.get("name")))
+        gang = state.gang(key)
         gang.timed_out = bool(group.get("timedOut"))
         if not workload_paths:
             gang.min_member = int(group.get("minMember") or 0) or None
@@ -96,10 +94,7 @@ def _from_workload(state: ClusterState, w: Workload, entries: dict[str, dict[str
             continue
         pod.gang = res.gang_key
         pod.holder = Holder("gang", res.gang_key)
-        gang = state.gangs.get(res.gang_key)
-        if gang is None:
-            namespace, _, name = res.gang_key.partition("/")
-            gang = state.gangs[res.gang_key] = GangState(namespace, name)
+        gang = state.gang(res.gang_key)
         gang.pods.append(pod)
         gang.error = gang.error or res.error
         gang.waiting_for = res.waiting_for if not res.spec else ""
@@ -150,8 +145,5 @@ def _from_report_only(state: ClusterState, entries: dict[str, dict[str, Any]]) -
         if not gang_key:
             continue
         pod.gang = gang_key
-        gang = state.gangs.get(gang_key)
-        if gang is None:
-            gang_namespace, _, gang_name = gang_key.partition("/")
-            gang = state.gangs[gang_key] = GangState(gang_namespace, gang_name)
+        gang = state.gang(gang_key)
         gang.pods.append(pod)

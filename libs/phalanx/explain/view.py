@@ -130,3 +130,11 @@ class ClusterState:
     gangs: dict[str, GangState] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # objects that could not be read, each named
     notes: list[str] = field(default_factory=list)  # limits of what was read (e.g. a PodGroup API not served)
+
+    def gang(self, key: str) -> GangState:
+        """The gang `namespace/name`, added (empty) when first named."""
+        found = self.gangs.get(key)
+        if found is None:
+            namespace, _, name = key.partition("/")
+            found = self.gangs[key] = GangState(namespace, name)
+        return found

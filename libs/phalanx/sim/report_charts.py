@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from phalanx.sim import units
 from phalanx.sim.svg_plot import Line, Marker, Scale, chart, count_scale, ratio_scale, time_scale
@@ -72,44 +72,40 @@ def reserved_resources(report: dict[str, Any]) -> list[str]:
     return [r for r in resources(report) if any(v for v in _floats(held.get(r)) if v == v)]
 
 
-def reserved_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
-                   height: int = 260) -> str:
-    """Capacity reserved for waiting gangs and not bound: held, idle, and what keeps others waiting."""
+def _share_chart(runs: Sequence[Run], *, series: str, picked: Callable[[dict[str, Any]], list[str]], suffix: str,
+                 axis: str, nothing: str, name: str, title: str, x_max: float | None, height: int) -> str:
+    """One line per run and resource of the share-of-cluster series `series` (allocatedRatio, reservedRatio)."""
     lines: list[Line] = []
     for run in runs:
         s = series_of(run.report)
         t = _floats(s.get("t"))
-        for i, res in enumerate(reserved_resources(run.report)):
+        for i, res in enumerate(picked(run.report)):
             color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
+            # CPU and memory often move together: memory dashed and GPU wider keep all three visible.
             dash = run.dash or ("7 4" if res == "memory" else None)
-            lines.append(Line(_name(runs, run, f"{RESOURCE_NAMES.get(res, res)} reserved, not bound"), t,
-                              _floats(s["reservedRatio"][res]), color, dash=dash, width=2.6 if res == GPU else 1.8))
+            lines.append(Line(_name(runs, run, RESOURCE_NAMES.get(res, res) + suffix), t, _floats(s[series][res]),
+                              color, dash=dash, width=2.6 if res == GPU else 1.8))
     if not lines:
-        return empty("no capacity was ever held by a waiting gang")
+        return empty(nothing)
     y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
     x = time_scale(t_max(runs) if x_max is None else x_max)
-    return chart(lines, x, ratio_scale(y_max, "reserved, share of the cluster"), name=name, title=title,
-                 width=1100, height=height)
+    return chart(lines, x, ratio_scale(y_max, axis), name=name, title=title, width=1100, height=height)
+
+
+def reserved_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
+                   height: int = 260) -> str:
+    """Capacity reserved for waiting gangs and not bound: held, idle, and what keeps others waiting."""
+    return _share_chart(runs, series="reservedRatio", picked=reserved_resources, suffix=" reserved, not bound",
+                        axis="reserved, share of the cluster", nothing="no capacity was ever held by a waiting gang",
+                        name=name, title=title, x_max=x_max, height=height)
 
 
 def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
                      height: int = 380) -> str:
-    lines: list[Line] = []
-    for run in runs:
-        s = series_of(run.report)
-        t = _floats(s.get("t"))
-        for i, res in enumerate(resources(run.report)):
-            color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
-            # CPU and memory often move together: memory dashed and GPU wider keep all three visible.
-            dash = run.dash or ("7 4" if res == "memory" else None)
-            lines.append(Line(_name(runs, run, RESOURCE_NAMES.get(res, res)), t, _floats(s["allocatedRatio"][res]),
-                              color, dash=dash, width=2.6 if res == GPU else 1.8))
-    if not lines:
-        return empty("no allocation series in this report (no nodes, or a report without series)")
-    y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
-    x = time_scale(t_max(runs) if x_max is None else x_max)
-    return chart(lines, x, ratio_scale(y_max, "allocated, share of the cluster"), name=name, title=title,
-                 width=1100, height=height)
+    return _share_chart(runs, series="allocatedRatio", picked=resources, suffix="",
+                        axis="allocated, share of the cluster",
+                        nothing="no allocation series in this report (no nodes, or a report without series)",
+                        name=name, title=title, x_max=x_max, height=height)
 
 
 def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
