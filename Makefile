@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo images test test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: setup demo images test verify test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -28,11 +28,11 @@ demo: $(STAMP)
 
 ## Real etcd + kube-apiserver, helm and (when docker has no compose plugin) Docker Compose for the
 ## API-server, chart and compose tests, built from Go modules into a
-## cache outside the work tree (minutes on a new machine, instant afterwards). Without Go, those tests skip.
+## cache outside the work tree (minutes on a new machine, instant afterwards). Without Go, make test stops here.
 tools:
-	@if command -v go >/dev/null 2>&1; then bash hack/build-k8s-binaries.sh >/dev/null && bash hack/build-helm.sh >/dev/null \
-	  && { docker compose version >/dev/null 2>&1 || bash hack/build-compose.sh >/dev/null; }; \
-	else echo "Go is missing: API-server and helm tests will be skipped" >&2; fi
+	@command -v go >/dev/null 2>&1 || { echo "Go is missing: it builds kube-apiserver, etcd, helm and Compose for the tests (https://go.dev/dl/)" >&2; exit 1; }
+	@bash hack/build-k8s-binaries.sh >/dev/null && bash hack/build-helm.sh >/dev/null \
+	  && { docker compose version >/dev/null 2>&1 || bash hack/build-compose.sh >/dev/null; }
 
 ## podman, runc, debootstrap (scripts/ensure-system-deps.sh --containers) and the Debian 12 base image
 ## (hack/build-base-image.sh, from Debian's packages) for the image tests in tests/container: about 2 minutes
@@ -44,7 +44,15 @@ images: $(STAMP)
 ## Everything but the compose stack (make e2e-compose): the image tests run here (PHALANX_IMAGE_TESTS=1) and
 ## fail, rather than skip, when podman cannot run them.
 test: $(STAMP) tools images
-	PHALANX_IMAGE_TESTS=1 $(PY) -m pytest -q
+	PHALANX_IMAGE_TESTS=1 PHALANX_NO_SKIPS=1 $(PY) -m pytest -q
+
+## Static checks (CI runs them before the tests): lint (ruff: unused and undefined names, import order),
+## types (mypy), generated protobuf code up to date, the Helm chart (helm lint).
+verify: $(STAMP) tools
+	$(VENV)/bin/ruff check libs services tests
+	$(PY) -m mypy
+	PYTHON=$(PY) scripts/check-protos.sh
+	"$$(bash hack/build-helm.sh 2>/dev/null | tail -1)" lint --strict deploy/helm/phalanx
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

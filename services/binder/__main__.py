@@ -12,8 +12,16 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
-from phalanx.config import (common_parser, env, health_listen_of, redis_args, redis_client, security_of,
-                            serve_metrics_of, setup_logging)
+from phalanx.config import (
+    common_parser,
+    env,
+    health_listen_of,
+    redis_args,
+    redis_client,
+    security_of,
+    serve_metrics_of,
+    setup_logging,
+)
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check

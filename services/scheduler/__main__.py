@@ -20,19 +20,39 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 
 from phalanx.clock import Clock
-from phalanx.cluster.leader import (DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
-                                    ElectionConfig, LeaderElector, claim_fencing_term, new_identity, pod_name,
-                                    pod_namespace)
-from phalanx.config import (bool_arg, common_parser, env, health_listen_of, opt_bool, redis_args, redis_client,
-                            redis_unreachable, security_of, serve_metrics_of, setup_logging, usage_error)
+from phalanx.cluster.leader import (
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
+    ElectionConfig,
+    LeaderElector,
+    claim_fencing_term,
+    new_identity,
+    pod_name,
+    pod_namespace,
+)
+from phalanx.config import (
+    bool_arg,
+    common_parser,
+    env,
+    health_listen_of,
+    opt_bool,
+    redis_args,
+    redis_client,
+    redis_unreachable,
+    security_of,
+    serve_metrics_of,
+    setup_logging,
+    usage_error,
+)
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import ProfileError, check_plugin_names, load_profile
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
+from phalanx.plugins import default_registries
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import Heartbeat, redis_check
-from phalanx.plugins import default_registries
 from phalanx.rpc.server import ServiceServer, rpc_failure, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls

@@ -5,19 +5,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-
 from collections.abc import Callable, Iterator
 
 import grpc
 
 from phalanx.clock import Clock
 from phalanx.config import redis_unreachable
-from phalanx.rpc.health import Heartbeat
-from phalanx.rpc.server import FailureLog, rpc_failure
-from phalanx.rpc.stream_call import serve_stream
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc import validation
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
+from phalanx.rpc.health import Heartbeat
+from phalanx.rpc.server import FailureLog, rpc_failure
+from phalanx.rpc.stream_call import serve_stream
 from phalanx.scheduling.ports import Carry, Popped, QueuePort, Verdict
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import FencedOut

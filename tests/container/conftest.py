@@ -16,7 +16,6 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-
 from podman_env import BUILD_BASE, DEFAULT_BASE, MEASURED, REPO, podman, podman_problem
 
 

@@ -27,7 +27,6 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from podman_env import MEASURED, REPO, podman
 
 # The first test builds the image when it is missing: minutes from a cold cache (see the Makefile's e2e-image).

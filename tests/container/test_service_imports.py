@@ -13,7 +13,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from podman_env import REPO
 
 # matplotlib and the packages only it needs: none may be loaded by a service.

@@ -23,9 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from test_deploy_artifacts import (HELM_MISSING, MANIFESTS, VALUE_SETS, check_lease_role, component, find_helm,
-                                   helm_template, load_dir, of_kind)
+from test_deploy_artifacts import (
+    HELM_MISSING,
+    MANIFESTS,
+    VALUE_SETS,
+    check_lease_role,
+    component,
+    find_helm,
+    helm_template,
+    load_dir,
+    of_kind,
+)
 
 PODGROUP_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh")
 READ = ("get", "list", "watch")

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from compose_e2e import TIMINGS, Stack, down, prepare, problem, up
 
 

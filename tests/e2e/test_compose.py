@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
-
 from compose_e2e import Stack
+
 from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.security.tls import Security

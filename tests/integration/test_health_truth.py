@@ -11,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from waiting import wait_for
 
-from phalanx.rpc.health import LIVENESS, READINESS, Heartbeat, HealthMonitor
+from phalanx.rpc.health import LIVENESS, READINESS, HealthMonitor, Heartbeat
 from phalanx.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -29,6 +29,7 @@ from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.security.tls import PLAINTEXT
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.testing.redis_server import RedisServer
@@ -44,7 +45,6 @@ from phalanx.v1 import (
 from phalanx_binder.servicer import BinderServicer
 from phalanx_queue.servicer import QueueServicer
 from phalanx_scheduler.servicer import SchedulerServicer
-from phalanx.security.tls import PLAINTEXT
 
 pytestmark = pytest.mark.integration
 

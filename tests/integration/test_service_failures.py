@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from waiting import wait_for
 
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.rpc.clients import QueueClient, SchedulerClient
@@ -21,7 +22,6 @@ from phalanx.security.tls import PLAINTEXT
 from phalanx.sim.services import ServiceExited, ServiceProcess, Stack
 from phalanx.testing.ports import free_port
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
-from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

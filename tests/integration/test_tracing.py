@@ -20,15 +20,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 from phalanx.rpc.clients import QueueClient, SchedulerClient
+from phalanx.security.tls import PLAINTEXT
 from phalanx.sim.driver import SimOptions, Simulation
 from phalanx.sim.workload import load_workload
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.testing.redis_server import RedisServer
-from phalanx_binder.__main__ import build as build_binder, parser as binder_parser
-from phalanx_queue.__main__ import build as build_queue, parser as queue_parser
-from phalanx_scheduler.__main__ import build as build_scheduler, parser as scheduler_parser
-from phalanx.security.tls import PLAINTEXT
+from phalanx_binder.__main__ import build as build_binder
+from phalanx_binder.__main__ import parser as binder_parser
+from phalanx_queue.__main__ import build as build_queue
+from phalanx_queue.__main__ import parser as queue_parser
+from phalanx_scheduler.__main__ import build as build_scheduler
+from phalanx_scheduler.__main__ import parser as scheduler_parser
 
 pytestmark = pytest.mark.integration
 

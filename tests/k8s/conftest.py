@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from waiting import wait_for
 import redis
 import yaml
+from waiting import wait_for
 
+from phalanx.model.keys import KOORD_GROUPS, KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, BINDER, QUEUE, SCHEDULER
-from phalanx.model.keys import KOORD_GROUPS, KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.testing.apiserver import LocalApiServer
@@ -233,8 +233,6 @@ class Phalanx:
         self.scheduler: Any = None  # (server, servicer, feed, stop event, loop thread)
 
     def start(self) -> Phalanx:
-        from phalanx_binder import __main__ as binder_main
-        from phalanx_queue import __main__ as queue_main
 
         self.start_queue("127.0.0.1:0")
         self.start_binder("127.0.0.1:0")

@@ -15,7 +15,15 @@ from waiting import wait_for
 from phalanx.rpc.server import dial
 from phalanx.security import tls
 from phalanx.security.tls import Security
-from phalanx.v1 import binder_pb2, binder_pb2_grpc, objects_pb2, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from phalanx.v1 import (
+    binder_pb2,
+    binder_pb2_grpc,
+    objects_pb2,
+    queue_pb2,
+    queue_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -26,13 +26,21 @@ import pytest
 import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
-
-from phalanx.testing.apiserver import LocalApiServer, apiserver_available
 from waiting import wait_for
 
+from phalanx.testing.apiserver import LocalApiServer, apiserver_available
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-from test_deploy_artifacts import (CERT_MANAGER_API, CHART, HELM_MISSING, MANIFESTS, SERVICES,  # noqa: E402
-                                   VALUE_SETS, find_helm, helm_template)
+from test_deploy_artifacts import (  # noqa: E402
+    CERT_MANAGER_API,
+    CHART,
+    HELM_MISSING,
+    MANIFESTS,
+    SERVICES,
+    VALUE_SETS,
+    find_helm,
+    helm_template,
+)
 from test_rbac_allowlist import ALLOWLIST, PODGROUP_GROUPS  # noqa: E402
 
 pytestmark = [pytest.mark.integration,

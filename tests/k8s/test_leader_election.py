@@ -30,17 +30,17 @@ import grpc
 import pytest
 import redis
 import yaml
+from conftest import SCHEDULER, TLS_DIR, Cluster, Phalanx, transport
 from waiting import wait_for
 
-from conftest import GPU, SCHEDULER, TLS_DIR, Cluster, Phalanx, transport
 from phalanx.rpc.server import dial
 from phalanx.security import tls
 from phalanx.security.tls import Security
-from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore, Txn
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, LocalApiServer, apiserver_available
 from phalanx.testing.redis_server import RedisServer
+from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 pytestmark = [
     pytest.mark.integration,

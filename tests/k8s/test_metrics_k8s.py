@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry
-
 from waiting import wait_for
 
 from phalanx.metrics.catalog import registry_for

@@ -7,12 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_gang_scheduler import Harness, gang, node, pod
 
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue, SubQueue
-from phalanx.scheduling.local import LocalQueue
-from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore, Txn
-from test_gang_scheduler import Harness, gang, node, pod
 
 
 class FlakyBinder:

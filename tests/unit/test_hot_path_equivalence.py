@@ -4,16 +4,16 @@ dataclasses.asdict, and the scheduler's gang-record copy is what deepcopy gave."
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
-import copy
-import dataclasses
-import json
-
-from phalanx.model.objects import (NodeInfo, Placement, PodInfo, SelectorRequirement, SelectorTerm, Toleration)
+from phalanx.model.objects import NodeInfo, Placement, PodInfo, SelectorRequirement, SelectorTerm, Toleration
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
 from phalanx.scheduling.scheduler import _copy_record
 from phalanx.state.store import GangRecord, pod_from_json, pod_to_json

@@ -21,11 +21,11 @@ from phalanx.model.objects import GangSpec, NodeInfo, Placement, PodInfo, Taint
 from phalanx.queueing.hints import Freed, FreedCapacity, Hint, helps
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue
 from phalanx.queueing.wire import HintDecoder, freed_from_pb, freed_to_pb, hint_from_pb, hint_to_pb
+from phalanx.rpc import validation
 from phalanx.scheduling.local import LocalBinder, LocalQueue
 from phalanx.scheduling.ports import Carry
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
-from phalanx.rpc import validation
 from phalanx.v1 import objects_pb2, queue_pb2
 
 GPU = "nvidia.com/gpu"

@@ -7,8 +7,10 @@ import threading
 import time
 from typing import Any
 
+import process_workers
 import pytest
 import redis
+from process_workers import CarefulBackend
 
 from phalanx.backends.base import BindFailure
 from phalanx.backends.simulated import SimulatedBackend
@@ -18,9 +20,6 @@ from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.keys import REL_TIMERS, Keys, node_field, rel_gang_assumed
 from phalanx.state.store import StateStore, Txn
 from phalanx.v1 import binder_pb2
-
-import process_workers
-from process_workers import CarefulBackend
 
 GANG = "default/train"
 

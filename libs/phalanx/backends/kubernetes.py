@@ -35,13 +35,13 @@ from typing import Any
 from phalanx import faults
 from phalanx.backends.api_calls import api_message, json_or_none, release, transient
 from phalanx.backends.base import BindFailure
-from phalanx.backends.write_lanes import WriteLanes
 from phalanx.backends.kube_guard import (
     NORMAL_EVENT_REASONS,
     ClusterView,
     event_reason_allowed,
     report_annotations,
 )
+from phalanx.backends.write_lanes import WriteLanes
 from phalanx.cluster import podgroups
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.state.store import Txn

@@ -30,9 +30,9 @@ from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
 from phalanx.metrics.binds import record_bind
+from phalanx.rpc.convert import assignment_of
 from phalanx.state.store import BINDING_STATE, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked
-from phalanx.rpc.convert import assignment_of
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,16 @@ from phalanx.chaos.kubelet import ApiWriter, Kubelet, finished_gangs
 from phalanx.chaos.snapshot import Snapshot, read_snapshot
 from phalanx.chaos.stack import ChaosStack, StackConfig
 from phalanx.chaos.trials import final_checks
-from phalanx.chaos.workload import (CPU_POD_CPU_MILLI, GPU_POD_CPU_MILLI, GangPlan, PodPlan, Workload,
-                                    WorkloadShape, make_gang, size_nodes)
+from phalanx.chaos.workload import (
+    CPU_POD_CPU_MILLI,
+    GPU_POD_CPU_MILLI,
+    GangPlan,
+    PodPlan,
+    Workload,
+    WorkloadShape,
+    make_gang,
+    size_nodes,
+)
 from phalanx.testing.apiserver import LocalApiServer
 
 

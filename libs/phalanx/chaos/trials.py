@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.chaos import invariants as inv
-from phalanx.chaos.cluster import PodCreator, core_api, pod_json, create_namespaces, create_nodes, delete_trial_objects
+from phalanx.chaos.cluster import PodCreator, core_api, create_namespaces, create_nodes, delete_trial_objects, pod_json
 from phalanx.chaos.invariants import GangWatch, Violation
 from phalanx.chaos.kubelet import ApiWriter, Kubelet, finished_gangs
 from phalanx.chaos.snapshot import Snapshot, read_snapshot

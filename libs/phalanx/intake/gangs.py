@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields as dataclass_fields, replace
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any, Generic, TypeVar
 
 from phalanx.intake import fields, names

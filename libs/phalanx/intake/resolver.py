@@ -25,10 +25,12 @@ from phalanx.intake.gangs import (
     build_spec,
     find_link,
     invalid_spec,
-    is_gang_object as _is_gang_object,
     object_ref,
     read_gang_object,
     read_link,
+)
+from phalanx.intake.gangs import (
+    is_gang_object as _is_gang_object,
 )
 from phalanx.model.objects import GangSpec, PodInfo
 

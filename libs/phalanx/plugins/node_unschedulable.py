@@ -8,8 +8,8 @@ import numpy as np
 
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
-from phalanx.plugins.taint_toleration import tolerates
 from phalanx.model.objects import Taint
+from phalanx.plugins.taint_toleration import tolerates
 
 _UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 

@@ -17,10 +17,18 @@ from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
 from phalanx.rpc.server import channel
 from phalanx.rpc.stream_call import StreamCaller
 from phalanx.rpc.validation import MAX_BIND_TOTAL, MAX_ITEMS
+from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.security import tls
 from phalanx.security.tls import Security
-from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
-from phalanx.v1 import objects_pb2, binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from phalanx.v1 import (
+    binder_pb2,
+    binder_pb2_grpc,
+    objects_pb2,
+    queue_pb2,
+    queue_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
 
 _OUTCOME_PB = {
     Outcome.ASSUMED: queue_pb2.OUTCOME_ASSUMED,

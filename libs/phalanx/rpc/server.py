@@ -6,8 +6,8 @@ import logging
 import signal
 import threading
 import time
-from concurrent import futures
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import Any
 
 import grpc

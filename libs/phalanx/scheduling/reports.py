@@ -14,7 +14,6 @@ from phalanx.scheduling.ports import BinderPort
 from phalanx.state.store import GangRecord
 from phalanx.v1 import binder_pb2
 
-
 log = logging.getLogger(__name__)
 MAX_HELD = 100_000  # undelivered pod (and gang) reports kept while the binder is unreachable
 

@@ -25,14 +25,14 @@ from phalanx.model.quantity import format_milli
 from phalanx.plugins.gpu_share import with_gpu_devices
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.rpc.convert import assignment_of
+from phalanx.rpc.server import rpc_failure
 from phalanx.scheduling.hints import note_release, refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
 from phalanx.state.keys import rel_gang_bound
 from phalanx.state.store import BINDING_STATE, GangRecord, PodRecord, StateStore, Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
-from phalanx.rpc.convert import assignment_of
-from phalanx.rpc.server import rpc_failure
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)

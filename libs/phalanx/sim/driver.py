@@ -25,13 +25,13 @@ import grpc
 import redis
 
 from phalanx.intake.errors import IntakeError
-from phalanx.rpc.validation import MAX_ITEMS
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.intake.resolver import GangResolver
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.rpc.clients import QueueClient, SchedulerClient
+from phalanx.rpc.validation import MAX_ITEMS
 from phalanx.sim.series import SeriesRecorder
 from phalanx.sim.workload import Workload, WorkloadObject
 from phalanx.state.keys import Keys

@@ -12,9 +12,19 @@ from typing import Any, Iterable, Sequence
 from phalanx.sim import units
 from phalanx.sim.causes import Cause, gang_causes, unbound_causes
 from phalanx.sim.compare import compare_rows
-from phalanx.sim.report_charts import (DEMAND_LEVELS, RESOURCE_NAMES, Run, allocation_chart, demand_chart,
-                                       has_demand_sweep, pending_chart, reserved_chart, t_max, wait_cdf_chart,
-                                       wait_values)
+from phalanx.sim.report_charts import (
+    DEMAND_LEVELS,
+    RESOURCE_NAMES,
+    Run,
+    allocation_chart,
+    demand_chart,
+    has_demand_sweep,
+    pending_chart,
+    reserved_chart,
+    t_max,
+    wait_cdf_chart,
+    wait_values,
+)
 
 ROW_CAP = 200  # a trace replay has thousands of pods: the page stays small and the cut is said out loud
 REASON_CAP = 20

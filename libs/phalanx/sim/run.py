@@ -8,8 +8,8 @@ from typing import Any
 
 import redis
 
-from phalanx.security.tls import PLAINTEXT, security_from_env
 from phalanx.rpc.clients import QueueClient, SchedulerClient
+from phalanx.security.tls import PLAINTEXT, security_from_env
 from phalanx.sim.driver import SimOptions, Simulation
 from phalanx.sim.report import build_report
 from phalanx.sim.services import Stack

@@ -24,9 +24,18 @@ from typing import Any, cast, overload
 import redis
 
 from phalanx.metrics.catalog import CONFLICT_REASONS, TXN_CONFLICTS
-from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo, Placement, SelectorRequirement, SelectorTerm, Taint, Toleration
-from phalanx.state.keys import (FIELD_SEP, REL_TIMERS, Keys, node_field, rel_gang, rel_gang_assumed,
-                                rel_gang_bound)
+from phalanx.model.objects import (
+    GangMode,
+    GangSpec,
+    NodeInfo,
+    Placement,
+    PodInfo,
+    SelectorRequirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+from phalanx.state.keys import FIELD_SEP, REL_TIMERS, Keys, node_field, rel_gang, rel_gang_assumed, rel_gang_bound
 
 log = logging.getLogger(__name__)
 

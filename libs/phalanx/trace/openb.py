@@ -63,7 +63,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from phalanx.trace.writer import positive_number
 from phalanx.trace.writer import (
     BASE_TIME,
     GPU_MODEL_LABEL,
@@ -73,6 +72,7 @@ from phalanx.trace.writer import (
     TraceError,
     Workload,
     is_dns_label,
+    positive_number,
     sanitize_label_value,
     sanitize_name,
 )

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 from phalanx.model.duration import parse_duration as parse_go_duration
 from phalanx.model.quantity import QuantityError, parse_quantity
-from phalanx.trace.writer import positive_number
 from phalanx.trace.writer import (
     BASE_TIME,
     DEFAULT_MAX_PODS,
@@ -48,6 +47,7 @@ from phalanx.trace.writer import (
     Workload,
     format_duration,
     is_dns_label,
+    positive_number,
     sanitize_label_value,
 )
 
