@@ -165,6 +165,28 @@ def test_without_a_failure_the_older_gang_keeps_the_head() -> None:
     assert pop_units(q, now=12) == [["a"], ["c"]]
 
 
+def test_a_gang_gone_from_the_queue_is_forgotten_and_a_new_one_of_its_name_starts_afresh() -> None:
+    q = make_queue()
+    add(q, "a", gang="old", created=0)
+    add(q, "b", gang="old", created=0)
+    assert names(q.pop(1, 0)) == ["a", "b"]
+    q.gang_failed(key("old"), now=10)
+    for k in ("a", "b"):
+        q.done(key(k), Outcome.ASSUMED, now=10)  # placed after all: the gang's pods leave the queue
+    add(q, "c", gang="new", created=5, now=11)
+    add(q, "d", gang="old", created=0, now=11)  # the job recreated under the same gang name
+    assert pop_units(q, now=12) == [["d"], ["c"]]  # by its creation time, not the old gang's failure
+
+
+def test_the_queue_keeps_nothing_of_gangs_whose_pods_all_left() -> None:
+    q = make_queue()
+    for g in range(1000):
+        add(q, f"p{g}", gang=f"g{g}", created=g)
+    for entry in q.pop(2000, 0):
+        q.done(entry.key, Outcome.BOUND, now=1)
+    assert len(q) == 0 and not q._gang_time  # memory follows the gangs in the queue, not all gangs ever seen
+
+
 def test_gang_failed_resorts_gang_pods_already_active() -> None:
     q = make_queue()
     add(q, "a", gang="old", created=0)

@@ -226,6 +226,9 @@ class SchedulingQueue:
                 members.discard(e.key)
                 if not members:
                     del self._by_gang[e.gang]
+                    # The gang's place in line goes with its last pod: kept, it would grow with every gang ever
+                    # seen. A pod of it added later starts from its creation time again.
+                    self._gang_time.pop(e.gang, None)
 
     def remove(self, keys: list[str]) -> int:
         removed = 0
