@@ -122,8 +122,6 @@ def test_explain_names_the_shortfall_the_free_gpus_and_the_holder(apiserver, clu
               "--scheduler-name", cluster.scheduler_name]
     doc = json.loads(_explain(capsys, *common, "-o", "json"))
     text = _explain(capsys, *common)
-    with capsys.disabled():
-        print(text)  # shown with -s: the real output
 
     # What the running gang's placement left free, from where the scheduler put it.
     used = {n: 0 for n in gpu_nodes}
