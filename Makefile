@@ -47,9 +47,11 @@ test: $(STAMP) tools images
 	PHALANX_IMAGE_TESTS=1 PHALANX_NO_SKIPS=1 $(PY) -m pytest -q
 
 ## Static checks (CI runs them before the tests): lint (ruff: unused and undefined names, import order),
-## types (mypy), generated protobuf code up to date, the Helm chart (helm lint).
+## the import contracts in pyproject.toml (import-linter), types (mypy), generated protobuf code up to date,
+## the Helm chart (helm lint).
 verify: $(STAMP) tools
 	$(VENV)/bin/ruff check libs services tests
+	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
 	PYTHON=$(PY) scripts/check-protos.sh
 	"$$(bash hack/build-helm.sh 2>/dev/null | tail -1)" lint --strict deploy/helm/phalanx
