@@ -6,18 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from local_scheduler import LocalScheduler, model_node, model_pod
 
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
-from phalanx.binding.lock import FencedLock
-from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
-from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
-from phalanx.scheduling.local import LocalBinder, LocalQueue
-from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.model.objects import GangSpec, PodInfo
+from phalanx.scheduling.local import LocalBinder
+from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import StateStore
 from phalanx.v1 import binder_pb2
 
-GPU = "nvidia.com/gpu"
 SOURCE = "podgroup/scheduling.x-k8s.io"
 
 
@@ -33,16 +31,13 @@ class RecordingBinder(LocalBinder):
 
 @pytest.fixture
 def sched(store: StateStore) -> GangScheduler:
-    backend = SimulatedBackend(store.redis, store.keys)
-    binder = RecordingBinder(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
-    queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
-    s = GangScheduler(store, queue, binder, settings=SchedulerSettings(default_wait_seconds=60))
-    s.upsert_nodes([NodeInfo("n1", {"cpu": 64_000, "pods": 110_000, GPU: 2000})])
+    s = LocalScheduler(store, RecordingBinder).sched
+    s.upsert_nodes([model_node("n1", gpus=2)])
     return s
 
 
-def pod(name: str, gang: str = "default/g") -> PodInfo:
-    return PodInfo("default", name, uid=name, requests={"cpu": 1000, "pods": 1000, GPU: 1000}, gang=gang)
+def pod(name: str) -> PodInfo:
+    return model_pod(name, "g", gpus=1)
 
 
 def reports(s: GangScheduler) -> list[binder_pb2.GangReport]:

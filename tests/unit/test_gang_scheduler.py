@@ -2,67 +2,23 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from local_scheduler import GPU, LocalScheduler, gang_spec, model_node, model_pod
 
-from phalanx.backends.simulated import SimulatedBackend
-from phalanx.binding.batch_binder import BatchBinder
-from phalanx.binding.lock import FencedLock
 from phalanx.model.keys import KOORD_TIMEOUT
-from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
-from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
-from phalanx.scheduling.local import LocalBinder, LocalQueue
+from phalanx.model.objects import GangMode, PodInfo
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
 
-GPU = "nvidia.com/gpu"
-
-
-def node(name: str, gpus: int = 0, cpu: int = 64) -> NodeInfo:
-    alloc = {"cpu": cpu * 1000, "memory": 256 * 2**30 * 1000, "pods": 110_000}
-    if gpus:
-        alloc[GPU] = gpus * 1000
-    return NodeInfo(name, alloc, {"kubernetes.io/hostname": name})
-
-
-def pod(name: str, gang: str = "", gpus: int = 0, ns: str = "default", created: float = 0.0) -> PodInfo:
-    req = {"cpu": 1000, "pods": 1000}
-    if gpus:
-        req[GPU] = gpus * 1000
-    return PodInfo(ns, name, uid=name, created_at=created, requests=req, gang=f"{ns}/{gang}" if gang else "",
-                   gang_created_at=created)
-
-
-def gang(name: str, min_available: int, total: int | None = None, mode: GangMode = GangMode.STRICT,
-         wait: float | None = 20.0, groups: tuple[str, ...] = (), ns: str = "default") -> GangSpec:
-    return GangSpec(ns, name, min_available, total or min_available, mode, groups, wait)
-
-
-class Harness:
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
-        self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
-        backend = SimulatedBackend(store.redis, store.keys)
-        self.binder = LocalBinder(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
-        self.sched = GangScheduler(store, self.queue, self.binder, settings=SchedulerSettings(default_wait_seconds=60))
-
-    def bound(self) -> dict[str, str]:
-        return {json.loads(x)["pod"]: json.loads(x)["node"] for x in self.store.redis.lrange(self.store.keys.sim_binds, 0, -1)}
-
-    def annotations(self) -> dict[str, dict[str, str]]:
-        return {k: json.loads(v) for k, v in self.store.redis.hgetall(self.store.keys.sim_annotations).items()}
-
-    def conditions(self) -> dict[str, str]:
-        return self.store.redis.hgetall(self.store.keys.sim_conditions)
+node, pod, gang = model_node, model_pod, gang_spec  # short names: the tests below build many
 
 
 @pytest.fixture
-def h(store: StateStore) -> Harness:
-    return Harness(store)
+def h(store: StateStore) -> LocalScheduler:
+    return LocalScheduler(store)
 
 
-def test_gang_binds_all_at_once_when_it_fits(h: Harness) -> None:
+def test_gang_binds_all_at_once_when_it_fits(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4), node("n2", gpus=4)])
     h.sched.upsert_gangs([gang("train", 6)])
     h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(6)], 0)
@@ -70,7 +26,7 @@ def test_gang_binds_all_at_once_when_it_fits(h: Harness) -> None:
     assert sorted(h.bound()) == [f"default/w{i}" for i in range(6)]
 
 
-def test_seed003_deadlock_nothing_binds_and_all_annotated_at_timeout(h: Harness) -> None:
+def test_seed003_deadlock_nothing_binds_and_all_annotated_at_timeout(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.sched.upsert_gangs([gang("gpu-pg", 5, wait=20)])
     h.queue.add([pod(f"w{i}", "gpu-pg", gpus=1) for i in range(5)], 0)
@@ -93,7 +49,7 @@ def test_seed003_deadlock_nothing_binds_and_all_annotated_at_timeout(h: Harness)
     assert h.bound() == {}
 
 
-def test_interleaved_gangs_one_binds_whole_other_waits_whole(h: Harness) -> None:
+def test_interleaved_gangs_one_binds_whole_other_waits_whole(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=3)])
     h.sched.upsert_gangs([gang("a", 3), gang("b", 3)])
     pods = []
@@ -106,7 +62,7 @@ def test_interleaved_gangs_one_binds_whole_other_waits_whole(h: Harness) -> None
     assert all("b" not in k.split("/")[1] for k in h.bound())
 
 
-def test_nonstrict_keeps_accumulating_after_a_failure(h: Harness) -> None:
+def test_nonstrict_keeps_accumulating_after_a_failure(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=2)])
     h.sched.upsert_gangs([gang("ns", 3, mode=GangMode.NON_STRICT, wait=100)])
     h.queue.add([pod(f"w{i}", "ns", gpus=1) for i in range(3)], 0)
@@ -120,7 +76,7 @@ def test_nonstrict_keeps_accumulating_after_a_failure(h: Harness) -> None:
     assert len(h.bound()) == 3
 
 
-def test_strict_releases_earlier_reservations_when_a_later_pod_fails(h: Harness) -> None:
+def test_strict_releases_earlier_reservations_when_a_later_pod_fails(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=2)])
     h.sched.upsert_gangs([gang("s", 3, wait=100)])
     h.queue.add([pod("w0", "s", gpus=1), pod("w1", "s", gpus=1)], 0)
@@ -132,7 +88,7 @@ def test_strict_releases_earlier_reservations_when_a_later_pod_fails(h: Harness)
     assert h.bound() == {}
 
 
-def test_gang_group_binds_only_when_every_gang_is_ready(h: Harness) -> None:
+def test_gang_group_binds_only_when_every_gang_is_ready(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     group = ("ns-a/ga", "ns-b/gb")
     h.sched.upsert_gangs([gang("ga", 2, groups=group, ns="ns-a", wait=50),
@@ -146,7 +102,7 @@ def test_gang_group_binds_only_when_every_gang_is_ready(h: Harness) -> None:
     assert sorted(h.bound()) == ["ns-a/a0", "ns-a/a1", "ns-b/b0", "ns-b/b1"]
 
 
-def test_gang_group_that_cannot_complete_releases_everything_at_timeout(h: Harness) -> None:
+def test_gang_group_that_cannot_complete_releases_everything_at_timeout(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=3)])
     group = ("default/ga", "default/gb")
     h.sched.upsert_gangs([gang("ga", 2, groups=group, wait=30), gang("gb", 2, groups=group, wait=30)])
@@ -160,7 +116,7 @@ def test_gang_group_that_cannot_complete_releases_everything_at_timeout(h: Harne
     assert {"default/a0", "default/a1", "default/b0", "default/b1"} <= set(ann)
 
 
-def test_once_satisfied_later_pods_schedule_as_ordinary_pods(h: Harness) -> None:
+def test_once_satisfied_later_pods_schedule_as_ordinary_pods(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.sched.upsert_gangs([gang("g", 2, total=4)])
     h.queue.add([pod("w0", "g", gpus=1), pod("w1", "g", gpus=1)], 0)
@@ -171,7 +127,7 @@ def test_once_satisfied_later_pods_schedule_as_ordinary_pods(h: Harness) -> None
     assert "default/w2" in h.bound()
 
 
-def test_undeclared_gang_waits_with_reason_then_schedules(h: Harness) -> None:
+def test_undeclared_gang_waits_with_reason_then_schedules(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.queue.add([pod("w0", "late", gpus=1), pod("w1", "late", gpus=1)], 0)
     h.sched.step(0)
@@ -182,7 +138,7 @@ def test_undeclared_gang_waits_with_reason_then_schedules(h: Harness) -> None:
     assert len(h.bound()) == 2
 
 
-def test_min_resources_larger_than_free_capacity_assumes_nothing(h: Harness) -> None:
+def test_min_resources_larger_than_free_capacity_assumes_nothing(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     spec = gang("big", 1, wait=100)
     spec.min_resources = {GPU: 8000}
@@ -193,7 +149,7 @@ def test_min_resources_larger_than_free_capacity_assumes_nothing(h: Harness) -> 
     assert "minResources needs 8 nvidia.com/gpu, the cluster has 4 free" in h.conditions()["default/w0"]
 
 
-def test_ordinary_pods_schedule_one_at_a_time(h: Harness) -> None:
+def test_ordinary_pods_schedule_one_at_a_time(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=1)])
     h.queue.add([pod("p0", gpus=1, created=0), pod("p1", gpus=1, created=1)], 0)
     h.sched.step(0)
@@ -201,7 +157,7 @@ def test_ordinary_pods_schedule_one_at_a_time(h: Harness) -> None:
     assert "Insufficient nvidia.com/gpu" in h.conditions()["default/p1"]
 
 
-def test_restart_recovers_gang_progress_from_redis(h: Harness, store: StateStore) -> None:
+def test_restart_recovers_gang_progress_from_redis(h: LocalScheduler, store: StateStore) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.sched.upsert_gangs([gang("g", 3, wait=100)])
     h.queue.add([pod("w0", "g", gpus=1), pod("w1", "g", gpus=1)], 0)
@@ -223,7 +179,7 @@ def share_pod(name: str, share_milli: int, created: float = 0.0) -> PodInfo:
                    requests={"cpu": 100, "pods": 1000, "phalanx.dev/gpu-share": share_milli})
 
 
-def test_gpu_shares_are_placed_per_device_never_split_across_gpus(h: Harness) -> None:
+def test_gpu_shares_are_placed_per_device_never_split_across_gpus(h: LocalScheduler) -> None:
     # Two GPUs: three 60% shares cannot all fit (each GPU holds one), though 1.8 < 2 GPUs in aggregate.
     h.sched.upsert_nodes([node("n1", gpus=2)])
     h.queue.add([share_pod(f"s{i}", 600, created=i) for i in range(3)], 0)
@@ -234,7 +190,7 @@ def test_gpu_shares_are_placed_per_device_never_split_across_gpus(h: Harness) ->
     assert used[("n1", "phalanx.dev/gpu-device-0")] == 600 and used[("n1", "phalanx.dev/gpu-device-1")] == 600
 
 
-def test_a_share_fills_a_used_gpu_before_breaking_a_free_one(h: Harness) -> None:
+def test_a_share_fills_a_used_gpu_before_breaking_a_free_one(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=2)])
     h.queue.add([share_pod("a", 500, created=0), share_pod("b", 300, created=1),
                  pod("whole", gpus=1, created=2)], 0)
@@ -246,7 +202,7 @@ def test_a_share_fills_a_used_gpu_before_breaking_a_free_one(h: Harness) -> None
     assert devices == [800, 1000]
 
 
-def test_a_whole_gpu_pod_does_not_take_a_device_a_share_uses(h: Harness) -> None:
+def test_a_whole_gpu_pod_does_not_take_a_device_a_share_uses(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=1)])
     h.queue.add([share_pod("a", 100, created=0), pod("whole", gpus=1, created=1)], 0)
     h.sched.step(0)
@@ -257,7 +213,7 @@ def test_a_whole_gpu_pod_does_not_take_a_device_a_share_uses(h: Harness) -> None
     assert "default/whole" in h.bound()
 
 
-def test_forgetting_gangs_keeps_one_with_reservations_and_clears_the_rest_everywhere(h: Harness,
+def test_forgetting_gangs_keeps_one_with_reservations_and_clears_the_rest_everywhere(h: LocalScheduler,
                                                                                      store: StateStore) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.sched.upsert_gangs([gang("done", 1), gang("waiting", 3, wait=100)])

@@ -6,33 +6,24 @@ from __future__ import annotations
 import json
 
 import pytest
+from local_scheduler import LocalScheduler, gang_spec, model_node, model_pod
 
-from phalanx.backends.simulated import SimulatedBackend
-from phalanx.binding.batch_binder import BatchBinder
-from phalanx.binding.lock import FencedLock
-from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
-from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
-from phalanx.scheduling.local import LocalBinder, LocalQueue
-from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
+from phalanx.model.objects import GangMode, NodeInfo, PodInfo
+from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import StateStore, decoded
-
-GPU = "nvidia.com/gpu"
 
 
 def node(name: str, gpus: int) -> NodeInfo:
-    return NodeInfo(name, {"cpu": 64_000, "pods": 110_000, GPU: gpus * 1000}, {"kubernetes.io/hostname": name})
+    return model_node(name, gpus=gpus)
 
 
 def pod(name: str, gang: str) -> PodInfo:
-    return PodInfo("default", name, uid=name, requests={"cpu": 1000, "pods": 1000, GPU: 1000}, gang=f"default/{gang}")
+    return model_pod(name, gang, gpus=1)
 
 
 @pytest.fixture
 def sched(store: StateStore) -> GangScheduler:
-    backend = SimulatedBackend(store.redis, store.keys)
-    binder = LocalBinder(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
-    queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
-    return GangScheduler(store, queue, binder, settings=SchedulerSettings(default_wait_seconds=60))
+    return LocalScheduler(store).sched
 
 
 def conditions(s: GangScheduler) -> dict[str, str]:
@@ -52,8 +43,8 @@ def gang_events(s: GangScheduler, phase: str) -> dict[str, str]:
 def test_a_gang_held_by_its_group_partner_names_the_partner_and_its_progress(sched: GangScheduler) -> None:
     sched.upsert_nodes([node("n1", 3)])
     group = ("default/trainer", "default/evaluator")
-    sched.upsert_gangs([GangSpec("default", "trainer", 2, 2, GangMode.STRICT, group, 30.0),
-                        GangSpec("default", "evaluator", 3, 3, GangMode.NON_STRICT, group, 30.0)])
+    sched.upsert_gangs([gang_spec("trainer", 2, mode=GangMode.STRICT, groups=group, wait=30.0),
+                        gang_spec("evaluator", 3, mode=GangMode.NON_STRICT, groups=group, wait=30.0)])
     # The trainer's two pods are placed; the evaluator gets the last GPU and waits for two more.
     sched.queue.add([pod("t0", "trainer"), pod("t1", "trainer"), pod("e0", "evaluator")], 0)  # type: ignore[attr-defined]
     sched.step(0)
@@ -71,7 +62,7 @@ def test_a_gang_held_by_its_group_partner_names_the_partner_and_its_progress(sch
 
 def test_a_pod_turned_away_after_the_timeout_is_told_what_was_placed_then(sched: GangScheduler) -> None:
     sched.upsert_nodes([node("n1", 2)])
-    sched.upsert_gangs([GangSpec("default", "ns", 3, 3, GangMode.NON_STRICT, (), 20.0)])
+    sched.upsert_gangs([gang_spec("ns", 3, mode=GangMode.NON_STRICT, wait=20.0)])
     sched.queue.add([pod(f"w{i}", "ns") for i in range(3)], 0)  # type: ignore[attr-defined]
     sched.step(0)
     assert len(sched.store.load_pods()) == 2  # w0 and w1 reserved, w2 does not fit
