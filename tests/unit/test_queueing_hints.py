@@ -8,23 +8,18 @@ random workloads, nothing placeable is ever left waiting in the unschedulable su
 from __future__ import annotations
 
 import copy
-import json
 import random
 
 import pytest
+from local_scheduler import LocalScheduler
 
-from phalanx.backends.simulated import SimulatedBackend
-from phalanx.binding.batch_binder import BatchBinder
-from phalanx.binding.lock import FencedLock
 from phalanx.gang.manager import GangStatus
 from phalanx.model.objects import GangSpec, NodeInfo, Placement, PodInfo, Taint
 from phalanx.queueing.hints import Freed, FreedCapacity, Hint, helps
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue
 from phalanx.queueing.wire import HintDecoder, freed_from_pb, freed_to_pb, hint_from_pb, hint_to_pb
 from phalanx.rpc import validation
-from phalanx.scheduling.local import LocalBinder, LocalQueue
 from phalanx.scheduling.ports import Carry
-from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
 from phalanx.v1 import objects_pb2, queue_pb2
 
@@ -233,13 +228,11 @@ def _pod(name: str, gang: str = "", gpus: int = 0, cpu: int = 1, created: float 
                    gang_created_at=created, placement=placement or Placement())
 
 
-class Harness:
+class Harness(LocalScheduler):
+    """Counts scheduling attempts; gangs never time out (their waits are not what these tests are about)."""
+
     def __init__(self, store: StateStore) -> None:
-        self.store = store
-        self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
-        backend = SimulatedBackend(store.redis, store.keys)
-        self.binder = LocalBinder(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
-        self.sched = GangScheduler(store, self.queue, self.binder, settings=SchedulerSettings(default_wait_seconds=1e6))
+        super().__init__(store, default_wait=1e6)
         self.attempts = 0
 
     def step(self, now: float, finished: list[str] = ()) -> None:  # type: ignore[assignment]
@@ -247,9 +240,6 @@ class Harness:
         if finished:
             self.sched.release_pods(list(finished), carry.freed)
         self.attempts += self.sched.step(now, carry).attempted
-
-    def bound(self) -> dict[str, str]:
-        return {json.loads(x)["pod"]: json.loads(x)["node"] for x in self.store.redis.lrange(self.store.keys.sim_binds, 0, -1)}
 
 
 @pytest.fixture
