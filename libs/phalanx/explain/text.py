@@ -7,22 +7,15 @@ from datetime import datetime, timezone
 from phalanx.explain.analysis import CapacityReport, Explanation, GangExplanation, HolderGroup
 from phalanx.explain.capacity import Exclusion
 from phalanx.model.quantity import format_milli
+from phalanx.sim.units import fmt_duration
 
 _LABEL = 12  # width of the label column
 _NODES_SHOWN = 8  # nodes named per exclusion; the rest are counted
 
 
 def human_seconds(seconds: float) -> str:
-    """A span as a person says it: 45s, 12m, 1h50m, 3d4h (the two largest units)."""
-    left = int(round(abs(seconds)))
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if left >= size or (unit == "s" and not parts):
-            parts.append(f"{left // size}{unit}")
-            left %= size
-        if len(parts) == 2:
-            break
-    return "".join(parts)
+    """A span in whole seconds, in the reports' one duration format (45 s, 12m, 1h 50m, 3d 4h)."""
+    return fmt_duration(round(abs(seconds)))
 
 
 def moment(at: float, now: float, clock: str) -> str:
