@@ -16,7 +16,8 @@ import pytest
 from waiting import wait_for
 
 from phalanx.model.objects import PodInfo
-from phalanx.state.store import BINDING_STATE, Txn
+from phalanx.state.pod_state import PodState
+from phalanx.state.txn import Txn
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
 
 pytestmark = [
@@ -53,13 +54,13 @@ def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster,
     # What a binder that crashed mid-batch leaves: the intent recorded, one binding written.
     keys = sorted(reserved)
     phalanx.store.must_apply(Txn(expect=[[k, "assumed", reserved[k][0]] for k in keys],
-                                 set_state=[[k, BINDING_STATE] for k in keys]))
+                                 set_state=[[k, PodState.BINDING] for k in keys]))
     first = keys[0].split("/", 1)[1]
     cluster.bind(ns, first, reserved[keys[0]][0])
     time.sleep(3)  # longer than the scheduler's bind retries: with no binder, nothing may be released
     after = _states(phalanx, ns)
     assert after[keys[0]] == (reserved[keys[0]][0], "bound")  # the feed saw that binding: recorded
-    assert {s for k, (_, s) in after.items() if k != keys[0]} == {BINDING_STATE}
+    assert {s for k, (_, s) in after.items() if k != keys[0]} == {PodState.BINDING}
     phalanx.start_binder(address)
     bound = wait_for(lambda: cluster.all_bound(ns, names), BIND, "the whole gang bound")
     assert bound == {k.split("/", 1)[1]: node for k, (node, _) in reserved.items()}  # where it was reserved

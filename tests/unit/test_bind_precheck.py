@@ -18,7 +18,9 @@ from phalanx.binding.lock import FencedLock
 from phalanx.model.keys import GROUP_VOLCANO, GROUP_X_K8S, KOORD_TIMEOUT, LABEL_X_K8S_PODGROUP, VOLCANO_GROUP_NAME
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.keys import Keys
-from phalanx.state.store import BINDING_STATE, StateStore, Txn
+from phalanx.state.pod_state import PodState
+from phalanx.state.store import StateStore
+from phalanx.state.txn import Txn
 from phalanx.v1 import binder_pb2
 
 GANG = "default/train"
@@ -119,7 +121,7 @@ def test_a_started_binding_refused_on_roll_forward_is_released_alone(nodes: Stat
     others and gives w1 back, as it would after an API server refusal."""
     reserve(nodes, NAMES)
     keys = [f"default/{n}" for n in NAMES]
-    nodes.must_apply(Txn(expect=[[k, "assumed", "n1"] for k in keys], set_state=[[k, BINDING_STATE] for k in keys]))
+    nodes.must_apply(Txn(expect=[[k, "assumed", "n1"] for k in keys], set_state=[[k, PodState.BINDING] for k in keys]))
     failure = BindFailure("node n1 does not exist (pod default/w1 not bound)")
     backend = RefusingBackend(nodes.redis, nodes.keys, {"default/w1": failure})
     results = BatchBinder(nodes, backend, FencedLock(nodes.redis, nodes.keys)).finish_interrupted(1.0)

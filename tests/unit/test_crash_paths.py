@@ -13,7 +13,7 @@ from local_scheduler import model_node as node
 from local_scheduler import model_pod as pod
 
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue, SubQueue
-from phalanx.state.store import StateStore, Txn
+from phalanx.state.store import StateStore
 
 
 class FlakyBinder:
@@ -218,17 +218,17 @@ def test_a_pod_turned_away_by_an_invalid_cycle_lets_the_cycle_end() -> None:
 
     gm = GangManager(60)
     gm.upsert(gang("g", 2))
-    txn = Txn()
+    stmt = gm.begin()
     key = "default/g"
-    assert gm.try_enter_cycle(key, "p0", txn) and gm.try_enter_cycle(key, "p1", txn)
-    gm.invalidate_cycle(key, 1.0, txn)            # both tried and failed together: cycle 2 starts
-    assert gm.record(key).cycle == 2 and gm.record(key).valid
-    assert gm.try_enter_cycle(key, "p0", txn)      # p0 alone this time ...
-    gm.invalidate_cycle(key, 2.0, txn)            # ... and it fails: cycle 2 is invalid until p1 passes
-    assert not gm.record(key).valid
-    assert not gm.try_enter_cycle(key, "p1", txn)  # p1 turned away, but counted: the cycle ends
-    assert gm.record(key).cycle == 3 and gm.record(key).valid
-    assert gm.try_enter_cycle(key, "p0", txn) and gm.try_enter_cycle(key, "p1", txn)
+    assert gm.try_enter_cycle(key, "p0", stmt) and gm.try_enter_cycle(key, "p1", stmt)
+    gm.invalidate_cycle(key, stmt)            # both tried and failed together: cycle 2 starts
+    assert stmt.record(key).cycle == 2 and stmt.record(key).valid
+    assert gm.try_enter_cycle(key, "p0", stmt)      # p0 alone this time ...
+    gm.invalidate_cycle(key, stmt)            # ... and it fails: cycle 2 is invalid until p1 passes
+    assert not stmt.record(key).valid
+    assert not gm.try_enter_cycle(key, "p1", stmt)  # p1 turned away, but counted: the cycle ends
+    assert stmt.record(key).cycle == 3 and stmt.record(key).valid
+    assert gm.try_enter_cycle(key, "p0", stmt) and gm.try_enter_cycle(key, "p1", stmt)
 
 
 def test_a_pod_that_lost_its_place_may_try_again_in_a_valid_cycle() -> None:
@@ -238,6 +238,6 @@ def test_a_pod_that_lost_its_place_may_try_again_in_a_valid_cycle() -> None:
 
     gm = GangManager(60)
     gm.upsert(gang("g", 3))
-    txn = Txn()
-    assert gm.try_enter_cycle("default/g", "p0", txn) and gm.try_enter_cycle("default/g", "p1", txn)
-    assert gm.try_enter_cycle("default/g", "p1", txn)
+    stmt = gm.begin()
+    assert gm.try_enter_cycle("default/g", "p0", stmt) and gm.try_enter_cycle("default/g", "p1", stmt)
+    assert gm.try_enter_cycle("default/g", "p1", stmt)

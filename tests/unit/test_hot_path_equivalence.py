@@ -1,6 +1,6 @@
 """The benchmark's optimisations of hot paths change no result: the column-wise score plugins give
 bit-identical scores to the original (n x k block) formulation, the hand-written pod_to_json is exactly
-dataclasses.asdict, and the scheduler's gang-record copy is what deepcopy gave."""
+dataclasses.asdict, and the gang record's copy (a statement's working copy) is what deepcopy gave."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
+from phalanx.gang.record import GangRecord
 from phalanx.model.objects import NodeInfo, Placement, PodInfo, SelectorRequirement, SelectorTerm, Toleration
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
-from phalanx.scheduling.scheduler import _copy_record
-from phalanx.state.store import GangRecord, pod_from_json, pod_to_json
+from phalanx.state.store import pod_from_json, pod_to_json
 
 
 def _reference_utilisation(snap: Snapshot, candidates: np.ndarray, cols: np.ndarray, amounts: np.ndarray) -> np.ndarray:
@@ -114,8 +114,8 @@ def test_pod_to_json_is_asdict(pod: PodInfo) -> None:
 
 def test_gang_record_copy_matches_deepcopy() -> None:
     rec = GangRecord("ns/g", cycle=3, valid=False, first_wait=1.0, satisfied_at=None, timed_out=False,
-                     failed_at=2.0, trace="t", assumed={"ns/a"}, bound={"ns/b"}, rounds={"ns/a": 2})
-    copied = _copy_record(rec)
+                     trace="t", assumed={"ns/a"}, bound={"ns/b"}, rounds={"ns/a": 2})
+    copied = rec.copy()
     assert copied == copy.deepcopy(rec)
     for f in dataclasses.fields(GangRecord):  # every mutable field is copied, not shared
         value = getattr(rec, f.name)

@@ -10,7 +10,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from phalanx.backends.kubernetes import KubernetesBackend, RetryPolicy
-from phalanx.state.store import Txn
+from phalanx.state.txn import Txn
 from phalanx.v1 import binder_pb2
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from phalanx.state.store import Txn
+from phalanx.state.txn import Txn
 from phalanx.v1 import binder_pb2
 
 

@@ -42,9 +42,9 @@ from phalanx.backends.kube_guard import (
     report_annotations,
 )
 from phalanx.backends.write_lanes import WriteLanes
-from phalanx.cluster import podgroups
+from phalanx.kube import podgroups
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
-from phalanx.state.store import Txn
+from phalanx.state.txn import Txn
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class KubernetesBackend:
 
     @classmethod
     def from_args(cls, args: Any) -> KubernetesBackend:
-        from phalanx.cluster.client import api_client
+        from phalanx.kube.client import api_client
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
         backend = cls(api_client(getattr(args, "kubeconfig", "") or ""), component=component or DEFAULT_SCHEDULER_NAME)

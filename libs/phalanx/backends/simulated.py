@@ -11,8 +11,8 @@ import json
 import redis
 
 from phalanx.backends.base import BindFailure
-from phalanx.state.keys import REL_SIM_BINDS, Keys
-from phalanx.state.store import Txn
+from phalanx.state.keys import Keys
+from phalanx.state.txn import Txn
 from phalanx.v1 import binder_pb2
 
 
@@ -31,7 +31,7 @@ class SimulatedBackend:
 
     def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         for a in assignments:
-            commit.cmd("RPUSH", REL_SIM_BINDS, json.dumps({"pod": a.pod_key, "node": a.node, "at": now}))
+            commit.sim_binds.append(json.dumps({"pod": a.pod_key, "node": a.node, "at": now}))
         return {}
 
     def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:

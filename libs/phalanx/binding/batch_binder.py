@@ -31,7 +31,9 @@ from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
 from phalanx.metrics.binds import record_bind
 from phalanx.rpc.convert import assignment_of
-from phalanx.state.store import BINDING_STATE, PodRecord, StateStore, Txn, record_bound
+from phalanx.state.pod_state import PodState
+from phalanx.state.store import PodRecord, StateStore
+from phalanx.state.txn import Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked
 from phalanx.v1 import binder_pb2
 
@@ -99,7 +101,7 @@ class BatchBinder:
         reservation, write every binding and release the mutex in one script. None when any check
         fails: the careful path below then sorts out which pods failed and what to roll back."""
         txn = Txn(lock=[uuid.uuid4().hex, self.lock.lease_ms],
-                  expect=[[a.pod_key, "assumed", a.node] for a in assignments])
+                  expect=[[a.pod_key, PodState.ASSUMED, a.node] for a in assignments])
         failures = self.backend.bind(assignments, now, txn)
         if failures:  # a transactional backend reports none; be safe if one ever does
             return None
@@ -171,9 +173,9 @@ class BatchBinder:
                 problems[a.pod_key] = "its reservation no longer exists"
             elif rec.node != a.node:
                 problems[a.pod_key] = f"it is reserved on {rec.node}, not {a.node}"
-            elif rec.state in (BINDING_STATE, "bound"):
+            elif rec.state in (PodState.BINDING, PodState.BOUND):
                 started.add(a.pod_key)  # binding or bound on the same node: an earlier attempt got that far
-            elif rec.state != "assumed":
+            elif rec.state != PodState.ASSUMED:
                 problems[a.pod_key] = f"it is already {rec.state}"
 
         if log.isEnabledFor(logging.DEBUG):  # the hot path: build the dict only when it is logged
@@ -188,7 +190,7 @@ class BatchBinder:
         # the others are refused before the intent, so nothing of them reaches the cluster.
         keys = {a.pod_key for a in assignments}
         plan.refusals = {k: f for k, f in refusals.items()
-                         if k in keys and k not in problems and k in records and records[k].state != "bound"}
+                         if k in keys and k not in problems and k in records and records[k].state != PodState.BOUND}
         plan.before = {k: f for k, f in plan.refusals.items() if k not in started}
         refused = {k: f.message for k, f in plan.before.items() if not f.gone and not f.retryable}
         if refused and all_or_nothing and not started:
@@ -217,8 +219,8 @@ class BatchBinder:
         fresh = [a for p in live for a in p.fresh]
         if fresh and not self.backend.transactional:
             # The point of no return, made durable before the first API call.
-            intent = Txn(fence=fence, expect=[[a.pod_key, "assumed", a.node] for a in fresh],
-                         set_state=[[a.pod_key, BINDING_STATE] for a in fresh])
+            intent = Txn(fence=fence, expect=[[a.pod_key, PodState.ASSUMED, a.node] for a in fresh],
+                         set_state=[[a.pod_key, PodState.BINDING] for a in fresh])
             ok, reason = self.store.apply(intent)
             if not ok:  # fenced out, or a reservation changed since the check: nothing was written
                 if len(live) > 1:  # which batch changed is not known: each on its own (it fails alone)
@@ -238,12 +240,17 @@ class BatchBinder:
                 return [p.final or [] for p in plans]
             faults.reached("binder.after_intent")
         # Refused before the intent: their reservations are given back with this commit.
-        commit = Txn(fence=fence, release=[k for p in live for k, f in p.before.items() if not f.retryable])
+        commit = Txn(fence=fence)
+        for p in live:
+            gangs = {a.pod_key: a.gang for a in p.assignments}
+            for k, f in p.before.items():
+                if not f.retryable:
+                    commit.release_pod(k, gangs[k])
         to_write_all: list[binder_pb2.Assignment] = []
         for p in live:
-            p.already = [a for a in p.todo if p.records[a.pod_key].state == "bound"]
+            p.already = [a for a in p.todo if p.records[a.pod_key].state == PodState.BOUND]
             p.after = [a for a in p.todo if a.pod_key in p.refusals]  # started, refused now: as by the API server
-            p.to_write = [a for a in p.todo if p.records[a.pod_key].state != "bound" and a.pod_key not in p.refusals]
+            p.to_write = [a for a in p.todo if p.records[a.pod_key].state != PodState.BOUND and a.pod_key not in p.refusals]
             to_write_all += p.to_write
         failures: dict[str, BindFailure] = self.backend.bind(to_write_all, now, commit) if to_write_all else {}
         bound: list[binder_pb2.Assignment] = []
@@ -261,7 +268,7 @@ class BatchBinder:
                     p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING,
                                                                  message=failure.message)
                 else:
-                    commit.release.append(a.pod_key)
+                    commit.release_pod(a.pod_key, a.gang)
                     status = GONE if failure.gone else FAILED
                     p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status,
                                                                  message=failure.message)
@@ -286,7 +293,7 @@ class BatchBinder:
         fenced out mid-batch): binds its pods where they were reserved and records them. Idempotent."""
         if self.backend.transactional:
             return []  # its bindings are written inside the commit: nothing can be half done
-        pending = self.store.pods_in_state(BINDING_STATE)
+        pending = self.store.pods_in_state(PodState.BINDING)
         if not pending:
             return []
         started = time.perf_counter()
@@ -295,7 +302,7 @@ class BatchBinder:
         with self.lock.hold() as fence:
             # Read again under the mutex: pods a live batch was binding when they were first read are bound
             # by now, not interrupted (rolling them "forward" again cost an API call each under load).
-            still = self.store.pods_in_state(BINDING_STATE)
+            still = self.store.pods_in_state(PodState.BINDING)
             assignments = [a for a in assignments if a.pod_key in still]
             if not assignments:
                 return []
@@ -310,14 +317,19 @@ class BatchBinder:
         first = next(iter(problems.items()))
         log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)
         # Only reservations are undone: a pod already bound runs in the cluster and keeps its capacity.
-        held = [a.pod_key for a in assignments if getattr(records.get(a.pod_key), "state", None) == "assumed"]
-        ok, reason = self.store.apply(Txn(fence=fence, release=held))
+        held = [a for a in assignments if getattr(records.get(a.pod_key), "state", None) == PodState.ASSUMED]
+        rollback = Txn(fence=fence)
+        for a in held:
+            rollback.release_pod(a.pod_key, a.gang)
+        ok, reason = self.store.apply(rollback)
         if not ok:
             # Fenced out mid-rollback. Releasing a reservation that is still only assumed is safe without
             # the lock (nobody has bound it), so do that pod by pod; anything bound meanwhile stays.
             log.warning("rollback fenced out (%s); releasing still-assumed pods one by one", reason)
-            for key in held:
-                self.store.apply(Txn(expect=[[key, "assumed", ""]], release=[key]))
+            for a in held:
+                one = Txn(expect=[[a.pod_key, PodState.ASSUMED, ""]])
+                one.release_pod(a.pod_key, a.gang)
+                self.store.apply(one)
         out = []
         for a in assignments:
             if a.pod_key in problems:

@@ -29,8 +29,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from phalanx.metrics.catalog import RECONCILE_REPAIRS
-from phalanx.plugins.gpu_share import with_gpu_devices
-from phalanx.state.store import BINDING_STATE, PodRecord
+from phalanx.state.pod_state import PodState
+from phalanx.state.store import PodRecord
 
 if TYPE_CHECKING:
     from phalanx.cluster.feed import ClusterFeed
@@ -103,7 +103,7 @@ class Maintenance:
                 feed.resend_gangs()
                 feed.specs_unsure = False
                 repairs["gang specs re-sent"] += 1
-            nodes = {name: with_gpu_devices(n) for name, n in feed.mirror_nodes().items()}
+            nodes = {name: s.framework.prepare_node(n) for name, n in feed.mirror_nodes().items()}
             in_redis = {n.name: n for n in store.load_nodes()}
             changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]
             if changed:
@@ -186,7 +186,7 @@ class Maintenance:
     def _memory_differs(self, records: dict[str, PodRecord]) -> str:
         """How the scheduler's memory differs from Redis ("" when it does not), for the log line."""
         s = self.feed.scheduler
-        assumed = {k for k, r in records.items() if r.state in ("assumed", BINDING_STATE)}
+        assumed = {k for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
         bound = {k for k, r in records.items() if r.state == "bound"}
         out = []
         for name, mine, theirs in (("assumed", set(s.assumed), assumed), ("bound", s.bound, bound)):

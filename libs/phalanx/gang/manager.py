@@ -1,16 +1,30 @@
 """Gang bookkeeping: declarations, accumulation, Strict cycles, GangGroups, timers, once-satisfied.
 
-The manager holds the scheduler's copy of every gang's runtime record; each change it decides is also
-written into the caller's `Txn`, so memory and Redis change together or not at all.
+The manager holds the scheduler's copy of every gang's runtime record and knows no storage. A scheduling
+attempt decides through a `GangStatement` (its changes as operations, `phalanx.gang.ops`); the scheduler
+commits them to Redis with the attempt's reservations and then calls `commit`, so memory changes only
+after Redis accepted the change, and a conflict leaves nothing to restore.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
+from phalanx.gang.ops import (
+    CycleAdvanced,
+    CycleInvalidated,
+    GangOp,
+    PodsAssumed,
+    PodsBound,
+    PodsReleased,
+    TimedOut,
+    TriedInCycle,
+    WaitStarted,
+)
+from phalanx.gang.record import GangRecord
+from phalanx.gang.statement import GangStatement
 from phalanx.model.objects import GangMode, GangSpec
-from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_rounds
-from phalanx.state.store import GangRecord, Txn
 
 
 class GangStatus(str, Enum):
@@ -73,77 +87,84 @@ class GangManager:
             return spec.wait_seconds
         return self.default_wait_seconds
 
+    # -- statements ------------------------------------------------------------------------------
+    def begin(self) -> GangStatement:
+        return GangStatement(self.record)
+
+    def commit(self, stmt: GangStatement) -> None:
+        """Redis accepted the statement's operations: memory takes them too."""
+        self.records.update(stmt.working)
+        if any(op.moves_timer for op in stmt.ops):
+            self.timers_changed = True
+
+    def apply(self, ops: Iterable[GangOp]) -> None:
+        """Operations someone else already wrote to Redis (the binder's commit): memory follows."""
+        for op in ops:
+            rec = self.record(op.gang)
+            first_bind = isinstance(op, PodsBound) and rec.satisfied_at is None
+            op.apply(rec)
+            if op.moves_timer or first_bind:  # the binder cleared the timer of a gang it satisfied
+                self.timers_changed = True
+
     # -- Strict cycles ---------------------------------------------------------------------------
     def strict(self, key: str) -> bool:
         spec = self.specs.get(key)
         return spec is None or spec.mode == GangMode.STRICT
 
-    def try_enter_cycle(self, key: str, pod: str, txn: Txn) -> bool:
+    def try_enter_cycle(self, key: str, pod: str, stmt: GangStatement) -> bool:
         """Strict PreFilter: no pod is tried while the cycle is invalid (each is turned away once, then the
         cycle ends); in a valid cycle a pod is tried.
 
         A pod turned away by an invalid cycle still counts as tried in it: the cycle ends once every pod
         has been through it, and a pod that never counted would keep it invalid, and the gang rejected,
         for good (its pods reaching the scheduler apart, one failing first, was enough)."""
-        rec = self.record(key)
+        rec = stmt.record(key)
         if rec.rounds.get(pod, 0) >= rec.cycle:
             # Tried in this cycle already. While the cycle is valid it comes back only because it lost its
             # place (a bind refused, a reservation Redis lost): it may try again; refusing it would strand
             # the gang, as a valid cycle does not end by itself.
             return rec.valid
-        rec.rounds[pod] = rec.cycle
-        txn.cmd("HSET", rel_gang_rounds(key), pod, rec.cycle)
+        stmt.add(TriedInCycle(key, pod, rec.cycle))
         if not rec.valid:
-            self.maybe_advance_cycle(key, txn)
+            self._maybe_advance_cycle(key, stmt)
             return False
         return True
 
-    def mark_tried(self, key: str, pod: str, txn: Txn) -> None:
-        rec = self.record(key)
+    def mark_tried(self, key: str, pod: str, stmt: GangStatement) -> None:
+        rec = stmt.record(key)
         if rec.rounds.get(pod, 0) < rec.cycle:
-            rec.rounds[pod] = rec.cycle
-            txn.cmd("HSET", rel_gang_rounds(key), pod, rec.cycle)
+            stmt.add(TriedInCycle(key, pod, rec.cycle))
 
-    def invalidate_cycle(self, key: str, now: float, txn: Txn) -> None:
-        rec = self.record(key)
-        rec.valid = False
-        rec.failed_at = now
-        txn.cmd("HSET", rel_gang(key), "valid", 0, "failed_at", now)
-        self.maybe_advance_cycle(key, txn)
+    def invalidate_cycle(self, key: str, stmt: GangStatement) -> None:
+        stmt.add(CycleInvalidated(key))
+        self._maybe_advance_cycle(key, stmt)
 
-    def maybe_advance_cycle(self, key: str, txn: Txn) -> None:
+    def _maybe_advance_cycle(self, key: str, stmt: GangStatement) -> None:
         """The cycle ends when total-number pods (or every pod seen so far) have been tried in it."""
-        rec = self.record(key)
+        rec = stmt.record(key)
         spec = self.specs.get(key)
         tried = sum(1 for r in rec.rounds.values() if r >= rec.cycle)
         total = spec.total_number if spec is not None else 0
         if tried >= total or tried >= len(rec.rounds):
-            rec.cycle += 1
-            rec.valid = True
-            txn.cmd("HSET", rel_gang(key), "cycle", rec.cycle, "valid", 1)
+            stmt.add(CycleAdvanced(key, rec.cycle + 1))
 
     # -- accumulation ----------------------------------------------------------------------------
-    def assumed(self, key: str, pods: list[str], now: float, txn: Txn, trace: str) -> None:
-        rec = self.record(key)
-        rec.assumed.update(pods)
-        txn.cmd("SADD", rel_gang_assumed(key), *pods)
-        self.start_wait(key, now, txn, trace)
+    def assumed(self, key: str, pods: list[str], now: float, stmt: GangStatement, trace: str) -> None:
+        stmt.add(PodsAssumed(key, tuple(pods)))
+        self.start_wait(key, now, stmt, trace)
 
-    def start_wait(self, key: str, now: float, txn: Txn, trace: str) -> None:
+    def start_wait(self, key: str, now: float, stmt: GangStatement, trace: str) -> None:
         """A pod of the gang reached the wait stage: start the gang's timer if it is not running."""
-        rec = self.record(key)
+        rec = stmt.record(key)
         if rec.first_wait is None:
             # The wait is counted from the first pod reaching the wait stage, and survives Strict rollbacks.
-            rec.first_wait = now
-            rec.trace = rec.trace or trace
-            deadline = now + self.wait_seconds(key)
-            txn.cmd("HSET", rel_gang(key), "first_wait", now, "trace", rec.trace)
-            txn.cmd("ZADD", REL_TIMERS, deadline, key)
-            self.timers_changed = True
+            stmt.add(WaitStarted(key, now, now + self.wait_seconds(key), rec.trace or trace))
 
-    def released(self, key: str, pods: list[str]) -> None:
-        rec = self.record(key)
-        rec.assumed.difference_update(pods)
+    def released(self, key: str, pods: list[str], stmt: GangStatement) -> None:
+        stmt.add(PodsReleased(key, tuple(pods)))
+
+    def timed_out(self, key: str, stmt: GangStatement) -> None:
+        stmt.add(TimedOut(key))
 
     def placed_count(self, key: str) -> int:
         rec = self.records.get(key)
@@ -162,23 +183,6 @@ class GangManager:
     def group_ready(self, key: str) -> bool:
         """GangGroups bind only when every gang of the group has reached its minimum."""
         return all(self.reached_minimum(k) for k in self.group_of(key))
-
-    def bound(self, key: str, pods: list[str], now: float) -> None:
-        rec = self.record(key)
-        rec.assumed.difference_update(pods)
-        rec.bound.update(pods)
-        if rec.satisfied_at is None:
-            rec.satisfied_at = now
-            self.timers_changed = True  # the binder cleared its timer
-
-    def timed_out(self, key: str, txn: Txn) -> None:
-        rec = self.record(key)
-        rec.timed_out = True
-        rec.assumed.clear()
-        txn.cmd("HSET", rel_gang(key), "timed_out", 1)
-        txn.cmd("ZREM", REL_TIMERS, key)
-        txn.cmd("DEL", rel_gang_assumed(key))
-        self.timers_changed = True
 
     def describe(self, key: str) -> str:
         spec = self.specs.get(key)

@@ -11,7 +11,7 @@ import logging
 
 from phalanx.model.objects import GangSpec
 from phalanx.scheduling.ports import BinderPort
-from phalanx.state.store import GangRecord
+from phalanx.gang.record import GangRecord
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from time import perf_counter
 
 from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
+from phalanx.gang.ops import BoundPodsFound, PodsBound, PodsReleased
+from phalanx.gang.statement import GangStatement
 from phalanx.metrics.attempts import AttemptTally, observe_bound
 from phalanx.metrics.catalog import GANG_TIMEOUTS, GANG_WAIT
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME, KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
-from phalanx.plugins.gpu_share import with_gpu_devices
+from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import assignment_of
@@ -30,8 +32,9 @@ from phalanx.rpc.server import rpc_failure
 from phalanx.scheduling.hints import note_release, refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
-from phalanx.state.keys import rel_gang_bound
-from phalanx.state.store import BINDING_STATE, GangRecord, PodRecord, StateStore, Txn, record_bound
+from phalanx.state.pod_state import PodState
+from phalanx.state.store import PodRecord, StateStore
+from phalanx.state.txn import Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
 from phalanx.v1 import binder_pb2
 
@@ -75,7 +78,7 @@ class GangScheduler:
         self.store = store
         self.queue = queue
         self.binder = binder
-        self.framework = framework or Framework()
+        self.framework = framework or in_tree_framework()
         self.settings = settings or SchedulerSettings()
         self.snapshot = Snapshot()
         self.gangs = GangManager(self.settings.default_wait_seconds)
@@ -121,8 +124,8 @@ class GangScheduler:
         self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
         self.gangs.timers_changed = False
         records = self.store.load_pods()
-        self.assumed = {k: r for k, r in records.items() if r.state in ("assumed", BINDING_STATE)}
-        self.bound = {k for k, r in records.items() if r.state == "bound"}
+        self.assumed = {k: r for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
+        self.bound = {k for k, r in records.items() if r.state == PodState.BOUND}
         self._next_timer = self.store.next_timer()
         self.pending_groups.clear()
         self.pending_pods.clear()
@@ -130,14 +133,14 @@ class GangScheduler:
             if not r.gang:
                 self.pending_pods.add(r.key)
             # A started binding is finished whatever the gang's count says.
-            elif r.state == BINDING_STATE or self.gangs.group_ready(r.gang):
+            elif r.state == PodState.BINDING or self.gangs.group_ready(r.gang):
                 self.pending_groups[self.gangs.group_of(r.gang)] = self.gangs.record(r.gang).trace
         self._bind_retry_at = 0.0
         self.needs_resync = False
 
     # -- cluster events --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: list[NodeInfo]) -> None:
-        nodes = [with_gpu_devices(n) for n in nodes]  # GPUs are placed device by device
+        nodes = self.framework.prepare_nodes(nodes)  # e.g. GPUs are placed device by device
         self.store.put_nodes(nodes)
         self.snapshot.upsert_nodes(nodes)
 
@@ -183,7 +186,10 @@ class GangScheduler:
         records = self.store.get_pods(keys)
         if not records:
             return 0
-        self.store.must_apply(Txn(release=list(records)))
+        txn = Txn()
+        for r in records.values():
+            txn.release_pod(r.key, r.gang)
+        self.store.must_apply(txn)
         for r in records.values():
             i = self.snapshot.index.get(r.node)
             if i is not None:
@@ -205,19 +211,17 @@ class GangScheduler:
             # A fact, not a decision: counted even where it over-commits the node as Redis sees it.
             txn.facts.append(self.store.reserve_entry(p, p.node_name))
             if p.gang:
-                txn.cmd("SADD", rel_gang_bound(p.gang), p.key)
+                txn.gang_ops.append(BoundPodsFound(p.gang, (p.key,)))
         if txn.facts:
             self.store.must_apply(txn)
             self.bound.update(entry[0] for entry in txn.facts)
             self.snapshot.load_used(self.store.load_used())
-            for p in pods:  # memory mirrors the SADD above, so gang counts include them
-                if p.gang and p.key in self.bound:
-                    self.gangs.record(p.gang).bound.add(p.key)
+            self.gangs.apply(txn.gang_ops)  # so gang counts include them
 
     def _forget_assumed(self, key: str) -> None:
         r = self.assumed.pop(key, None)
         if r is not None and r.gang:
-            self.gangs.released(r.gang, [key])
+            self.gangs.apply([PodsReleased(r.gang, (key,))])
 
     # -- the step ------------------------------------------------------------------------------------
     def step(self, now: float, carry: Carry | None = None, prefetched: PopResult | None = None,
@@ -386,15 +390,14 @@ class GangScheduler:
 
     def _try_gang_unit(self, gang: str, unit: list[Popped], state: _StepState, span: object) -> bool:
         strict = self.gangs.strict(gang)
-        txn = Txn()
+        stmt = self.gangs.begin()  # memory changes only once Redis has the attempt
         placed: list[tuple[Popped, int, Resources]] = []  # pod, node index, what it reserves there
         rejected: list[Popped] = []
         failure: tuple[Popped, str] | None = None
         unplaceable: list[tuple[Popped, str, Hint | None]] = []  # NonStrict failures: they touch no other pod
         hint: Hint | None = None
-        saved_rec = _copy_record(self.gangs.record(gang))
         for item in unit:
-            if strict and not self.gangs.try_enter_cycle(gang, item.pod.key, txn):
+            if strict and not self.gangs.try_enter_cycle(gang, item.pod.key, stmt):
                 rejected.append(item)
                 continue
             res = self.framework.place(item.pod, self.snapshot)
@@ -412,24 +415,26 @@ class GangScheduler:
             self.snapshot.reserve(i, reqs, sign=-1)
 
         if strict and failure is not None:
-            return self._fail_strict_gang(gang, unit, placed, failure, txn, state, span, saved_rec, hint)
+            return self._fail_strict_gang(gang, unit, placed, failure, stmt, state, span, hint)
 
+        txn = Txn()
         for item, i, reqs in placed:
             txn.reserve.append(self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs))
         if placed:
-            self.gangs.assumed(gang, [item.pod.key for item, _, _ in placed], state.now, txn, unit[0].trace)
+            self.gangs.assumed(gang, [item.pod.key for item, _, _ in placed], state.now, stmt, unit[0].trace)
+        txn.gang_ops = stmt.ops
         ok, reason = self.store.apply(txn)
         if not ok:
             log.info("gang %s: commit conflict (%s)", gang, reason)
-            self.gangs.records[gang] = saved_rec
             return False
+        self.gangs.commit(stmt)
         if placed:
             faults.reached("scheduler.after_commit")
         for item, i, reqs in placed:
             self.snapshot.reserve(i, reqs)
             state.freed.taken(self.snapshot.nodes[i].name)  # keeps the queue's gang slot counts current
             self.assumed[item.pod.key] = PodRecord(item.pod.key, self.snapshot.nodes[i].name, gang,
-                                                   reqs, item.pod, "assumed")
+                                                   reqs, item.pod, PodState.ASSUMED)
             state.verdicts.append(Verdict(item, Outcome.ASSUMED))
         for item in rejected:
             msg = f"{self.gangs.describe(gang)}; already tried in this scheduling cycle"
@@ -455,8 +460,8 @@ class GangScheduler:
         return True
 
     def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int, Resources]],
-                          failure: tuple[Popped, str], txn: Txn, state: _StepState, span: object,
-                          saved_rec: object, hint: Hint | None = None) -> bool:
+                          failure: tuple[Popped, str], stmt: GangStatement, state: _StepState, span: object,
+                          hint: Hint | None = None) -> bool:
         """Strict: one pod failed, so every assumed pod of the gang is released and the rest of the
         gang is rejected until the cycle ends. `hint`: what may help the failed pod, for the whole gang."""
         failed_item, why = failure
@@ -465,16 +470,19 @@ class GangScheduler:
                    f"Strict mode released the gang's reservations")
         self._last_failure[gang] = f"{failed_item.pod.name}: {why}"
         for item in unit:
-            self.gangs.mark_tried(gang, item.pod.key, txn)
+            self.gangs.mark_tried(gang, item.pod.key, stmt)
         if placed or previously:  # pods reached the wait stage before the failure: the gang's wait runs
-            self.gangs.start_wait(gang, state.now, txn, unit[0].trace)
-        txn.release.extend(previously)
-        self.gangs.invalidate_cycle(gang, state.now, txn)
+            self.gangs.start_wait(gang, state.now, stmt, unit[0].trace)
+        self.gangs.invalidate_cycle(gang, stmt)
+        self.gangs.released(gang, previously, stmt)
+        txn = Txn(gang_ops=stmt.ops)
+        for key in previously:
+            txn.release_pod(key, gang)
         ok, reason = self.store.apply(txn)
         if not ok:
             log.info("gang %s: release conflict (%s)", gang, reason)
-            self.gangs.records[gang] = saved_rec  # type: ignore[assignment]
             return False
+        self.gangs.commit(stmt)
         released = [self.assumed.pop(key) for key in previously]
         for r in released:
             i = self.snapshot.index.get(r.node)
@@ -487,7 +495,6 @@ class GangScheduler:
             state.verdicts.append(Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message,
                                           hint))
             self.reports.pod(r.key, message)
-        self.gangs.released(gang, previously)
         for item in unit:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message, hint))
             self.reports.pod(item.pod.key, message)
@@ -560,7 +567,7 @@ class GangScheduler:
         for item, i, reqs in placed:
             node = self.snapshot.nodes[i].name
             state.freed.taken(node)
-            self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, "assumed")
+            self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, PodState.ASSUMED)
             assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
                                                      gang=item.pod.gang))
         faults.reached("scheduler.after_commit")
@@ -681,7 +688,7 @@ class GangScheduler:
                     self.snapshot.reserve(i, rec.requests, sign=-1)
                     note_release(state.freed, self.snapshot, rec.node, rec.requests)  # pods that found no room get another try
                 if rec.gang:
-                    self.gangs.released(rec.gang, [res.pod_key])
+                    self.gangs.apply([PodsReleased(rec.gang, (res.pod_key,))])
             if res.status == binder_pb2.BIND_STATUS_GONE:
                 state.verdicts.append(Verdict(item, Outcome.DROPPED, res.message))
             else:
@@ -695,7 +702,7 @@ class GangScheduler:
 
     def _gang_bound(self, gang: str, keys: list[str], now: float) -> None:
         first = self.gangs.record(gang).satisfied_at is None
-        self.gangs.bound(gang, keys, now)
+        self.gangs.apply([PodsBound(gang, tuple(keys), now)])
         if first and (spec := self.gangs.specs.get(gang)) is not None:
             GANG_WAIT.observe(max(now - spec.created_at, 0.0))
         if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
@@ -749,6 +756,7 @@ class GangScheduler:
         for gang in due:
             expired.update(g for g in self.gangs.group_of(gang) if self.gangs.status(g) != GangStatus.SATISFIED)
         txn = Txn()
+        stmt = self.gangs.begin()
         victims: dict[str, list[str]] = {}
         messages: dict[str, str] = {}
         for gang in sorted(expired):  # all before any release: a message counts its group partners' pods too
@@ -756,9 +764,13 @@ class GangScheduler:
         for gang in sorted(expired):
             rec = self.gangs.record(gang)
             victims[gang] = sorted(set(rec.rounds) | rec.assumed)
-            txn.release.extend(k for k in rec.assumed if k in self.assumed)
-            self.gangs.timed_out(gang, txn)
+            for k in sorted(rec.assumed):
+                if k in self.assumed:
+                    txn.release_pod(k, gang)
+            self.gangs.timed_out(gang, stmt)
+        txn.gang_ops = stmt.ops
         self.store.must_apply(txn)
+        self.gangs.commit(stmt)
         GANG_TIMEOUTS.inc(len(expired))
         to_remove: list[str] = []
         for gang, pods in victims.items():
@@ -781,7 +793,7 @@ class GangScheduler:
         group = self.gangs.group_of(gang)
         if group in self.pending_groups or self.gangs.group_ready(gang):
             return True
-        return any(r.state == BINDING_STATE for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)))
+        return any(r.state == PodState.BINDING for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)))
 
     def _timeout_message(self, gang: str) -> str:
         """Why the wait ran out, said while the gang still holds its reservations (they are counted). A gang
@@ -851,9 +863,3 @@ def _units(popped: list[Popped]) -> list[tuple[str, list[Popped]]]:
         else:
             out.append((item.pod.gang, [item]))
     return out
-
-
-def _copy_record(rec: GangRecord) -> GangRecord:
-    """A copy to restore on a failed commit: its three containers copied, the rest immutable values
-    (what deepcopy gave, at a fraction of its cost per gang attempt)."""
-    return replace(rec, assumed=set(rec.assumed), bound=set(rec.bound), rounds=dict(rec.rounds))

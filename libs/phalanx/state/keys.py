@@ -1,7 +1,8 @@
 """Every Redis key Phalanx uses, built in one place.
 
 All keys share one `{hash tag}` so that a Lua script touching several of them stays on one Redis Cluster
-slot. Layout (P = "{<prefix>}"):
+slot, and every script is handed the keys it touches as KEYS (lua/txn.lua through `Txn.script_call`).
+Gang keys are written only through typed operations (`phalanx.gang.ops`, written by `state/gang_writes.py`). Layout (P = "{<prefix>}"):
 
 | key                        | type | contents                                                              |
 |----------------------------|------|-----------------------------------------------------------------------|
@@ -12,7 +13,7 @@ slot. Layout (P = "{<prefix>}"):
 | P:podstate                 | hash | "ns/name" -> assumed | binding | bound (binding: the intent to bind|
 |                            |      | is recorded; it is rolled forward, never released)                    |
 | P:gangs                    | hash | gang key -> JSON GangSpec                                             |
-| P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, failed_at, trace  |
+| P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, trace             |
 | P:gang:<key>:assumed       | set  | pods reserved for the gang, not bound yet                            |
 | P:gang:<key>:bound         | set  | pods of the gang bound                                               |
 | P:gang:<key>:rounds        | hash | pod -> the Strict cycle it was last tried in                         |
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 FIELD_SEP = "\x1f"
 
 
-# Key names relative to the base, for the `cmds` of lua/txn.lua (which prepends the base itself).
+# Key names relative to the base (`Keys.full` makes the key), for the commands a `Txn` carries.
 def rel_gang(key: str) -> str:
     return f"gang:{key}"
 
@@ -68,6 +69,10 @@ class Keys:
     @property
     def base(self) -> str:
         return "{" + self.prefix + "}"
+
+    def full(self, suffix: str) -> str:
+        """The key of a name relative to the base (the `rel_*` names above)."""
+        return f"{self.base}:{suffix}"
 
     @property
     def nodes(self) -> str:

@@ -1,7 +1,8 @@
 """Phalanx's state in Redis: nodes, reservations, gang accumulation and timers.
 
 Every change that must be atomic goes through one Lua script (lua/txn.lua) that checks, then applies, a
-`Txn`; a failed check writes nothing. Reads are pipelined so that loading the whole state costs a handful
+`Txn` (state/txn.py); a failed check writes nothing. This package is the only writer of Phalanx's keys:
+gang keys through typed operations (state/gang_writes.py), every key name from state/keys.py. Reads are pipelined so that loading the whole state costs a handful
 of round trips.
 
 Fencing (scheduler replicas under leader election, libs/phalanx/cluster/leader.py): a store given a
@@ -16,13 +17,14 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from dataclasses import fields as dataclass_fields
 from importlib import resources
 from typing import Any, cast, overload
 
 import redis
 
+from phalanx.gang.record import GangRecord
 from phalanx.metrics.catalog import CONFLICT_REASONS, TXN_CONFLICTS
 from phalanx.model.objects import (
     GangMode,
@@ -35,7 +37,9 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
-from phalanx.state.keys import FIELD_SEP, REL_TIMERS, Keys, node_field, rel_gang, rel_gang_assumed, rel_gang_bound
+from phalanx.state.keys import FIELD_SEP, REL_TIMERS, Keys, node_field
+from phalanx.state.pod_state import PodState
+from phalanx.state.txn import Txn
 
 log = logging.getLogger(__name__)
 
@@ -55,84 +59,13 @@ return {0, current}
 
 
 @dataclass
-class Txn:
-    """A transaction for lua/txn.lua; `cmds` address keys by their suffix under the key base."""
-
-    fence: int | None = None
-    lock: list[Any] | None = None  # [token, lease_ms]: hold the bind mutex for the script's length
-    expect: list[list[str]] = field(default_factory=list)
-    release: list[str] = field(default_factory=list)
-    reserve: list[list[Any]] = field(default_factory=list)
-    facts: list[list[Any]] = field(default_factory=list)  # bound pods: recorded without a capacity check
-    set_state: list[list[str]] = field(default_factory=list)
-    cmds: list[list[Any]] = field(default_factory=list)
-
-    def cmd(self, op: str, suffix: str, *args: Any) -> "Txn":
-        self.cmds.append([op, suffix, *[str(a) for a in args]])
-        return self
-
-    def payload(self, term: int | None = None) -> str:
-        """The JSON for lua/txn.lua; `term`: the caller's fencing term (None: not fenced)."""
-        body: dict[str, Any] = {}
-        for name in ("expect", "release", "reserve", "facts", "set_state", "cmds"):
-            value = getattr(self, name)
-            if value:
-                body[name] = value
-        if term is not None:
-            body["term"] = term
-        if self.fence is not None:
-            body["fence"] = self.fence
-        if self.lock is not None:
-            body["lock"] = self.lock
-        return json.dumps(body, separators=(",", ":"))
-
-    def empty(self) -> bool:
-        return not (self.expect or self.release or self.reserve or self.facts or self.set_state or self.cmds)
-
-
-@dataclass
 class PodRecord:
     key: str
     node: str
     gang: str
     requests: dict[str, int]
     pod: PodInfo
-    state: str  # assumed | binding | bound
-
-
-@dataclass
-class GangRecord:
-    key: str
-    cycle: int = 1
-    valid: bool = True
-    first_wait: float | None = None
-    satisfied_at: float | None = None
-    timed_out: bool = False
-    failed_at: float | None = None
-    trace: str = ""
-    assumed: set[str] = field(default_factory=set)
-    bound: set[str] = field(default_factory=set)
-    rounds: dict[str, int] = field(default_factory=dict)
-
-
-# A pod whose binding has started: the binder recorded the intent and may have written it to the API
-# server. It is rolled forward (bound), never released while it exists.
-BINDING_STATE = "binding"
-
-
-def record_bound(txn: Txn, keys_by_gang: dict[str, list[str]], now: float) -> None:
-    """The writes that record pods as bound: their state, their gangs' pod sets, the gang satisfied (its
-    first bind) and its wait timer cleared. The binder's commit and the scheduler's confirmation of a
-    binding it learnt from the API server both use this, so the two cannot disagree."""
-    for keys in keys_by_gang.values():
-        txn.set_state.extend([k, "bound"] for k in keys)
-    for gang, keys in keys_by_gang.items():
-        if not gang:
-            continue
-        txn.cmd("SREM", rel_gang_assumed(gang), *keys)
-        txn.cmd("SADD", rel_gang_bound(gang), *keys)
-        txn.cmd("HSETNX", rel_gang(gang), "satisfied_at", now)
-        txn.cmd("ZREM", REL_TIMERS, gang)
+    state: PodState
 
 
 # phalanx_redis_txn_conflicts_total, by the first words of lua/txn.lua's refusals.
@@ -327,7 +260,9 @@ class StateStore:
             return True, "", 0
         if self._deposed:
             raise self._fenced(f"fenced out: this replica is not the leader ({self._deposed})")
-        result = self._txn(keys=[], args=[self.keys.base, txn.payload(self.term)])
+        self._learn_release_gangs(txn)
+        keys, args = txn.script_call(self.keys, self.term)
+        result = self._txn(keys=keys, args=args)
         code = int(result[0])
         if code == 1:
             return True, "", int(result[1])
@@ -336,6 +271,15 @@ class StateStore:
         reason = str(result[1])
         _CONFLICTS[_conflict_reason(reason)].inc()
         return False, reason, 0
+
+    def _learn_release_gangs(self, txn: Txn) -> None:
+        """Fills in the gang of released pods the caller did not name (one read): the script must be
+        handed the gang's keys. A record that changes meanwhile makes the script refuse, not misfile."""
+        unknown = [k for k in txn.release if k not in txn.release_gangs]
+        if not unknown:
+            return
+        for key, raw in zip(unknown, self.redis.hmget(self.keys.pods, unknown)):
+            txn.release_gangs[key] = json.loads(raw).get("gang", "") if raw else ""
 
     def _write(self, cmds: list[list[Any]]) -> None:
         """Plain writes (`cmds` as in Txn.cmds: [op, key suffix under the base, args...]), atomically. With
@@ -394,7 +338,9 @@ class StateStore:
         cap_fields = [f for f in decoded(self.redis.hkeys(self.keys.cap)) if f.split(FIELD_SEP, 1)[0] in gone]
         used_fields = [f for f in decoded(self.redis.hkeys(self.keys.used)) if f.split(FIELD_SEP, 1)[0] in gone]
         # One transaction: the releases (which lower usage), then the nodes and their fields.
-        txn = Txn(release=[r.key for r in victims])
+        txn = Txn()
+        for r in victims:
+            txn.release_pod(r.key, r.gang)
         for key, fields in ((self.keys.nodes, names), (self.keys.cap, cap_fields), (self.keys.used, used_fields)):
             txn.cmds += _chunked("HDEL", self._rel(key), list(fields))
         self.must_apply(txn)
@@ -420,7 +366,7 @@ class StateStore:
         for key, raw in records.items():
             rec = json.loads(raw)
             out[key] = PodRecord(key, rec["node"], rec["gang"], rec["requests"], pod_from_json(rec["pod"]),
-                                 states.get(key, "assumed"))
+                                 PodState(states.get(key, PodState.ASSUMED)))
         return out
 
     def get_pods(self, keys: list[str]) -> dict[str, PodRecord]:
@@ -435,10 +381,10 @@ class StateStore:
             if raw:
                 rec = json.loads(raw)
                 out[key] = PodRecord(key, rec["node"], rec["gang"], rec["requests"], pod_from_json(rec["pod"]),
-                                     state or "assumed")
+                                     PodState(state or PodState.ASSUMED))
         return out
 
-    def pods_in_state(self, state: str) -> dict[str, PodRecord]:
+    def pods_in_state(self, state: PodState) -> dict[str, PodRecord]:
         keys = sorted(k for k, v in decoded(self.redis.hgetall(self.keys.podstate)).items() if v == state)
         return self.get_pods(keys)
 
@@ -482,7 +428,6 @@ class StateStore:
                 first_wait=_opt_float(h.get("first_wait")),
                 satisfied_at=_opt_float(h.get("satisfied_at")),
                 timed_out=h.get("timed_out") == "1",
-                failed_at=_opt_float(h.get("failed_at")),
                 trace=h.get("trace", ""),
                 assumed=set(assumed),
                 bound=set(bound),

@@ -1,6 +1,11 @@
 -- One optimistic transaction over Phalanx's state: check, then apply, atomically.
--- ARGV[1]: key base "{prefix}"; ARGV[2]: JSON {term?, lock?, fence?, expect?, release?, reserve?, facts?, set_state?,
--- cmds?}.
+-- KEYS: every key the script may touch, declared by the caller (libs/phalanx/state/txn.py, Txn.script_call),
+-- so a Redis Cluster client can route it (they share one hash tag): KEYS[1..8] are nodes, cap, used, pods,
+-- podstate, bind:lock, bind:fence, leader:term; further KEYS are named by index in `release` and `cmds`.
+-- ARGV[1]: JSON {term?, lock?, fence?, expect?, release?, reserve?, facts?, set_state?, cmds?}.
+-- `release`: {pod, gang, index of gang's assumed set, index of its bound set} (gang "" and 0, 0 for none);
+-- the pod's record must name that gang (else a refusal: the caller's view of the pod is stale).
+-- `cmds`: {op, key index, args...}.
 -- `facts`: entries shaped like `reserve` for pods the API server already shows bound: recorded as bound and
 -- counted without the capacity check (they hold their node whether or not it had room: counting them
 -- keeps Phalanx from over-committing it further).
@@ -10,13 +15,13 @@
 -- `lock` = {token, lease_ms}: take the bind mutex for the length of this script (busy: {0, "locked"}),
 -- advancing the fencing token as any acquisition does; used when every write of a bind is in here.
 -- `term`: the fencing term of a scheduler replica elected leader (libs/phalanx/cluster/leader.py). The
--- term in Redis ({base}:leader:term) only rises: a caller whose term is lower has been deposed by a newer
--- leader and gets {2, reason} before anything is read or written; a higher term is recorded (a new
--- leader's first commit, should Redis have lost its claim). One GET per transaction.
-local base = ARGV[1]
-local txn = cjson.decode(ARGV[2])
+-- term in Redis only rises: a caller whose term is lower has been deposed by a newer leader and gets
+-- {2, reason} before anything is read or written; a higher term is recorded (a new leader's first commit,
+-- should Redis have lost its claim). One GET per transaction.
+local K_NODES, K_CAP, K_USED, K_PODS, K_STATE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_LOCK, K_FENCE, K_TERM = KEYS[6], KEYS[7], KEYS[8]
+local txn = cjson.decode(ARGV[1])
 if txn.term then
-  local K_TERM = base .. ":leader:term"
   local current = tonumber(redis.call("GET", K_TERM) or "-1")
   local term = tonumber(txn.term)
   if term < current then
@@ -25,9 +30,6 @@ if txn.term then
   if term > current then redis.call("SET", K_TERM, term) end
 end
 local SEP = "\031"
-local K_NODES, K_CAP, K_USED = base .. ":nodes", base .. ":cap", base .. ":used"
-local K_PODS, K_STATE = base .. ":pods", base .. ":podstate"
-local K_LOCK, K_FENCE = base .. ":bind:lock", base .. ":bind:fence"
 
 local fence = 0
 if txn.lock then
@@ -41,7 +43,7 @@ local function unlock()
 end
 
 if txn.fence then
-  local current = tonumber(redis.call("GET", base .. ":bind:fence") or "0")
+  local current = tonumber(redis.call("GET", K_FENCE) or "0")
   if current ~= tonumber(txn.fence) then
     unlock(); return {0, "fenced: lock token " .. tostring(txn.fence) .. " is stale (current " .. current .. ")"}
   end
@@ -68,11 +70,15 @@ end
 -- Net change of usage per node/resource: releases first, then reservations.
 local delta = {}
 local released = {}
-for _, pod in ipairs(txn.release or {}) do
+for _, r in ipairs(txn.release or {}) do
+  local pod = r[1]
   local raw = redis.call("HGET", K_PODS, pod)
   if raw then
     local rec = cjson.decode(raw)
-    released[pod] = rec
+    if (rec.gang or "") ~= r[2] then
+      unlock(); return {0, "pod " .. pod .. " is reserved for gang '" .. (rec.gang or "") .. "', not '" .. r[2] .. "'"}
+    end
+    released[pod] = r
     for res, amount in pairs(rec.requests) do
       local f = rec.node .. SEP .. res
       delta[f] = (delta[f] or 0) - amount
@@ -114,24 +120,25 @@ for f, d in pairs(checked) do
   end
 end
 
--- Generic commands on keys under the base: {op, suffix, args...}; only these ops, only under the base.
--- Checked before anything is written, so a refused command leaves no partial transaction behind.
+-- Commands on declared keys: only these ops. Checked before anything is written, so a refused command
+-- leaves no partial transaction behind.
 local ALLOWED = {HSET = true, HDEL = true, SADD = true, SREM = true, DEL = true, ZADD = true, ZREM = true,
   RPUSH = true, HINCRBY = true, HSETNX = true}
 for _, c in ipairs(txn.cmds or {}) do
   if not ALLOWED[c[1]] then unlock(); return redis.error_reply("txn: command " .. tostring(c[1]) .. " is not allowed") end
+  if KEYS[c[2]] == nil then unlock(); return redis.error_reply("txn: key index " .. tostring(c[2]) .. " is not declared") end
 end
 
 -- Apply.
 for f, d in pairs(delta) do
   if d ~= 0 then redis.call("HINCRBY", K_USED, f, d) end
 end
-for pod, rec in pairs(released) do
+for pod, r in pairs(released) do
   redis.call("HDEL", K_PODS, pod)
   redis.call("HDEL", K_STATE, pod)
-  if rec.gang and rec.gang ~= "" then
-    redis.call("SREM", base .. ":gang:" .. rec.gang .. ":assumed", pod)
-    redis.call("SREM", base .. ":gang:" .. rec.gang .. ":bound", pod)
+  if r[3] > 0 then
+    redis.call("SREM", KEYS[r[3]], pod)
+    redis.call("SREM", KEYS[r[4]], pod)
   end
 end
 for _, r in ipairs(txn.reserve or {}) do
@@ -146,10 +153,9 @@ for _, s in ipairs(txn.set_state or {}) do
   redis.call("HSET", K_STATE, s[1], s[2])
 end
 for _, c in ipairs(txn.cmds or {}) do
-  local op, key = c[1], base .. ":" .. c[2]
   local args = {}
   for i = 3, #c do args[#args + 1] = c[i] end
-  redis.call(op, key, unpack(args))
+  redis.call(c[1], KEYS[c[2]], unpack(args))
 end
 unlock()
 return {1, fence}

@@ -1,0 +1,119 @@
+"""The changes a scheduling decision makes to a gang's record, as values.
+
+Each operation knows how it changes the in-memory record (`apply`); `phalanx.state.gang_writes` knows how
+it is written to Redis. The gang manager decides, the scheduler commits the operations to Redis, and only
+then does memory change (see `phalanx.gang.statement`), so a conflict leaves nothing to undo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phalanx.gang.record import GangRecord
+
+
+@dataclass(frozen=True)
+class GangOp:
+    gang: str
+
+    # Whether the op starts or clears the gang's wait timer (the scheduler then re-reads its next deadline).
+    moves_timer = False
+
+    def apply(self, rec: GangRecord) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TriedInCycle(GangOp):
+    """Strict mode: `pod` went through cycle `cycle` (tried, or turned away by an invalid cycle)."""
+
+    pod: str
+    cycle: int
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.rounds[self.pod] = self.cycle
+
+
+@dataclass(frozen=True)
+class CycleInvalidated(GangOp):
+    """Strict mode: a pod failed, so the rest of the cycle is turned away."""
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.valid = False
+
+
+@dataclass(frozen=True)
+class CycleAdvanced(GangOp):
+    """Every pod went through the cycle: a new, valid one starts."""
+
+    cycle: int
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.cycle = self.cycle
+        rec.valid = True
+
+
+@dataclass(frozen=True)
+class PodsAssumed(GangOp):
+    pods: tuple[str, ...]
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.assumed.update(self.pods)
+
+
+@dataclass(frozen=True)
+class PodsReleased(GangOp):
+    """Reservations given back. In Redis the release of the pods' reservations (in the same transaction)
+    takes them out of the gang's sets, so this op writes nothing of its own."""
+
+    pods: tuple[str, ...]
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.assumed.difference_update(self.pods)
+
+
+@dataclass(frozen=True)
+class WaitStarted(GangOp):
+    """The first pod reached the wait stage: the gang's timer runs until `deadline`."""
+
+    at: float
+    deadline: float
+    trace: str
+    moves_timer = True
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.first_wait = self.at
+        rec.trace = self.trace
+
+
+@dataclass(frozen=True)
+class TimedOut(GangOp):
+    moves_timer = True
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.timed_out = True
+        rec.assumed.clear()
+
+
+@dataclass(frozen=True)
+class PodsBound(GangOp):
+    """Pods of the gang bound; the first bind satisfies the gang and clears its timer."""
+
+    pods: tuple[str, ...]
+    at: float
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.assumed.difference_update(self.pods)
+        rec.bound.update(self.pods)
+        if rec.satisfied_at is None:
+            rec.satisfied_at = self.at
+
+
+@dataclass(frozen=True)
+class BoundPodsFound(GangOp):
+    """Pods found already bound on the cluster (a restart): they count toward the gang, satisfy nothing."""
+
+    pods: tuple[str, ...]
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.bound.update(self.pods)
