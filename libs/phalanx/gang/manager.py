@@ -184,7 +184,10 @@ class GangManager:
         """GangGroups bind only when every gang of the group has reached its minimum."""
         return all(self.reached_minimum(k) for k in self.group_of(key))
 
-    def describe(self, key: str) -> str:
+    def min_of(self, key: str) -> int | str:
+        """The gang's min-available, "?" while it is not declared (for messages)."""
         spec = self.specs.get(key)
-        need = spec.min_available if spec is not None else "?"
-        return f"gang {key}: {self.placed_count(key)}/{need} pods placed"
+        return spec.min_available if spec is not None else "?"
+
+    def describe(self, key: str) -> str:
+        return f"gang {key}: {self.placed_count(key)}/{self.min_of(key)} pods placed"

@@ -10,32 +10,33 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter
 
 from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
-from phalanx.gang.ops import BoundPodsFound, PodsBound, PodsReleased
+from phalanx.gang.ops import BoundPodsFound
 from phalanx.gang.statement import GangStatement
-from phalanx.metrics.attempts import AttemptTally, observe_bound
-from phalanx.metrics.catalog import GANG_TIMEOUTS, GANG_WAIT
+from phalanx.metrics.attempts import AttemptTally
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME, KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.rpc.convert import assignment_of
-from phalanx.rpc.server import rpc_failure
+from phalanx.scheduling.binds import BindDispatch
+from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.hints import note_release, refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
+from phalanx.scheduling.round import RoundState
+from phalanx.scheduling.timeouts import GangTimeouts
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import PodRecord, StateStore
 from phalanx.state.txn import Txn, record_bound
-from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
+from phalanx.telemetry.tracing import child_span
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -58,50 +59,46 @@ class StepResult:
     now: float = 0.0  # the time the step ended at (its last instant)
 
 
-@dataclass
-class _StepState:
-    now: float
-    verdicts: list[Verdict] = field(default_factory=list)
-    activate: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    ready_groups: dict[tuple[str, ...], str] = field(default_factory=dict)  # group -> trace
-    ordinary: list[Popped] = field(default_factory=list)
-    bound: int = 0
-    # Reservations released: pods waiting for that capacity get another try (see phalanx.queueing.hints).
-    freed: FreedCapacity = field(default_factory=FreedCapacity)
-    reloaded: bool = False  # usage was reloaded from Redis: any unschedulable pod may fit now
-
-
 class GangScheduler:
     def __init__(self, store: StateStore, queue: QueuePort, binder: BinderPort, framework: Framework | None = None,
                  settings: SchedulerSettings | None = None) -> None:
         self.store = store
         self.queue = queue
-        self.binder = binder
         self.framework = framework or in_tree_framework()
         self.settings = settings or SchedulerSettings()
-        self.snapshot = Snapshot()
-        self.gangs = GangManager(self.settings.default_wait_seconds)
-        self.assumed: dict[str, PodRecord] = {}  # reserved, not yet bound: what a rollback must give back
-        self.bound: set[str] = set()  # pods bound and not yet released: never scheduled twice
-        self._next_timer: float | None = None
+        self.cache = SchedulerCache(GangManager(self.settings.default_wait_seconds))
         self.reports = StatusReports()
         self.attempts = AttemptTally(self.settings.profile)  # scheduler_schedule_attempts_total and latency
-        # The last reason a pod of each gang could not be placed, so a timeout message still names the
-        # missing resource.
-        self._last_failure: dict[str, str] = {}
-        # Each timed-out gang's message as said when its wait ran out, so pods turned away later are told
-        # the counts of that moment, not the zero left once its reservations were released.
-        self._timeout_said: dict[str, str] = {}
-        # Binds that were decided but did not complete (binder unreachable, or it answered PENDING): the
-        # reservations are kept and the bind is sent again, so a decided gang is finished, never dropped.
-        self.pending_groups: dict[tuple[str, ...], str] = {}  # gang group -> trace
-        self.pending_pods: set[str] = set()  # ordinary pods (no gang, or a satisfied one's surplus)
-        self._bind_retry_at = 0.0
-        self._bind_backoff = 0.0
+        self.binds = BindDispatch(self.cache, binder, self.reports)  # holds the binder (see `binder`)
+        self.timeouts = GangTimeouts(store, self.cache, self.binds, self.reports)
         # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
         self._undelivered = Carry()
         self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
+
+    @property
+    def binder(self) -> BinderPort:
+        return self.binds.binder
+
+    @binder.setter
+    def binder(self, binder: BinderPort) -> None:  # a test may put a failing binder in its place
+        self.binds.binder = binder
+
+    # The cache's parts, by the names the tests and the cluster feed know them by.
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.cache.snapshot
+
+    @property
+    def gangs(self) -> GangManager:
+        return self.cache.gangs
+
+    @property
+    def assumed(self) -> dict[str, PodRecord]:
+        return self.cache.assumed
+
+    @property
+    def bound(self) -> set[str]:
+        return self.cache.bound
 
     # -- start-up --------------------------------------------------------------------------------
     def recover(self, now: float) -> None:
@@ -111,7 +108,7 @@ class GangScheduler:
         log.info("recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
                  len(self.snapshot), len(self.gangs.specs), len(self.assumed), released)
         carry = Carry()
-        self._retry_binds(now, carry, force=True)
+        self.binds.retry(now, carry, force=True)
         if carry.verdicts:
             self.queue.done(carry.verdicts, carry.activate, carry.failed, now)
 
@@ -124,18 +121,12 @@ class GangScheduler:
         self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
         self.gangs.timers_changed = False
         records = self.store.load_pods()
-        self.assumed = {k: r for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
-        self.bound = {k for k, r in records.items() if r.state == PodState.BOUND}
-        self._next_timer = self.store.next_timer()
-        self.pending_groups.clear()
-        self.pending_pods.clear()
+        self.cache.assumed = {k: r for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
+        self.cache.bound = {k for k, r in records.items() if r.state == PodState.BOUND}
+        self.timeouts.reload()
+        self.binds.forget_pending()
         for r in sorted(self.assumed.values(), key=lambda r: r.key):
-            if not r.gang:
-                self.pending_pods.add(r.key)
-            # A started binding is finished whatever the gang's count says.
-            elif r.state == PodState.BINDING or self.gangs.group_ready(r.gang):
-                self.pending_groups[self.gangs.group_of(r.gang)] = self.gangs.record(r.gang).trace
-        self._bind_retry_at = 0.0
+            self.binds.resume(r.key, r.gang, r.state)
         self.needs_resync = False
 
     # -- cluster events --------------------------------------------------------------------------
@@ -146,9 +137,9 @@ class GangScheduler:
 
     def remove_nodes(self, names: list[str], now: float) -> list[PodRecord]:
         victims = self.store.remove_nodes(names)
-        for r in victims:
-            self._forget_assumed(r.key)
         self.snapshot.remove_nodes(names)
+        for r in victims:
+            self.cache.give_back(r.key)  # the node is gone: only the gang forgets the pod
         return victims
 
     def upsert_gangs(self, specs: list[GangSpec]) -> None:
@@ -171,8 +162,7 @@ class GangScheduler:
         self.store.forget_gangs(gone)
         for key in gone:
             self.gangs.forget(key)
-            self._last_failure.pop(key, None)
-            self._timeout_said.pop(key, None)
+            self.timeouts.forget(key)
             self.reports.forget_gang(key)  # GangManager.forget flags the timers: the next step re-reads them
         return gone
 
@@ -191,11 +181,11 @@ class GangScheduler:
             txn.release_pod(r.key, r.gang)
         self.store.must_apply(txn)
         for r in records.values():
-            i = self.snapshot.index.get(r.node)
-            if i is not None:
-                self.snapshot.reserve(i, r.requests, sign=-1)
-                note_release(freed, self.snapshot, r.node, r.requests)
-            self._forget_assumed(r.key)
+            if self.cache.give_back(r.key, freed) is None:  # bound, not reserved: its capacity still returns
+                i = self.snapshot.index.get(r.node)
+                if i is not None:
+                    self.snapshot.reserve(i, r.requests, sign=-1)
+                    note_release(freed, self.snapshot, r.node, r.requests)
             self.bound.discard(r.key)
         return len(records)
 
@@ -217,11 +207,6 @@ class GangScheduler:
             self.bound.update(entry[0] for entry in txn.facts)
             self.snapshot.load_used(self.store.load_used())
             self.gangs.apply(txn.gang_ops)  # so gang counts include them
-
-    def _forget_assumed(self, key: str) -> None:
-        r = self.assumed.pop(key, None)
-        if r is not None and r.gang:
-            self.gangs.apply([PodsReleased(r.gang, (key,))])
 
     # -- the step ------------------------------------------------------------------------------------
     def step(self, now: float, carry: Carry | None = None, prefetched: PopResult | None = None,
@@ -247,8 +232,8 @@ class GangScheduler:
             if self.needs_resync:
                 self.resync()
                 carry.move_all = True  # memory was rebuilt: what the queue's hints say may be stale
-            self._expire_timers(now, carry)
-            self._retry_binds(now, carry)
+            self.timeouts.expire(now, carry)
+            self.binds.retry(now, carry)
             while True:
                 if prefetched is not None:
                     popped, prefetched = prefetched, None  # the carry goes with the next pop
@@ -258,12 +243,12 @@ class GangScheduler:
                     carry = Carry()
                 unsettled = list(popped.items)
                 if not popped.items:
-                    if later and popped.pending == 0 and self._no_timer_before(later[0][0]):
+                    if later and popped.pending == 0 and self.timeouts.none_before(later[0][0]):
                         now = self._next_instant(now, later, carry, result)  # an instant with only finishes
                         continue
                     break
                 result.attempted += len(popped.items)
-                state = _StepState(now)
+                state = RoundState(now)
                 round_started = perf_counter()
                 self.attempts.new_round()
                 for gang, unit in _units(popped.items):
@@ -277,17 +262,13 @@ class GangScheduler:
                 self._schedule_ordinary(state)
                 self.attempts.unit(state.ordinary, state.verdicts, mark, perf_counter() - started)
                 faults.reached("scheduler.before_bind")
-                self._bind_ready(state)
+                self.binds.bind_ready(state)
                 # Each round's reports go out with the round, not with the step: a step drains the queue,
                 # and under a burst of 1,000 gangs it lasts as long as the burst (measured: PodGroup status
                 # 6-9 s behind the bindings when it was sent once per step).
                 self.reports.flush(self.binder, now)
                 result.bound += state.bound
-                carry.verdicts += state.verdicts
-                carry.activate += state.activate
-                carry.failed += state.failed
-                carry.freed.merge(state.freed)
-                carry.move_all = carry.move_all or state.reloaded
+                state.into(carry)
                 unsettled = []
                 if later and self._quiet_until(later[0][0], popped, state):
                     now = self._next_instant(now, later, carry, result)
@@ -301,12 +282,9 @@ class GangScheduler:
             self._undelivered = carry
             raise
         self.reports.flush(self.binder, now)
-        if self.gangs.timers_changed:
-            self.gangs.timers_changed = False
-            self._next_timer = self.store.next_timer()
-        timer = self._next_timer
-        retry = self._bind_retry_at if (self.pending_groups or self.pending_pods) else None
-        wakeups = [t for t in (popped.next_ready_at, timer, retry) if t is not None]
+        self.timeouts.refresh()
+        wakeups = [t for t in (popped.next_ready_at, self.timeouts.next_deadline, self.binds.next_retry())
+                   if t is not None]
         result.next_wakeup = min(wakeups) if wakeups else None
         result.queue_pending = popped.pending
         result.now = now
@@ -321,16 +299,10 @@ class GangScheduler:
         if finished:
             self.release_pods(finished, carry.freed)  # as any freed capacity does (the queue is empty: a no-op)
         result.instants_done += 1
-        self._expire_timers(now, carry)
+        self.timeouts.expire(now, carry)
         return now
 
-    def _no_timer_before(self, instant: float) -> bool:
-        if self.gangs.timers_changed:
-            self.gangs.timers_changed = False
-            self._next_timer = self.store.next_timer()
-        return self._next_timer is None or self._next_timer > instant
-
-    def _quiet_until(self, next_instant: float, popped: PopResult, state: _StepState) -> bool:
+    def _quiet_until(self, next_instant: float, popped: PopResult, state: RoundState) -> bool:
         """True when, once this round's verdicts reach the queue, nothing is left to do before
         `next_instant`: the queue held only what was popped, every popped pod leaves it, and no gang
         timer falls due in between."""
@@ -338,7 +310,7 @@ class GangScheduler:
             return False
         if any(v.outcome not in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED) for v in state.verdicts):
             return False
-        return self._no_timer_before(next_instant)
+        return self.timeouts.none_before(next_instant)
 
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
         """Real-clock mode, while idle: a long poll on the queue, so a new pod is scheduled as soon as
@@ -347,20 +319,20 @@ class GangScheduler:
         return popped if popped.items else None
 
     # -- gangs ---------------------------------------------------------------------------------------
-    def _schedule_gang_unit(self, gang: str, unit: list[Popped], state: _StepState) -> None:
+    def _schedule_gang_unit(self, gang: str, unit: list[Popped], state: RoundState) -> None:
         status = self.gangs.status(gang)
         if status == GangStatus.UNDECLARED:
             msg = f"gang {gang} is not declared yet: its PodGroup or ConfigMap does not exist"
-            self._reject(unit, Outcome.UNSCHEDULABLE, msg, state)
+            state.reject(unit, Outcome.UNSCHEDULABLE, msg, self.reports)
             return
         if status == GangStatus.INVALID:
-            self._reject(unit, Outcome.DROPPED, self.gangs.specs[gang].invalid, state)
+            state.reject(unit, Outcome.DROPPED, self.gangs.specs[gang].invalid, self.reports)
             return
         if status == GangStatus.TIMED_OUT:
-            said = self._timed_out_message(gang)
+            said = self.timeouts.said(gang)
             for item in unit:
                 self.reports.pod(item.pod.key, said, annotations={KOORD_TIMEOUT: "true"})
-            self._reject(unit, Outcome.DROPPED, said, state, report=False)
+            state.reject(unit, Outcome.DROPPED, said, None)
             return
         unit = self._skip_reserved(unit, state)
         if not unit:
@@ -375,9 +347,9 @@ class GangScheduler:
             if shortfall:
                 msg = f"{self.gangs.describe(gang)}; {shortfall}"
                 span.set_attribute("phalanx.result", "min-resources")
-                self._last_failure[gang] = shortfall
+                self.timeouts.last_failure[gang] = shortfall
                 short = [r for r, need in spec.min_resources.items() if self.snapshot.free_total().get(r, 0) < need]
-                self._reject(unit, Outcome.UNSCHEDULABLE, msg, state, hint=shortfall_hint(short))
+                state.reject(unit, Outcome.UNSCHEDULABLE, msg, self.reports, shortfall_hint(short))
                 self._report_gang(gang, "Pending", "FailedScheduling", msg, state.now, unschedulable=True)
                 return
             for attempt in range(2):
@@ -386,9 +358,9 @@ class GangScheduler:
                 # Another writer changed a node we chose: refresh and decide again.
                 self.snapshot.load_used(self.store.load_used())
                 state.reloaded = True
-            self._reject(unit, Outcome.BACKOFF, f"{self.gangs.describe(gang)}; commit conflicts, retrying", state)
+            state.reject(unit, Outcome.BACKOFF, f"{self.gangs.describe(gang)}; commit conflicts, retrying", self.reports)
 
-    def _try_gang_unit(self, gang: str, unit: list[Popped], state: _StepState, span: object) -> bool:
+    def _try_gang_unit(self, gang: str, unit: list[Popped], state: RoundState, span: object) -> bool:
         strict = self.gangs.strict(gang)
         stmt = self.gangs.begin()  # memory changes only once Redis has the attempt
         placed: list[tuple[Popped, int, Resources]] = []  # pod, node index, what it reserves there
@@ -441,7 +413,7 @@ class GangScheduler:
             state.verdicts.append(Verdict(item, Outcome.BACKOFF, msg))
         for item, why, pod_hint in unplaceable:
             msg = f"{self.gangs.describe(gang)}; {item.pod.name}: {why}"
-            self._last_failure[gang] = f"{item.pod.name}: {why}"
+            self.timeouts.last_failure[gang] = f"{item.pod.name}: {why}"
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg, pod_hint))
             self.reports.pod(item.pod.key, msg)
         if placed:
@@ -460,7 +432,7 @@ class GangScheduler:
         return True
 
     def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int, Resources]],
-                          failure: tuple[Popped, str], stmt: GangStatement, state: _StepState, span: object,
+                          failure: tuple[Popped, str], stmt: GangStatement, state: RoundState, span: object,
                           hint: Hint | None = None) -> bool:
         """Strict: one pod failed, so every assumed pod of the gang is released and the rest of the
         gang is rejected until the cycle ends. `hint`: what may help the failed pod, for the whole gang."""
@@ -468,7 +440,7 @@ class GangScheduler:
         previously = [k for k in self.gangs.record(gang).assumed if k in self.assumed]
         message = (f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; "
                    f"Strict mode released the gang's reservations")
-        self._last_failure[gang] = f"{failed_item.pod.name}: {why}"
+        self.timeouts.last_failure[gang] = f"{failed_item.pod.name}: {why}"
         for item in unit:
             self.gangs.mark_tried(gang, item.pod.key, stmt)
         if placed or previously:  # pods reached the wait stage before the failure: the gang's wait runs
@@ -483,12 +455,7 @@ class GangScheduler:
             log.info("gang %s: release conflict (%s)", gang, reason)
             return False
         self.gangs.commit(stmt)
-        released = [self.assumed.pop(key) for key in previously]
-        for r in released:
-            i = self.snapshot.index.get(r.node)
-            if i is not None:
-                self.snapshot.reserve(i, r.requests, sign=-1)
-                note_release(state.freed, self.snapshot, r.node, r.requests)
+        released = [r for key in previously if (r := self.cache.give_back(key, state.freed)) is not None]
         # Now that the gang holds nothing: how many of its pods each node could take (see phalanx.queueing.hints).
         hint = with_slots(hint, self.snapshot, len(unit) + len(released))
         for r in released:
@@ -509,7 +476,7 @@ class GangScheduler:
         held = [r.pod for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)) is not None]
         return [item.pod for item in unit] + held
 
-    def _skip_reserved(self, unit: list[Popped], state: _StepState) -> list[Popped]:
+    def _skip_reserved(self, unit: list[Popped], state: RoundState) -> list[Popped]:
         """Pods the queue hands out again (after a restart, or a stale re-add) may already be reserved or
         bound; memory mirrors Redis for both, so this costs no round trip."""
         out = []
@@ -535,7 +502,7 @@ class GangScheduler:
         return "; ".join(short)
 
     # -- ordinary pods -------------------------------------------------------------------------------
-    def _schedule_ordinary(self, state: _StepState) -> None:
+    def _schedule_ordinary(self, state: RoundState) -> None:
         if not state.ordinary:
             return
         items = self._skip_reserved(state.ordinary, state)
@@ -571,144 +538,7 @@ class GangScheduler:
             assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
                                                      gang=item.pod.gang))
         faults.reached("scheduler.after_commit")
-        self._dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed})
-
-    # -- binding -------------------------------------------------------------------------------------
-    def _bind_ready(self, state: _StepState) -> None:
-        """Binds every gang (or GangGroup) that became ready this round: one batch each, all sent to the
-        binder in one message when there are several."""
-        batches = []
-        for group, trace in sorted(state.ready_groups.items()):
-            records = sorted((r for r in self.assumed.values() if r.gang in group), key=lambda r: r.key)
-            if not records:
-                continue
-            assignments = [assignment_of(r) for r in records]
-            all_or_nothing = any(self.gangs.status(g) != GangStatus.SATISFIED for g in group)
-            batches.append((group, trace, assignments, all_or_nothing, {r.key: Popped(r.pod, trace) for r in records}))
-        if len(batches) == 1:
-            group, trace, assignments, all_or_nothing, items = batches[0]
-            # A GangGroup binds in one batch, in the trace of the group; each member gang's own trace
-            # links to that bind (and the bind back to them), so no member's trace ends without it.
-            members = [t for t in (self.gangs.trace_of(g) for g in group) if t and t != trace]
-            with child_span("phalanx.scheduler.dispatch_bind", trace,
-                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)},
-                            linked=members) as span:
-                mark_linked("phalanx.scheduler.bound_with_group", members, span, {"phalanx.gangs": ",".join(group)})
-                self._dispatch(assignments, all_or_nothing, state, trace, items)
-        elif batches:
-            try:
-                results = self.binder.bind_many([(a, aon, trace) for _, trace, a, aon, _ in batches], state.now)
-            except Exception as exc:
-                for _, _, assignments, _, items in batches:
-                    self._bind_unfinished(assignments, state, items, self._binder_silent(exc))
-                return
-            for (_, _, assignments, _, items), batch_results in zip(batches, results):
-                self._apply_bind(batch_results, assignments, state, items)
-
-    def _dispatch(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, state: _StepState,
-                  trace: str, items: dict[str, Popped]) -> None:
-        try:
-            results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
-        except Exception as exc:  # the binder is down or restarting: its answer is unknown, not negative
-            self._bind_unfinished(assignments, state, items, self._binder_silent(exc))
-            return
-        self._apply_bind(results, assignments, state, items)
-
-    def _binder_silent(self, exc: Exception) -> str:
-        return f"the binder at {getattr(self.binder, 'address', '?')} did not answer: {rpc_failure(exc)}"
-
-    def _bind_unfinished(self, assignments: list[binder_pb2.Assignment], state: _StepState,
-                         items: dict[str, Popped], why: str) -> None:
-        """A decided bind that did not complete keeps its reservations and is sent again later; its pods
-        leave the queue (the scheduler owns them now), so none is left in flight."""
-        log.warning("bind of %d pods not finished (%s); retrying", len(assignments), why.splitlines()[0][:300])
-        for a in assignments:
-            if a.pod_key not in self.assumed:
-                continue
-            state.verdicts.append(Verdict(items[a.pod_key], Outcome.ASSUMED))
-            if a.gang:
-                self.pending_groups[self.gangs.group_of(a.gang)] = items[a.pod_key].trace
-            else:
-                self.pending_pods.add(a.pod_key)
-        if self._bind_retry_at <= state.now:  # one backoff step per retry, however many batches failed
-            # Short and capped: a failed call to a binder that is down costs little, and a restarted
-            # binder should get the decided gangs within a second or two.
-            self._bind_backoff = min(max(self._bind_backoff * 2, 0.25), 2.0)
-            self._bind_retry_at = state.now + self._bind_backoff
-
-    def _retry_binds(self, now: float, carry: Carry, force: bool = False) -> None:
-        """Sends again the binds that did not finish (see _bind_unfinished), once their backoff is over."""
-        if not (self.pending_groups or self.pending_pods) or (now < self._bind_retry_at and not force):
-            return
-        state = _StepState(now)
-        groups, pods = dict(self.pending_groups), sorted(self.pending_pods)
-        self.pending_groups.clear()
-        self.pending_pods.clear()
-        state.ready_groups = groups
-        self._bind_ready(state)
-        records = [self.assumed[k] for k in pods if k in self.assumed]
-        if records:
-            assignments = [assignment_of(r) for r in records]
-            self._dispatch(assignments, False, state, "", {r.key: Popped(r.pod) for r in records})
-        if not (self.pending_groups or self.pending_pods):
-            self._bind_backoff = 0.0
-        carry.verdicts += state.verdicts
-        carry.activate += state.activate
-        carry.freed.merge(state.freed)
-
-    def _apply_bind(self, results: list[binder_pb2.BindResult], assignments: list[binder_pb2.Assignment],
-                    state: _StepState, items: dict[str, Popped]) -> None:
-        """Mirrors the binder's verdicts in memory and in the queue's verdicts."""
-        by_key = {a.pod_key: a for a in assignments}
-        bound_by_gang: dict[str, list[str]] = defaultdict(list)
-        unfinished: list[binder_pb2.Assignment] = []
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("bind results: %s", {r.pod_key: binder_pb2.BindStatus.Name(r.status) for r in results})
-        for res in results:
-            a = by_key[res.pod_key]
-            item = items[res.pod_key]
-            if res.status == binder_pb2.BIND_STATUS_BOUND:
-                self.assumed.pop(res.pod_key, None)
-                self.bound.add(res.pod_key)
-                if a.gang:
-                    bound_by_gang[a.gang].append(res.pod_key)
-                state.verdicts.append(Verdict(item, Outcome.BOUND))
-                state.bound += 1
-                observe_bound(state.now, item.pod.created_at)
-                self.reports.forget_pods([res.pod_key])  # placed: a later failure is news again
-                continue
-            if res.status == binder_pb2.BIND_STATUS_PENDING:
-                unfinished.append(a)  # started and kept: finished later, never released
-                continue
-            # Not bound: the binder already released the reservation in Redis; mirror it here.
-            rec = self.assumed.pop(res.pod_key, None)
-            if rec is not None:
-                i = self.snapshot.index.get(rec.node)
-                if i is not None:
-                    self.snapshot.reserve(i, rec.requests, sign=-1)
-                    note_release(state.freed, self.snapshot, rec.node, rec.requests)  # pods that found no room get another try
-                if rec.gang:
-                    self.gangs.apply([PodsReleased(rec.gang, (res.pod_key,))])
-            if res.status == binder_pb2.BIND_STATUS_GONE:
-                state.verdicts.append(Verdict(item, Outcome.DROPPED, res.message))
-            else:
-                state.verdicts.append(Verdict(item, Outcome.BACKOFF, res.message))
-                self.reports.pod(res.pod_key, f"binding failed: {res.message}")
-        if unfinished:
-            why = next(r.message for r in results if r.pod_key == unfinished[0].pod_key)
-            self._bind_unfinished(unfinished, state, items, why)
-        for gang, keys in bound_by_gang.items():
-            self._gang_bound(gang, keys, state.now)
-
-    def _gang_bound(self, gang: str, keys: list[str], now: float) -> None:
-        first = self.gangs.record(gang).satisfied_at is None
-        self.gangs.apply([PodsBound(gang, tuple(keys), now)])
-        if first and (spec := self.gangs.specs.get(gang)) is not None:
-            GANG_WAIT.observe(max(now - spec.created_at, 0.0))
-        if first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
-            bound_now = len(self.gangs.record(gang).bound)
-            self._report_gang(gang, "Scheduled", "GangScheduled",
-                              f"gang {gang}: {bound_now}/{self._min(gang)} pods bound", now)
+        self.binds.dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed})
 
     def confirm_bound(self, pods: list[PodInfo], now: float) -> list[PodInfo]:
         """Pods the API server shows bound that this scheduler still holds as reserved: their binding was
@@ -733,109 +563,14 @@ class GangScheduler:
         for key, _ in txn.set_state:
             self.assumed.pop(key, None)
             self.bound.add(key)
-            self.pending_pods.discard(key)
+            self.binds.pending_pods.discard(key)
         for gang, keys in confirmed.items():
             if gang:
-                self._gang_bound(gang, keys, now)
+                self.binds.gang_bound(gang, keys, now)
         log.info("%d pods found bound by the API server while reserved here: recorded as bound", len(txn.set_state))
         return moved
 
-    # -- timeouts ------------------------------------------------------------------------------------
-    def _expire_timers(self, now: float, carry: Carry) -> None:
-        # Every timer is set by this scheduler (the binder only clears them), so the earliest deadline
-        # known here is a safe lower bound: before it, nothing can be due and Redis need not be asked.
-        if self._next_timer is None or now < self._next_timer:
-            return
-        due_all, self._next_timer = self.store.timers(now)
-        # A gang placed whole whose binding has not finished (binder down, API server slow) is not late:
-        # it is being bound. Its timer is cleared when the binding is recorded.
-        due = [g for g in due_all if self.gangs.status(g) != GangStatus.SATISFIED and not self._binding_decided(g)]
-        if not due:
-            return
-        expired: set[str] = set()
-        for gang in due:
-            expired.update(g for g in self.gangs.group_of(gang) if self.gangs.status(g) != GangStatus.SATISFIED)
-        txn = Txn()
-        stmt = self.gangs.begin()
-        victims: dict[str, list[str]] = {}
-        messages: dict[str, str] = {}
-        for gang in sorted(expired):  # all before any release: a message counts its group partners' pods too
-            messages[gang] = self._timeout_said[gang] = self._timeout_message(gang)
-        for gang in sorted(expired):
-            rec = self.gangs.record(gang)
-            victims[gang] = sorted(set(rec.rounds) | rec.assumed)
-            for k in sorted(rec.assumed):
-                if k in self.assumed:
-                    txn.release_pod(k, gang)
-            self.gangs.timed_out(gang, stmt)
-        txn.gang_ops = stmt.ops
-        self.store.must_apply(txn)
-        self.gangs.commit(stmt)
-        GANG_TIMEOUTS.inc(len(expired))
-        to_remove: list[str] = []
-        for gang, pods in victims.items():
-            with child_span("phalanx.scheduler.gang_timeout", self.gangs.record(gang).trace,
-                            {"phalanx.gang": gang, "phalanx.pods": len(pods)}):
-                for key in pods:
-                    r = self.assumed.pop(key, None)
-                    if r is not None:
-                        i = self.snapshot.index.get(r.node)
-                        if i is not None:
-                            self.snapshot.reserve(i, r.requests, sign=-1)
-                            note_release(carry.freed, self.snapshot, r.node, r.requests)
-                    self.reports.pod(key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event="GangTimeout")
-                    to_remove.append(key)
-            self._report_gang(gang, "Failed", "GangTimeout", messages[gang], now, unschedulable=True,
-                              pod_key=pods[0] if pods else "")
-        carry.remove.extend(to_remove)  # the released capacity (carry.freed) may fit others
-
-    def _binding_decided(self, gang: str) -> bool:
-        group = self.gangs.group_of(gang)
-        if group in self.pending_groups or self.gangs.group_ready(gang):
-            return True
-        return any(r.state == PodState.BINDING for k in self.gangs.record(gang).assumed if (r := self.assumed.get(k)))
-
-    def _timeout_message(self, gang: str) -> str:
-        """Why the wait ran out, said while the gang still holds its reservations (they are counted). A gang
-        that reached its minimum waited for the members of its GangGroup that did not: those are named."""
-        partners = [k for k in self.gangs.group_of(gang) if k != gang and not self.gangs.reached_minimum(k)]
-        if partners and self.gangs.reached_minimum(gang):
-            why = "; ".join(self._partner_progress(k) for k in partners)
-        elif last := self._last_failure.get(gang):
-            why = f"last failure: {last}"
-        else:
-            why = "too few of its pods were created"
-        return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s with "
-                f"{self.gangs.placed_count(gang)}/{self._min(gang)} pods placed ({why}); it will not be scheduled "
-                f"again until its pods are recreated")
-
-    def _partner_progress(self, gang: str) -> str:
-        if gang not in self.gangs.specs:
-            return f"waiting for GangGroup member {gang}, which is not declared"
-        last = self._last_failure.get(gang)
-        return (f"waiting for GangGroup member {gang} which has {self.gangs.placed_count(gang)}/{self._min(gang)} "
-                f"pods placed" + (f", its last failure: {last}" if last else ""))
-
-    def _timed_out_message(self, gang: str) -> str:
-        said = self._timeout_said.get(gang)
-        if said is not None:
-            return said
-        # Timed out before this process started: what it had placed then went with its reservations.
-        return (f"gang {gang} timed out after waiting {self.gangs.wait_seconds(gang):g}s; it will not be "
-                f"scheduled again until its pods are recreated")
-
-    def _min(self, gang: str) -> int | str:
-        spec = self.gangs.specs.get(gang)
-        return spec.min_available if spec is not None else "?"
-
     # -- reporting -----------------------------------------------------------------------------------
-    def _reject(self, unit: list[Popped], outcome: Outcome, message: str, state: _StepState,
-                report: bool = True, hint: Hint | None = None) -> None:
-        for item in unit:
-            state.verdicts.append(Verdict(item, outcome, message, hint))
-            if report:
-                self.reports.pod(item.pod.key, message)
-
     def _report_gang(self, gang: str, phase: str, reason: str, message: str, now: float,
                      unschedulable: bool = False, pod_key: str = "") -> None:
         self.reports.gang(self.gangs.specs.get(gang), self.gangs.record(gang), phase, reason, message, now,
@@ -847,7 +582,7 @@ class GangScheduler:
         for key in sorted(set(self.gangs.specs) | set(self.gangs.records)):
             rec = self.gangs.record(key)
             out.append({
-                "key": key, "min_available": self._min(key), "assumed": len(rec.assumed), "bound": len(rec.bound),
+                "key": key, "min_available": self.gangs.min_of(key), "assumed": len(rec.assumed), "bound": len(rec.bound),
                 "satisfied": rec.satisfied_at is not None, "timed_out": rec.timed_out,
                 "first_wait_at": rec.first_wait, "satisfied_at": rec.satisfied_at,
             })
