@@ -11,9 +11,9 @@ from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
-from phalanx.scheduling.local import LocalBinder, LocalQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore, decoded
+from phalanx.testing.in_process import LocalBinder, LocalQueue
 
 GPU = "nvidia.com/gpu"
 

@@ -9,21 +9,13 @@ from collections.abc import Iterator
 import grpc
 
 from phalanx.clock import Clock
-from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
-from phalanx.queueing.wire import HintDecoder, freed_from_pb
+from phalanx.queueing.scheduling_queue import SchedulingQueue
+from phalanx.queueing.verdicts import apply_verdicts
+from phalanx.queueing.wire import HintDecoder, freed_from_pb, verdict_from_pb
 from phalanx.rpc import validation
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.telemetry.tracing import start_root
 from phalanx.v1 import queue_pb2, queue_pb2_grpc
-
-_OUTCOMES = {
-    queue_pb2.OUTCOME_ASSUMED: Outcome.ASSUMED,
-    queue_pb2.OUTCOME_BOUND: Outcome.BOUND,
-    queue_pb2.OUTCOME_UNSCHEDULABLE: Outcome.UNSCHEDULABLE,
-    queue_pb2.OUTCOME_BACKOFF: Outcome.BACKOFF,
-    queue_pb2.OUTCOME_DROPPED: Outcome.DROPPED,
-}
-
 
 MAX_GANG_TRACES = 100_000
 
@@ -98,16 +90,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         # Validate the whole request first: a refused request must change nothing.
         validation.abort_if_invalid(context, validation.done_request(request))
         hint_of = HintDecoder()
-        for res in request.results:
-            outcome = _OUTCOMES[res.outcome]
-            pod = res.pod
-            self.queue.done(f"{pod.namespace}/{pod.name}", outcome, now, payload=pod, priority=pod.priority,
-                            created_at=pod.created_at, gang=pod.gang, gang_created_at=pod.gang_created_at,
-                            hint=hint_of(res) if outcome == Outcome.UNSCHEDULABLE else None)
-        for gang in request.failed_gangs:
-            self.queue.gang_failed(gang, now)
-        for gang in request.activate_gangs:
-            self.queue.activate_gang(gang, now)
+        apply_verdicts(self.queue, (verdict_from_pb(res, hint_of) for res in request.results),
+                       request.activate_gangs, request.failed_gangs, now)
 
     def Remove(self, request: queue_pb2.RemoveRequest, context: grpc.ServicerContext) -> queue_pb2.RemoveResponse:
         validation.abort_if_invalid(context, validation.remove_request(request))

@@ -15,8 +15,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from phalanx.sim.services import ServiceProcess
 from phalanx.testing.ports import free_port
+from phalanx.testing.services import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from phalanx.security.tls import PLAINTEXT
-from phalanx.sim.services import ServiceProcess, Stack
+from phalanx.sim.services import Stack
+from phalanx.testing.services import ServiceProcess
 from phalanx.v1 import (
     binder_pb2,
     binder_pb2_grpc,

@@ -23,8 +23,7 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
-from phalanx.framework.framework import Framework
-from phalanx.framework.profile import load_profile
+from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer
@@ -94,7 +93,7 @@ def services(redis_server: RedisServer) -> Iterator[Services]:
                            lambda s: binder_pb2_grpc.add_BinderServicer_to_server(binder_servicer, s),
                            security=PLAINTEXT).start()
     queue_client, binder_client = QueueClient(queue.address, PLAINTEXT), BinderClient(binder.address, PLAINTEXT)
-    scheduler = GangScheduler(StateStore(client, keys), queue_client, binder_client, Framework(load_profile(None)),
+    scheduler = GangScheduler(StateStore(client, keys), queue_client, binder_client, load_in_tree_framework(None),
                               SchedulerSettings(default_wait_seconds=600.0))
     scheduler.recover(0.0)
     scheduler_servicer = SchedulerServicer(scheduler, queue_client, clock, simulated=True)

@@ -19,8 +19,9 @@ from waiting import wait_for
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.security.tls import PLAINTEXT
-from phalanx.sim.services import ServiceExited, ServiceProcess, Stack
+from phalanx.sim.services import Stack
 from phalanx.testing.ports import free_port
+from phalanx.testing.services import ServiceExited, ServiceProcess
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
 
 pytestmark = pytest.mark.integration

@@ -125,7 +125,7 @@ class Cluster:
 
     def podgroup(self, group: str, namespace: str, name: str, min_member: int, *,
                  timeout_seconds: int | None = None, annotations: dict[str, str] | None = None) -> None:
-        from phalanx.cluster.podgroups import VERSIONS
+        from phalanx.kube.podgroups import VERSIONS
 
         spec: dict[str, Any] = {"minMember": min_member}
         if timeout_seconds is not None:
@@ -135,7 +135,7 @@ class Cluster:
         self.custom.create_namespaced_custom_object(group, VERSIONS[group], namespace, "podgroups", body)
 
     def delete_podgroup(self, group: str, namespace: str, name: str) -> None:
-        from phalanx.cluster.podgroups import VERSIONS
+        from phalanx.kube.podgroups import VERSIONS
 
         self.custom.delete_namespaced_custom_object(group, VERSIONS[group], namespace, "podgroups", name)
 
@@ -183,7 +183,7 @@ class Cluster:
         return [e["reason"] for e in self.events(namespace, name, kind)]
 
     def podgroup_status(self, group: str, namespace: str, name: str) -> dict[str, Any]:
-        from phalanx.cluster.podgroups import VERSIONS
+        from phalanx.kube.podgroups import VERSIONS
 
         obj = self.custom.get_namespaced_custom_object(group, VERSIONS[group], namespace, "podgroups", name)
         return obj.get("status") or {}  # type: ignore[no-any-return]

@@ -18,7 +18,7 @@ import yaml
 from waiting import wait_for
 
 from phalanx.cli.main import main
-from phalanx.cluster.podgroups import VERSIONS
+from phalanx.kube.podgroups import VERSIONS
 from phalanx.model.keys import GROUP_X_K8S, KOORD_MIN_AVAILABLE, KOORD_NAME, LABEL_X_K8S_PODGROUP
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
 

@@ -387,7 +387,7 @@ def test_bindings_and_events_reuse_their_connections(apiserver, cluster) -> None
     use a handful of TLS connections, not one each (which cost the binder and the API server a
     handshake per call)."""
     from phalanx.backends.kubernetes import KubernetesBackend
-    from phalanx.cluster.client import api_client
+    from phalanx.kube.client import api_client
     from phalanx.state.store import Txn
     from phalanx.v1 import binder_pb2
 

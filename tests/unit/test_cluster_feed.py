@@ -14,9 +14,9 @@ from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
-from phalanx.scheduling.local import LocalBinder, LocalQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
+from phalanx.testing.in_process import LocalBinder, LocalQueue
 from phalanx.v1 import binder_pb2
 
 NAME = "phalanx"

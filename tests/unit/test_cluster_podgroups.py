@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phalanx.cluster.podgroups import VOLCANO_READY_REASON, counts_phase, group_of, status_patch
+from phalanx.kube.podgroups import VOLCANO_READY_REASON, counts_phase, group_of, status_patch
 from phalanx.model.keys import GROUP_SIGS, GROUP_VOLCANO, GROUP_X_K8S
 from phalanx.v1 import binder_pb2
 

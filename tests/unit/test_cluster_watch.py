@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from phalanx.cluster.watch import Collection, Watcher
+from phalanx.kube.watch import Collection, Watcher
 
 
 def obj(name: str, rv: str, namespace: str = "ns") -> dict[str, Any]:
@@ -117,7 +117,7 @@ def test_a_collection_missing_at_start_is_quiet_and_its_arrival_is_said(caplog: 
     a warning only when one that was served goes away."""
     import logging
 
-    caplog.set_level(logging.DEBUG, logger="phalanx.cluster.watch")
+    caplog.set_level(logging.DEBUG, logger="phalanx.kube.watch")
     run([
         ApiException(status=404, reason="Not Found"),
         listing("5", obj("a", "1")),

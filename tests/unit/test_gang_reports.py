@@ -11,9 +11,9 @@ from local_scheduler import LocalScheduler, model_node, model_pod
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.model.objects import GangSpec, PodInfo
-from phalanx.scheduling.local import LocalBinder
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import StateStore
+from phalanx.testing.in_process import LocalBinder
 from phalanx.v1 import binder_pb2
 
 SOURCE = "podgroup/scheduling.x-k8s.io"

@@ -21,10 +21,10 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
-from phalanx.plugins import default_registries
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.node_resources_fit import NodeResourcesFit
 from phalanx.plugins.node_unschedulable import NodeUnschedulable
+from phalanx.plugins.registry import in_tree_framework, in_tree_registries
 from phalanx.plugins.taint_toleration import TaintToleration
 
 GPU = "nvidia.com/gpu"
@@ -92,7 +92,7 @@ def test_node_resources_fit_counts_used_capacity() -> None:
 
 
 def test_unknown_resource_is_explained() -> None:
-    fw = Framework(Profile(filters=("NodeResourcesFit",)))
+    fw = in_tree_framework(Profile(filters=("NodeResourcesFit",)))
     res = fw.place(pod({"cpu": 1000, "example.com/unknown": 1000}), fit_nodes())
     assert not res.ok
     assert res.message == "0/3 nodes are available: 3 Insufficient example.com/unknown (no node offers it)"
@@ -243,7 +243,7 @@ def test_failure_message_counts_each_node_once_kube_scheduler_style() -> None:
         # Tainted and without GPUs: counted once, at the first filter that rejects it.
         NodeInfo("n3", {"cpu": 8000}, taints=(Taint("dedicated", "infra", "NoSchedule"),)),
     )
-    res = Framework().place(pod({"cpu": 1000, GPU: 2000}), snap)
+    res = in_tree_framework().place(pod({"cpu": 1000, GPU: 2000}), snap)
     assert res.node_index is None and not res.ok
     assert res.message == "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint"
 
@@ -256,13 +256,13 @@ def test_failure_message_lists_every_reason() -> None:
     )
     p = pod({"cpu": 2000, "memory": 2000}, Placement(node_selector=(("zone", "b"),)))
     snap.reserve(snap.index["n3"], {"cpu": 7000})
-    res = Framework().place(p, snap)
+    res = in_tree_framework().place(p, snap)
     assert res.message == ("0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match node selector, "
                            "1 node(s) were unschedulable")
 
 
 def test_failure_message_without_nodes() -> None:
-    res = Framework().place(pod({"cpu": 1}), Snapshot())
+    res = in_tree_framework().place(pod({"cpu": 1}), Snapshot())
     assert not res.ok and res.message.startswith("0/0 nodes are available")
 
 
@@ -286,13 +286,13 @@ def fill(fw: Framework, snap: Snapshot, count: int, requests: dict[str, int]) ->
 
 
 def test_least_allocated_spreads() -> None:
-    fw = Framework(Profile(scores={"LeastAllocated": 1}))
+    fw = in_tree_framework(Profile(scores={"LeastAllocated": 1}))
     assert place(fw, pod({"cpu": 1000, "pods": 1000}), two_nodes(n1=3000, n2=1000)) == "n2"
     assert fill(fw, two_nodes(), 4, {"cpu": 1000, "pods": 1000}) == ["n1", "n2", "n1", "n2"]
 
 
 def test_most_allocated_packs() -> None:
-    fw = Framework(Profile(scores={"MostAllocated": 1}))
+    fw = in_tree_framework(Profile(scores={"MostAllocated": 1}))
     assert place(fw, pod({"cpu": 1000, "pods": 1000}), two_nodes(n1=1000, n2=3000)) == "n2"
     assert fill(fw, two_nodes(), 5, {"cpu": 1000, "pods": 1000}) == ["n1", "n1", "n1", "n1", "n2"]
 
@@ -306,7 +306,7 @@ def test_most_allocated_packs() -> None:
 def test_min_fragment_prefers_balanced_cpu_and_memory(used: dict, requests: dict, expected: str) -> None:
     snap = snapshot(NodeInfo("n1", {"cpu": 4000, "memory": 4000}), NodeInfo("n2", {"cpu": 4000, "memory": 4000}),
                     used=used)
-    assert place(Framework(Profile(scores={"MinFragment": 1})), pod(requests), snap) == expected
+    assert place(in_tree_framework(Profile(scores={"MinFragment": 1})), pod(requests), snap) == expected
 
 
 @pytest.mark.parametrize("weights, expected", [
@@ -317,20 +317,20 @@ def test_min_fragment_prefers_balanced_cpu_and_memory(used: dict, requests: dict
 ])
 def test_score_weights_combine(weights: dict[str, float], expected: str) -> None:
     snap = two_nodes(n1=3000, n2=1000)
-    assert place(Framework(Profile(scores=weights)), pod({"cpu": 500}), snap) == expected
+    assert place(in_tree_framework(Profile(scores=weights)), pod({"cpu": 500}), snap) == expected
 
 
 def test_ties_go_to_the_lowest_node_name() -> None:
     nodes = [NodeInfo(n, {"cpu": 4000}) for n in ("n3", "n1", "n2")]
     snap = snapshot(*nodes)
     for scores in ({"LeastAllocated": 1}, {"MostAllocated": 1}, {"MinFragment": 1}, {}):
-        assert place(Framework(Profile(scores=scores)), pod({"cpu": 1000}), snap) == "n1"
+        assert place(in_tree_framework(Profile(scores=scores)), pod({"cpu": 1000}), snap) == "n1"
 
 
 def test_scores_ignore_the_pods_column() -> None:
     # Only pod slots requested: no score applies, so the tie goes to the lowest name despite n1's use.
     snap = snapshot(NodeInfo("n1", {"pods": 10_000}), NodeInfo("n2", {"pods": 10_000}), used={("n1", "pods"): 9000})
-    assert place(Framework(Profile(scores={"LeastAllocated": 1})), pod({"pods": 1000}), snap) == "n1"
+    assert place(in_tree_framework(Profile(scores={"LeastAllocated": 1})), pod({"pods": 1000}), snap) == "n1"
 
 
 # -- percentageOfNodesToScore -----------------------------------------------------------------------
@@ -348,7 +348,7 @@ def ten_nodes(cordoned: tuple[str, ...] = ()) -> Snapshot:
     (50, (), "n04"),
 ])
 def test_percentage_of_nodes_to_score(pct: int, cordoned: tuple[str, ...], expected: str) -> None:
-    fw = Framework(Profile(scores={"MostAllocated": 1}, percentage_of_nodes_to_score=pct))
+    fw = in_tree_framework(Profile(scores={"MostAllocated": 1}, percentage_of_nodes_to_score=pct))
     assert place(fw, pod({"cpu": 100}), ten_nodes(cordoned)) == expected
 
 
@@ -371,8 +371,8 @@ def test_registry_names_known_plugins_for_unknown_ones() -> None:
     assert str(exc.value) == "unknown score plugin 'Nope' (known: Alpha, Zeta)"
 
 
-def test_default_registries_hold_the_builtin_plugins() -> None:
-    filters, scores = default_registries()
+def test_in_tree_registries_hold_the_builtin_plugins() -> None:
+    filters, scores = in_tree_registries()
     assert filters.names() == sorted(DEFAULT_FILTERS)
     assert scores.names() == ["LeastAllocated", "MinFragment", "MostAllocated"]
     for name in filters.names():
@@ -380,20 +380,20 @@ def test_default_registries_hold_the_builtin_plugins() -> None:
 
 
 def test_framework_refuses_a_profile_with_an_unknown_plugin() -> None:
-    filters, scores = default_registries()
+    filters, scores = in_tree_registries()
     with pytest.raises(ValueError) as exc:
-        Framework(Profile(filters=("NodeUnschedulable", "NodePorts")))
+        in_tree_framework(Profile(filters=("NodeUnschedulable", "NodePorts")))
     assert str(exc.value) == f"unknown filter plugin 'NodePorts' (known: {', '.join(filters.names())})"
     assert "NodeAffinity, " in str(exc.value)
     with pytest.raises(ValueError) as exc:
-        Framework(Profile(scores={"Balanced": 1.0}))
+        in_tree_framework(Profile(scores={"Balanced": 1.0}))
     assert str(exc.value) == f"unknown score plugin 'Balanced' (known: {', '.join(scores.names())})"
 
 
 def test_a_profile_filter_list_restricts_the_filters() -> None:
     snap = snapshot(NodeInfo("n1", {"cpu": 1000}, unschedulable=True))
-    assert place(Framework(Profile(filters=("NodeResourcesFit",))), pod({"cpu": 500}), snap) == "n1"
-    assert place(Framework(), pod({"cpu": 500}), snap) is None
+    assert place(in_tree_framework(Profile(filters=("NodeResourcesFit",))), pod({"cpu": 500}), snap) == "n1"
+    assert place(in_tree_framework(), pod({"cpu": 500}), snap) is None
 
 
 # -- profiles ---------------------------------------------------------------------------------------
@@ -411,7 +411,7 @@ def test_load_profile_reads_every_field(tmp_path: Path) -> None:
     assert profile.filters == ("NodeResourcesFit", "TaintToleration")
     assert profile.scores == {"MostAllocated": 2.0, "MinFragment": 0.5}
     assert profile.percentage_of_nodes_to_score == 40
-    Framework(profile)  # every name is known
+    in_tree_framework(profile)  # every name is known
 
 
 @pytest.mark.parametrize("text", ["", "# nothing\n"])

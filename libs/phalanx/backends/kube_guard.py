@@ -25,17 +25,17 @@ from typing import Any
 
 from phalanx.backends.api_calls import json_or_none, transient
 from phalanx.backends.base import BindFailure
-from phalanx.cluster.watch import Collection, Watcher
+from phalanx.kube.watch import Collection, Watcher
 from phalanx.model import keys
+from phalanx.model.status import EventReason
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
 # Every Event reason Phalanx writes: the binder's own Scheduled, and what the scheduler and its cluster feed
 # report (phalanx.scheduling.scheduler, phalanx.scheduling.reports, phalanx.cluster.feed). Others are dropped.
-EVENT_REASONS: frozenset[str] = frozenset({"Scheduled", "FailedScheduling", "GangWaiting", "GangScheduled",
-                                           "GangTimeout"})
-NORMAL_EVENT_REASONS: frozenset[str] = frozenset({"Scheduled", "GangScheduled", "GangWaiting"})
+EVENT_REASONS: frozenset[str] = frozenset(EventReason)
+NORMAL_EVENT_REASONS: frozenset[str] = frozenset(r for r in EventReason if r.normal)
 # The annotations a report may set on a pod, and the values each may take.
 REPORT_ANNOTATIONS: Mapping[str, frozenset[str]] = {keys.KOORD_TIMEOUT: frozenset({"true"})}
 

@@ -44,6 +44,7 @@ from phalanx.backends.kube_guard import (
 from phalanx.backends.write_lanes import WriteLanes
 from phalanx.kube import podgroups
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
+from phalanx.model.status import EventReason
 from phalanx.state.txn import Txn
 from phalanx.v1 import binder_pb2
 
@@ -149,7 +150,7 @@ class KubernetesBackend:
             # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
             faults.reached("binder.between_pods")
             target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
-            self._writes.put(a.pod_key, partial(self._event_safe, target, "Scheduled",
+            self._writes.put(a.pod_key, partial(self._event_safe, target, EventReason.SCHEDULED,
                                       f"Successfully assigned {a.pod_key} to {a.node}"))
             return None
         return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}",

@@ -18,6 +18,7 @@ from typing import Any
 
 from phalanx.chaos.snapshot import Snapshot
 from phalanx.chaos.workload import GangPlan
+from phalanx.model.status import PodPhase
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Kubelet:
                     actions.append(Action(DELETE, pod.namespace, pod.name))
             if not pod.node or pod.deleting or pod.terminated:
                 continue
-            if key not in self._run_sent and pod.phase in ("", "Pending"):
+            if key not in self._run_sent and pod.phase in ("", PodPhase.PENDING):
                 self._run_sent.add(key)
                 actions.append(Action(RUN, pod.namespace, pod.name))
             plan = self.gangs.get(pod.gang)
@@ -140,6 +141,6 @@ def apply_action(core: Any, action: Action) -> None:
     if action.kind == DELETE:
         core.delete_namespaced_pod(action.name, action.namespace, grace_period_seconds=0, _preload_content=False)
         return
-    phase = "Running" if action.kind == RUN else "Succeeded"
+    phase = PodPhase.RUNNING if action.kind == RUN else PodPhase.SUCCEEDED
     core.patch_namespaced_pod_status(action.name, action.namespace, {"status": {"phase": phase}},
                                      _content_type="application/merge-patch+json", _preload_content=False)

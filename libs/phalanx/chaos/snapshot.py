@@ -11,9 +11,9 @@ from typing import Any
 
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME
 from phalanx.model.quantity import QuantityError, parse_quantity
+from phalanx.model.status import TERMINAL_POD_PHASES
 
 TRIAL_LABEL = "chaos.phalanx.dev/trial"
-TERMINAL = ("Succeeded", "Failed")
 GPU = "nvidia.com/gpu"
 
 
@@ -34,7 +34,7 @@ class PodView:
 
     @property
     def terminated(self) -> bool:
-        return self.phase in TERMINAL
+        return self.phase in TERMINAL_POD_PHASES
 
     @property
     def holds_node(self) -> bool:

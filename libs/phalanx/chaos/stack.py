@@ -1,98 +1,30 @@
 """Redis and the three services as separate OS processes, each killable and restartable in place.
 
 Command lines are those of a Helm deployment (`python -m phalanx_<service>` with the Kubernetes backend
-and the wall clock); ports are fixed when the stack is made, so a restarted process comes back on the
-same address and its peers find it again. Processes must be started and restarted from one long-lived
-thread (the trial's main loop): the parent-death signal the services ask for fires when the *thread*
-that spawned them ends.
+and the wall clock, run by phalanx.testing.services); ports are fixed when the stack is made, so a
+restarted process comes back on the same address and its peers find it again. Processes must be started
+and restarted from one long-lived thread (the trial's main loop): the parent-death signal the services ask
+for fires when the *thread* that spawned them ends.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from phalanx.faults import FAULT_ENV
 from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import SERVICE_IDENTITIES
-from phalanx.telemetry.tracing import quiet_unless_exporting
-from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
+from phalanx.testing.services import ServiceProcess
 
 SERVICES = ("queue", "binder", "scheduler")
 REDIS = "redis"
-
-
-@dataclass
-class ServiceProcess:
-    """One service: its command line, its log file, and the current incarnation."""
-
-    name: str
-    argv: list[str]
-    port: int
-    log_path: Path
-    health_port: int = 0  # plaintext, health only (what kubelet probes); 0: health on `port`
-    proc: subprocess.Popen[bytes] | None = None
-    incarnations: int = 0
-    fault: str = ""  # PHALANX_FAULT of the current incarnation ("" for none)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def health_address(self) -> str:
-        return f"127.0.0.1:{self.health_port or self.port}"
-
-    def start(self, fault: str = "") -> None:
-        env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
-        env = exit_with_parent_env(env)
-        quiet_unless_exporting(env)
-        if fault:
-            env[FAULT_ENV] = fault
-        self.incarnations += 1
-        self.fault = fault
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n=== incarnation {self.incarnations}{' ' + FAULT_ENV + '=' + fault if fault else ''} ===\n"
-                      .encode())
-            log.flush()
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env)
-
-    def exit_code(self) -> int | None:
-        """None while running (or never started)."""
-        return None if self.proc is None else self.proc.poll()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
 
 
 @dataclass
@@ -124,8 +56,8 @@ class ChaosStack:
         addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
         tls_dir = config.run_dir / "tls"
         make_tree(tls_dir, list(SERVICE_IDENTITIES.values()), [], ["127.0.0.1"], days=30)
-        # No /metrics: the default ports would collide between stacks on one machine.
-        common = ["--clock", "real", "--log-level", config.log_level, "--metrics-listen", "off"]
+        # No /metrics (ServiceProcess's default): the default ports would collide between stacks on one machine.
+        common = ["--clock", "real", "--log-level", config.log_level]
         state = ["--redis-url", redis.address_url, "--redis-password-file", str(redis.password_file()),
                  "--redis-prefix", config.redis_prefix]
         kube = ["--backend", "kubernetes", "--kubeconfig", config.kubeconfig]
@@ -137,10 +69,10 @@ class ChaosStack:
                           "--default-wait", str(config.default_wait)],
         }
         services = {
-            name: ServiceProcess(name, [sys.executable, "-m", f"phalanx_{name}", "--listen", addr[name],
-                                        "--health-listen", f"127.0.0.1:{health_ports[name]}",
-                                        "--tls-dir", str(tls_dir / SERVICE_IDENTITIES[name]), *argv[name]],
-                                 ports[name], config.run_dir / f"{name}.log", health_ports[name])
+            name: ServiceProcess(name, f"phalanx_{name}", ["--health-listen", f"127.0.0.1:{health_ports[name]}",
+                                                           "--tls-dir", str(tls_dir / SERVICE_IDENTITIES[name]),
+                                                           *argv[name]],
+                                 ports[name], config.run_dir / f"{name}.log", health_port=health_ports[name])
             for name in SERVICES
         }
         return cls(config, redis, services)
@@ -150,7 +82,7 @@ class ChaosStack:
         faults = faults or {}
         self.redis.start()
         for name in SERVICES:  # the scheduler waits for the other two itself
-            self.services[name].start(faults.get(name, ""))
+            self.services[name].start(wait=False, fault=faults.get(name, ""))
         for name in SERVICES:
             try:
                 wait_healthy(self.services[name].health_address, timeout=timeout)
@@ -176,7 +108,7 @@ class ChaosStack:
             self.redis.restart(keep_data=keep_data)
         else:
             self.services[name].kill()
-            self.services[name].start()
+            self.services[name].start(wait=False, fault="")
 
     def exit_code(self, name: str) -> int | None:
         if name == REDIS:

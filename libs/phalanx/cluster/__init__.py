@@ -1,2 +1,3 @@
-"""A real Kubernetes cluster as Phalanx's input: list-then-watch of the objects the scheduler needs
-(watch.py) and their translation into scheduler and queue calls (feed.py)."""
+"""A real Kubernetes cluster as the scheduler's input: the translation of what phalanx.kube.watch lists and
+watches into scheduler and queue calls (feed.py), reconciliation (reconcile.py) and leader election
+(leader.py)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from phalanx.explain.capacity import Capacity, Exclusion, needs_of
 from phalanx.explain.view import ClusterState, Condition, GangState, Holder, PodGroupStatus, PodState
@@ -28,8 +29,19 @@ from phalanx.queueing.hints import fit_count
 _PLACED = re.compile(r"^gang \S+: (\d+)/(?:\d+|\?) pods placed")
 _RELEASED = "released the gang's reservations"
 
-WAITING, TIMED_OUT, INVALID, UNDECLARED, SATISFIED = "Waiting", "TimedOut", "Invalid", "Undeclared", "Satisfied"
-NOT_RUNNING = (WAITING, TIMED_OUT, INVALID, UNDECLARED)
+
+
+class Standing(StrEnum):
+    """Where a gang stands, as explain judges it (the `state` of its JSON and text output)."""
+
+    WAITING = "Waiting"
+    TIMED_OUT = "TimedOut"
+    INVALID = "Invalid"
+    UNDECLARED = "Undeclared"
+    SATISFIED = "Satisfied"
+
+
+NOT_RUNNING = (Standing.WAITING, Standing.TIMED_OUT, Standing.INVALID, Standing.UNDECLARED)
 
 
 @dataclass(slots=True)
@@ -74,7 +86,7 @@ class CapacityReport:
 class GangExplanation:
     namespace: str
     name: str
-    state: str
+    state: Standing
     declared_by: str
     mode: str
     error: str
@@ -115,17 +127,17 @@ class Explanation:
 # --- choosing gangs ----------------------------------------------------------------------------------------
 
 
-def gang_state(g: GangState) -> str:
+def gang_state(g: GangState) -> Standing:
     if g.error:
-        return INVALID
+        return Standing.INVALID
     if g.waiting_for:
-        return UNDECLARED
+        return Standing.UNDECLARED
     if g.timed_out or any(p.timed_out and p.pending for p in g.pods):
-        return TIMED_OUT
+        return Standing.TIMED_OUT
     minimum = g.minimum
     if minimum is not None and g.bound >= minimum:
-        return SATISFIED
-    return WAITING
+        return Standing.SATISFIED
+    return Standing.WAITING
 
 
 def select(state: ClusterState, wanted: str | None, namespace: str | None) -> list[GangState]:
@@ -140,7 +152,7 @@ def select(state: ClusterState, wanted: str | None, namespace: str | None) -> li
             if wanted in (g.key, g.name):
                 out.append(g)
             continue
-        waits = bool(g.pending_pods) or (g.bound_count is not None and gang_state(g) != SATISFIED)
+        waits = bool(g.pending_pods) or (g.bound_count is not None and gang_state(g) != Standing.SATISFIED)
         if waits and gang_state(g) in NOT_RUNNING:
             out.append(g)
     return out
@@ -175,12 +187,12 @@ def _explain_gang(state: ClusterState, g: GangState, cap: Capacity | None) -> Ga
     # was ever placed, its first attempt: the wait itself starts with the first placement).
     started = g.podgroup.schedule_start_time if g.podgroup is not None else None
     gs = gang_state(g)
-    since = None if gs == SATISFIED else min((p.created_at for p in (pending or g.pods) if p.created_at is not None),
-                                             default=None)
+    since = None if gs == Standing.SATISFIED else min(
+        (p.created_at for p in (pending or g.pods) if p.created_at is not None), default=None)
     report, note = None, ""
     if cap is None:
         note = "node capacity unknown: " + str(state.source.get("capacityNote") or "the source has no nodes")
-    elif gs in (WAITING, TIMED_OUT) and pending:
+    elif gs in (Standing.WAITING, Standing.TIMED_OUT) and pending:
         report, note = _capacity_report(state, g, pending, cap)
     out = GangExplanation(
         namespace=g.namespace, name=g.name, state=gs,
@@ -190,9 +202,9 @@ def _explain_gang(state: ClusterState, g: GangState, cap: Capacity | None) -> Ga
         min_member=g.minimum, total_number=(spec.total_number if spec is not None else None),
         pods=len(g.pods) if g.bound_count is None else max(len(g.pods), g.bound),
         bound=g.bound, pending=len(pending), placed=placed,
-        waiting_since=since, wait_seconds=wait if gs in (WAITING, TIMED_OUT) else None,
+        waiting_since=since, wait_seconds=wait if gs in (Standing.WAITING, Standing.TIMED_OUT) else None,
         timer_started=started,
-        timeout_at=started + wait if started is not None and wait is not None and gs == WAITING else None,
+        timeout_at=started + wait if started is not None and wait is not None and gs == Standing.WAITING else None,
         reason=reason, reason_pod=reason_pod, podgroup=g.podgroup, capacity=report, capacity_note=note,
         verdict="",
     )
@@ -350,14 +362,14 @@ def _release_plan(cap: Capacity, pods: list[PodInfo], holders: Members,
 
 
 def _verdict(e: GangExplanation, g: GangState) -> str:
-    if e.state == INVALID:
+    if e.state == Standing.INVALID:
         return f"refused: {e.error}"
-    if e.state == UNDECLARED:
+    if e.state == Standing.UNDECLARED:
         return f"{e.waiting_for}; its pods wait for it"
-    if e.state == SATISFIED:
+    if e.state == Standing.SATISFIED:
         return f"not waiting: {e.bound}/{e.min_member} pods bound"
     prefix = ("timed out: Phalanx will not schedule it again until its pods are recreated; "
-              if e.state == TIMED_OUT else "")
+              if e.state == Standing.TIMED_OUT else "")
     if e.min_member is not None and e.bound + e.pending < e.min_member and g.bound_count is None:
         return (f"{prefix}only {e.bound + e.pending} of its {e.min_member} pods exist; "
                 f"it waits for {e.min_member - e.bound - e.pending} more to be created")

@@ -20,7 +20,6 @@ from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
-from phalanx.plugins.gpu_share import with_gpu_devices
 from phalanx.plugins.taint_toleration import tolerates
 from phalanx.scheduling.hints import STATIC_FILTERS, node_free, pod_needs
 
@@ -54,7 +53,7 @@ class Capacity:
     def __init__(self, nodes: Sequence[NodeInfo], framework: Framework) -> None:
         self.framework = framework
         self.snap = Snapshot()
-        self.snap.set_nodes([with_gpu_devices(n) for n in nodes], {})
+        self.snap.set_nodes(framework.prepare_nodes(nodes), {})  # GPUs device by device, as the scheduler
         self.held: dict[str, tuple[int, Resources]] = {}  # pod key -> (node row, what it holds there)
         self._assigners = [f for f in framework.filters if hasattr(f, "assign")]
 

@@ -58,15 +58,15 @@ def add_explain_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
 def run_explain(args: argparse.Namespace) -> int:
     from phalanx.explain.analysis import explain, select
     from phalanx.explain.view import SourceError
-    from phalanx.framework.framework import Framework
     from phalanx.framework.profile import ProfileError, load_profile
+    from phalanx.plugins.registry import in_tree_framework
 
     if args.workload and not args.report:
         return _fail("-f/--workload goes with --report (a cluster has its own nodes and pods)")
     if args.report and (args.kubeconfig or args.context):
         return _fail("--report explains a simulation: --kubeconfig and --context do not apply")
     try:
-        framework = Framework(load_profile(args.profile))
+        framework = in_tree_framework(load_profile(args.profile))
         state = _read(args)
     except (SourceError, ProfileError) as exc:
         return _fail(str(exc))

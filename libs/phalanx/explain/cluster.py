@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from phalanx.cluster import podgroups
 from phalanx.explain.view import ClusterState, Condition, Holder, PodGroupStatus, PodState, SourceError
 from phalanx.intake.errors import IntakeError, Subject
 from phalanx.intake.fields import timestamp
@@ -23,6 +22,7 @@ from phalanx.intake.gangs import find_link
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.intake.resolver import GangResolver
+from phalanx.kube import podgroups
 from phalanx.model.keys import CONFIGMAP_LABEL, KOORD_TIMEOUT, SIM_DURATION
 from phalanx.model.objects import PodInfo
 

@@ -22,6 +22,7 @@ from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.intake.resolver import GangResolver
 from phalanx.model.keys import KOORD_TIMEOUT, SIM_DURATION
 from phalanx.model.objects import NodeInfo
+from phalanx.model.status import PodPhase
 from phalanx.sim.workload import Workload, WorkloadObject, load_workload
 
 # The scheduler starts every message about a gang with "gang <namespace>/<name>" (GangManager.describe).
@@ -122,9 +123,9 @@ def _apply_entry(pod: PodState, entry: dict[str, Any]) -> None:
     pod.node = str(entry.get("node") or "")
     pod.started_at = entry.get("startedAt")
     if entry.get("finishedAt") is not None:
-        pod.phase = "Succeeded"
+        pod.phase = PodPhase.SUCCEEDED
     else:
-        pod.phase = "Running" if pod.started_at is not None else "Pending"
+        pod.phase = PodPhase.RUNNING if pod.started_at is not None else PodPhase.PENDING
     reason = entry.get("reason")
     if isinstance(reason, str) and reason and not pod.node:
         pod.condition = Condition(reason, "Unschedulable")

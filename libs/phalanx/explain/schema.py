@@ -87,7 +87,7 @@ def _gang(g: GangExplanation, now: float) -> dict[str, Any]:
                     "scheduleStartTime": pg.schedule_start_time, "scheduled": pg.scheduled, "running": pg.running}
     waited = None if g.waiting_since is None else round(now - g.waiting_since, 3)
     return {
-        "namespace": g.namespace, "name": g.name, "state": g.state, "declaredBy": g.declared_by, "mode": g.mode,
+        "namespace": g.namespace, "name": g.name, "state": str(g.state), "declaredBy": g.declared_by, "mode": g.mode,
         "verdict": g.verdict, "error": g.error, "waitingFor": g.waiting_for,
         "minMember": g.min_member, "totalNumber": g.total_number, "pods": g.pods, "bound": g.bound,
         "pending": g.pending, "placed": g.placed,

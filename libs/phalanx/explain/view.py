@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.model.status import TERMINAL_POD_PHASES, PodPhase
 
 Clock = Literal["wall", "virtual"]
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class SourceError(Exception):
@@ -44,7 +44,7 @@ class PodState:
     info: PodInfo | None  # None when the pod could not be read (then `error`), or the source has no spec
     ours: bool  # spec.schedulerName is the scheduler being explained
     node: str = ""
-    phase: str = ""
+    phase: str = ""  # a PodPhase, or "" when not known
     holder: Holder | None = None
     gang: str = ""  # the gang it resolves to (our pods only)
     created_at: float | None = None
@@ -62,11 +62,11 @@ class PodState:
 
     @property
     def holds_capacity(self) -> bool:
-        return bool(self.node) and self.phase not in TERMINAL_PHASES
+        return bool(self.node) and self.phase not in TERMINAL_POD_PHASES
 
     @property
     def pending(self) -> bool:
-        return not self.node and self.phase not in TERMINAL_PHASES and not self.deleting
+        return not self.node and self.phase not in TERMINAL_POD_PHASES and not self.deleting
 
 
 @dataclass(slots=True)
@@ -109,7 +109,7 @@ class GangState:
     def bound(self) -> int:
         if self.bound_count is not None:
             return self.bound_count
-        return sum(1 for p in self.pods if p.node and p.phase != "Failed")
+        return sum(1 for p in self.pods if p.node and p.phase != PodPhase.FAILED)
 
     @property
     def pending_pods(self) -> list[PodState]:

@@ -1,18 +1,24 @@
-"""Runs a profile's filters and scores for one pod against the snapshot."""
+"""Runs a profile's filters and scores for one pod against the snapshot, and prepares nodes for it.
+
+The framework is handed its plugins (registries of factories by name): it knows no plugin itself. The
+in-tree set is assembled by phalanx.plugins.registry, which the composition roots call."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
-from phalanx.framework.plugin import FilterPlugin, PodRequest, ScorePlugin
+from phalanx.framework.plugin import FilterPlugin, NodePreparer, PodRequest, ScorePlugin
 from phalanx.framework.profile import Profile
 from phalanx.framework.registry import Registry
 from phalanx.framework.snapshot import Snapshot
-from phalanx.model.objects import PodInfo, Resources
-from phalanx.plugins import default_registries
+from phalanx.model.objects import NodeInfo, PodInfo, Resources
+
+Registries = tuple[Registry[FilterPlugin], Registry[ScorePlugin]]
 
 
 @dataclass
@@ -27,13 +33,22 @@ class PlacementResult:
 
 
 class Framework:
-    def __init__(self, profile: Profile | None = None,
-                 registries: tuple[Registry[FilterPlugin], Registry[ScorePlugin]] | None = None) -> None:
-        self.profile = profile or Profile()
-        filters, scores = registries or default_registries()
+    def __init__(self, profile: Profile, registries: Registries) -> None:
+        self.profile = profile
+        filters, scores = registries
         self.filters = [filters.create(name) for name in self.profile.filters]
         self.scores = [(scores.create(name), weight) for name, weight in self.profile.scores.items() if weight > 0]
+        self.preparers = [_preparer(filters.create(name)) for name in self.profile.node_preparers]
         self._assigners = [f for f in self.filters if hasattr(f, "assign")]
+
+    def prepare_node(self, node: NodeInfo) -> NodeInfo:
+        """The node as it is stored and placed on, each preparing plugin applied in turn."""
+        for plugin in self.preparers:
+            node = plugin.prepare_node(node)
+        return node
+
+    def prepare_nodes(self, nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
+        return [self.prepare_node(n) for n in nodes]
 
     def place(self, pod: PodInfo, snap: Snapshot) -> PlacementResult:
         if len(snap) == 0:
@@ -82,3 +97,9 @@ class Framework:
             alive &= mask
         detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda x: (-x[1], x[0])))
         return f"0/{len(snap)} nodes are available: {detail}"
+
+
+def _preparer(plugin: FilterPlugin) -> NodePreparer:
+    if not callable(getattr(plugin, "prepare_node", None)):
+        raise ValueError(f"filter plugin {plugin.name!r} does not prepare nodes")
+    return cast(NodePreparer, plugin)

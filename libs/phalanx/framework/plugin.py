@@ -1,4 +1,5 @@
-"""The plugin interfaces: kube-scheduler's Filter and Score extension points, over whole node vectors."""
+"""The plugin interfaces: kube-scheduler's Filter and Score extension points, over whole node vectors, and
+node preparation (how a plugin models a node's capacity before anything is stored or placed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from phalanx.framework.snapshot import Snapshot
-from phalanx.model.objects import PodInfo
+from phalanx.model.objects import NodeInfo, PodInfo
 
 
 @dataclass
@@ -44,4 +45,13 @@ class ScorePlugin(Protocol):
 
     def score(self, req: PodRequest, snap: Snapshot, candidates: np.ndarray) -> np.ndarray:
         """Scores in [0, 100] for the candidate node indices."""
+        ...
+
+
+class NodePreparer(Protocol):
+    name: str
+
+    def prepare_node(self, node: NodeInfo) -> NodeInfo:
+        """The node as the filters and Redis's capacity checks see it (GPUShare: one column per GPU device).
+        Idempotent: a node read back from Redis is prepared already."""
         ...

@@ -10,6 +10,9 @@ import yaml
 
 DEFAULT_FILTERS = ("NodeUnschedulable", "NodeSelector", "NodeAffinity", "TaintToleration", "NodeResourcesFit",
                    "GPUShare")
+# Node preparation (see phalanx.framework.plugin.NodePreparer) is not chosen by a profile file: the prepared
+# nodes are what Redis holds and every process (scheduler, binder, explain) counts capacity against.
+DEFAULT_NODE_PREPARERS = ("GPUShare",)
 
 
 @dataclass
@@ -18,6 +21,7 @@ class Profile:
     scores: dict[str, float] = field(default_factory=lambda: {"LeastAllocated": 1.0})
     # Share of feasible nodes to find before scoring (kube-scheduler's percentageOfNodesToScore); 100 = all.
     percentage_of_nodes_to_score: int = 100
+    node_preparers: tuple[str, ...] = DEFAULT_NODE_PREPARERS  # filter plugins that also prepare nodes
 
 
 class ProfileError(ValueError):

@@ -1,22 +1,11 @@
-"""Built-in filter and score plugins, registered by name."""
+"""Built-in filter and score plugins; phalanx.plugins.registry registers them by name and builds the
+framework from them (in_tree_framework)."""
 
 from __future__ import annotations
 
-from phalanx.framework.plugin import FilterPlugin, ScorePlugin
-from phalanx.framework.registry import Registry
-from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
-from phalanx.plugins.gpu_share import GPUShare
-from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
-from phalanx.plugins.node_resources_fit import NodeResourcesFit
-from phalanx.plugins.node_unschedulable import NodeUnschedulable
-from phalanx.plugins.taint_toleration import TaintToleration
+from phalanx.plugins.registry import in_tree_registries
 
+# The former name, until services/scheduler/__main__.py builds its framework with load_in_tree_framework.
+default_registries = in_tree_registries
 
-def default_registries() -> tuple[Registry[FilterPlugin], Registry[ScorePlugin]]:
-    filters: Registry[FilterPlugin] = Registry("filter")
-    for cls in (NodeUnschedulable, NodeSelector, NodeAffinity, TaintToleration, NodeResourcesFit, GPUShare):
-        filters.register(cls.name, cls)
-    scores: Registry[ScorePlugin] = Registry("score")
-    for score_cls in (LeastAllocated, MostAllocated, MinFragment):
-        scores.register(score_cls.name, score_cls)
-    return filters, scores
+__all__ = ["default_registries", "in_tree_registries"]

@@ -55,6 +55,9 @@ def _wants(req: PodRequest) -> tuple[int, int]:
 class GPUShare:
     name = "GPUShare"
 
+    def prepare_node(self, node: NodeInfo) -> NodeInfo:
+        return with_gpu_devices(node)  # GPUs are placed device by device
+
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
         whole, share = _wants(req)
         if not whole and not share:

@@ -1,11 +1,21 @@
-"""Queueing hints and freed capacity to and from their protobuf messages (queue.proto)."""
+"""Queueing hints, freed capacity and pod verdicts to and from their protobuf messages (queue.proto)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from phalanx.queueing.hints import Freed, FreedCapacity, Hint
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.queueing.verdicts import PodVerdict
 from phalanx.v1 import queue_pb2
+
+_OUTCOMES = {
+    queue_pb2.OUTCOME_ASSUMED: Outcome.ASSUMED,
+    queue_pb2.OUTCOME_BOUND: Outcome.BOUND,
+    queue_pb2.OUTCOME_UNSCHEDULABLE: Outcome.UNSCHEDULABLE,
+    queue_pb2.OUTCOME_BACKOFF: Outcome.BACKOFF,
+    queue_pb2.OUTCOME_DROPPED: Outcome.DROPPED,
+}
 
 
 def hint_to_pb(hint: Hint) -> queue_pb2.RetryHint:
@@ -44,3 +54,12 @@ def freed_to_pb(freed: FreedCapacity | None) -> list[queue_pb2.FreedCapacity]:
 
 def freed_from_pb(items: Iterable[queue_pb2.FreedCapacity]) -> list[Freed]:
     return [Freed(f.node, frozenset(f.resources), dict(f.free), f.taken_only) for f in items]
+
+
+def verdict_from_pb(result: queue_pb2.PodResult, hint_of: HintDecoder) -> PodVerdict:
+    """A validated PodResult as the queue applies it; the protobuf Pod is what later pops hand out. Only an
+    unschedulable pod's hint is decoded: the queue keeps no other."""
+    outcome = _OUTCOMES[result.outcome]
+    pod = result.pod
+    hint = hint_of(result) if outcome == Outcome.UNSCHEDULABLE else None
+    return PodVerdict.of(f"{pod.namespace}/{pod.name}", outcome, pod, pod, hint)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from phalanx.model.objects import GangSpec
-from phalanx.scheduling.ports import BinderPort
 from phalanx.gang.record import GangRecord
+from phalanx.model.objects import GangSpec
+from phalanx.model.status import EventReason
+from phalanx.scheduling.ports import BinderPort
 from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,8 @@ class StatusReports:
         self._first_attempt: dict[str, float] = {}  # gang key -> when the scheduler first reported it
 
     def pod(self, pod_key: str, message: str, annotations: dict[str, str] | None = None,
-            event: str = "FailedScheduling") -> None:
+            event: str = EventReason.FAILED_SCHEDULING) -> None:
+        """A pod's condition and Event; `event` is an EventReason."""
         if not annotations and self._pod_last.get(pod_key) == message:
             return
         self._pod_last[pod_key] = message
@@ -37,7 +39,8 @@ class StatusReports:
 
     def gang(self, spec: GangSpec | None, rec: GangRecord, phase: str, reason: str, message: str, now: float,
              unschedulable: bool = False, pod_key: str = "") -> None:
-        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again."""
+        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again. `phase` is a
+        GangPhase, `reason` an EventReason."""
         last = self._gang_last.get(rec.key)
         if last == (phase, message):
             return

@@ -1,123 +1,22 @@
 """Starts Redis and the three services as separate processes on loopback ports, for simulations and tests.
 
-Each service runs exactly as deployed (its own console module, its own process), in virtual-clock mode
-against the simulated backend. A service that dies can be restarted in place: its state is in Redis.
+Each service runs exactly as deployed (its own console module, its own process; see
+phalanx.testing.services), in virtual-clock mode against the simulated backend. A service that dies can be
+restarted in place: its state is in Redis.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, PLAINTEXT, SERVICE_IDENTITIES, SIMULATOR, Security
-from phalanx.telemetry.tracing import quiet_unless_exporting
-from phalanx.testing.children import exit_with_parent_env
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
-
-
-class ServiceExited(SystemExit):
-    """A service ended while starting; its message is the service's own last line (e.g. the profile
-    field it refused). A SystemExit, so `phalanx simulate` ends with that line rather than a traceback."""
-
-
-@dataclass
-class ServiceProcess:
-    name: str
-    module: str
-    args: list[str]
-    port: int
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    security: Security = PLAINTEXT  # how this harness (the simulator's identity) reaches the service
-    # /metrics: off unless asked (the default ports of several stacks on one machine would collide).
-    metrics_port: int = 0
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def identity(self) -> str:
-        return SERVICE_IDENTITIES[self.name]
-
-    def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
-        env = exit_with_parent_env({**os.environ, **self.extra_env, **(extra_env or {})})
-        quiet_unless_exporting(env)
-        log = open(self.log_path, "ab")
-        metrics = f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "off"
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.address,
-                                      "--metrics-listen", metrics, *self.args],
-                                     stdout=log, stderr=subprocess.STDOUT, env=env)
-        log.close()
-        if wait:
-            try:
-                self.wait_healthy()
-            except TimeoutError:
-                raise RuntimeError(f"{self.name} did not become healthy; its log:\n{self.log_tail()}") from None
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port else ""
-
-    def wait_healthy(self, timeout: float = 60) -> None:
-        """Waits for SERVING; a process that exits meanwhile raises ServiceExited at once."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._raise_if_exited()
-            try:
-                wait_healthy(self.address, timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
-                             security=self.security, peer=self.identity)
-                return
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    self._raise_if_exited()
-                    raise
-
-    def _raise_if_exited(self) -> None:
-        code = None if self.proc is None else self.proc.poll()
-        if code is None:
-            return
-        lines = [line for line in self.log_tail(50).splitlines() if line.strip()]
-        last = lines[-1].strip() if lines else ""
-        if last.startswith(f"phalanx-{self.name}:"):  # the service said why, in one line
-            raise ServiceExited(last)
-        raise ServiceExited(f"phalanx-{self.name} exited with status {code} while starting"
-                            + (f": {last}" if last else "") + f" (log: {self.log_path})")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+from phalanx.testing.services import ServiceProcess
 
 
 @dataclass

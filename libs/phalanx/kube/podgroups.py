@@ -15,20 +15,34 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from phalanx.model import keys
+from phalanx.model.status import GangPhase
 from phalanx.v1 import binder_pb2
 
 PLURAL = "podgroups"
 VERSIONS: dict[str, str] = {keys.GROUP_X_K8S: "v1alpha1", keys.GROUP_SIGS: "v1alpha1", keys.GROUP_VOLCANO: "v1beta1"}
 _SOURCE_PREFIX = "podgroup/"
 
+
+class VolcanoPhase(StrEnum):
+    """Volcano's PodGroup status.phase."""
+
+    PENDING = "Pending"
+    INQUEUE = "Inqueue"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    UNKNOWN = "Unknown"
+
+
 # Volcano has no "waiting" or "failed" phase: a waiting gang is admitted (Inqueue); a gang that cannot be
 # placed stays Pending, and its Unschedulable condition says why.
-_VOLCANO_PHASE = {
-    "Pending": "Pending", "Scheduling": "Inqueue", "Scheduled": "Running", "Running": "Running",
-    "Finished": "Completed", "Failed": "Pending",
+_VOLCANO_PHASE: dict[str, VolcanoPhase] = {
+    GangPhase.PENDING: VolcanoPhase.PENDING, GangPhase.SCHEDULING: VolcanoPhase.INQUEUE,
+    GangPhase.SCHEDULED: VolcanoPhase.RUNNING, GangPhase.RUNNING: VolcanoPhase.RUNNING,
+    GangPhase.FINISHED: VolcanoPhase.COMPLETED, GangPhase.FAILED: VolcanoPhase.PENDING,
 }
 VOLCANO_READY_REASON = "tasks in gang are ready to be scheduled"  # Volcano's own reason for Scheduled
 
@@ -49,16 +63,16 @@ def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def counts_phase(min_available: int, running: int, succeeded: int, failed: int) -> str:
+def counts_phase(min_available: int, running: int, succeeded: int, failed: int) -> GangPhase | Literal[""]:
     """The phase pod phases imply once the gang runs (scheduler-plugins' rules); "" when they imply none."""
     if min_available <= 0:
         return ""
     if succeeded >= min_available:
-        return "Finished"
+        return GangPhase.FINISHED
     if failed and running + succeeded + failed >= min_available:
-        return "Failed"
+        return GangPhase.FAILED
     if running + succeeded >= min_available:
-        return "Running"
+        return GangPhase.RUNNING
     return ""
 
 
@@ -68,7 +82,7 @@ def status_patch(group: str, report: binder_pb2.GangReport, now: float, occupied
     status: dict[str, Any] = {}
     if group == keys.GROUP_VOLCANO:
         if report.phase:
-            status["phase"] = _VOLCANO_PHASE.get(report.phase, "Unknown")
+            status["phase"] = str(_VOLCANO_PHASE.get(report.phase, VolcanoPhase.UNKNOWN))
         condition = _volcano_condition(report, now)
         if condition is not None:
             status["conditions"] = [condition]  # merge patch replaces the list: one current condition
@@ -86,11 +100,11 @@ def status_patch(group: str, report: binder_pb2.GangReport, now: float, occupied
 
 
 def _volcano_condition(report: binder_pb2.GangReport, now: float) -> dict[str, Any] | None:
-    if report.phase == "Scheduled":
+    if report.phase == GangPhase.SCHEDULED:
         kind, reason = "Scheduled", VOLCANO_READY_REASON
     elif report.unschedulable:
         kind, reason = "Unschedulable", "NotEnoughResources"
-    elif report.phase == "Scheduling":
+    elif report.phase == GangPhase.SCHEDULING:
         kind, reason = "Unschedulable", "NotEnoughTasks"  # placed pods wait for the rest of the gang
     else:
         return None

@@ -1,6 +1,7 @@
 """In-process adapters of the scheduler's ports, for unit tests of the scheduling logic.
 
-The services use the gRPC clients in phalanx.rpc.clients instead; both satisfy the same ports.
+The services use the gRPC clients in phalanx.rpc.clients instead; both satisfy the same ports. Verdicts
+reach the queue through phalanx.queueing.verdicts, as they do in the queue service.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from phalanx.binding.batch_binder import BatchBinder
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import SchedulingQueue
+from phalanx.queueing.verdicts import PodVerdict, apply_verdicts
 from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.v1 import binder_pb2
 
@@ -36,14 +38,8 @@ class LocalQueue:
         return PopResult(items, self.queue.next_ready_at(), len(self.queue))
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
-        for v in verdicts:
-            p = v.item.pod
-            self.queue.done(p.key, v.outcome, now, payload=v.item, priority=p.priority, created_at=p.created_at,
-                            gang=p.gang, gang_created_at=p.gang_created_at, hint=v.hint)
-        for g in failed:
-            self.queue.gang_failed(g, now)
-        for g in activate:
-            self.queue.activate_gang(g, now)
+        pods = (PodVerdict.of(v.item.pod.key, v.outcome, v.item.pod, v.item, v.hint) for v in verdicts)
+        apply_verdicts(self.queue, pods, activate, failed, now)
 
     def remove(self, keys: list[str]) -> None:
         self.queue.remove(keys)
