@@ -1,9 +1,10 @@
-"""gRPC servicer of the binder: validates requests and delegates to BatchBinder and the backend."""
+"""gRPC servicer of the binder: validates requests, converts them to the model (phalanx.rpc.convert) and
+delegates to BatchBinder and the backend; protobuf stops here."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -13,7 +14,9 @@ from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import LockTimeout
 from phalanx.clock import Clock
 from phalanx.config import redis_unreachable
+from phalanx.model.binding import Assignment
 from phalanx.rpc import validation
+from phalanx.rpc.convert import assignment_from_pb, bind_result_to_pb, gang_report_from_pb, pod_report_from_pb
 from phalanx.rpc.server import FailureLog
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
@@ -46,7 +49,8 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     def Bind(self, request: binder_pb2.BindRequest, context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         validation.abort_if_invalid(context, validation.bind_request(request))
-        return self._bind(request.assignments, request.all_or_nothing, request.now, request.trace_parent, context)
+        return self._bind([assignment_from_pb(a) for a in request.assignments], request.all_or_nothing, request.now,
+                          request.trace_parent, context)
 
     def BindManyStream(self, requests: Iterator[binder_pb2.BindManyRequest],
                        context: grpc.ServicerContext) -> Iterator[binder_pb2.BindManyResponse]:
@@ -55,21 +59,23 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
     def _bind_many(self, request: binder_pb2.BindManyRequest,
                    context: grpc.ServicerContext) -> binder_pb2.BindManyResponse:
         validation.abort_if_invalid(context, validation.bind_many_request(request))
-        batches = [(list(b.assignments), b.all_or_nothing, b.trace_parent) for b in request.batches]
+        batches = [([assignment_from_pb(a) for a in b.assignments], b.all_or_nothing, b.trace_parent)
+                   for b in request.batches]
         try:
             done = self._with_redis(context, lambda: self.binder.bind_many(batches, self.clock.now(request.now)))
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        return binder_pb2.BindManyResponse(batches=[binder_pb2.BindResponse(results=r, fence=f) for r, f in done])
+        return binder_pb2.BindManyResponse(batches=[
+            binder_pb2.BindResponse(results=[bind_result_to_pb(x) for x in r], fence=f) for r, f in done])
 
-    def _bind(self, assignments: Iterable[binder_pb2.Assignment], all_or_nothing: bool, now: float, trace: str,
+    def _bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str,
               context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         try:
-            results, fence = self._with_redis(context, lambda: self.binder.bind(list(assignments), all_or_nothing,
+            results, fence = self._with_redis(context, lambda: self.binder.bind(assignments, all_or_nothing,
                                                                                 self.clock.now(now), trace))
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        return binder_pb2.BindResponse(results=results, fence=fence)
+        return binder_pb2.BindResponse(results=[bind_result_to_pb(r) for r in results], fence=fence)
 
     def BindStream(self, requests: Iterator[binder_pb2.BindRequest],
                    context: grpc.ServicerContext) -> Iterator[binder_pb2.BindResponse]:
@@ -77,6 +83,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     def Report(self, request: binder_pb2.ReportRequest, context: grpc.ServicerContext) -> binder_pb2.ReportResponse:
         validation.abort_if_invalid(context, validation.report_request(request))
-        self._with_redis(context, lambda: self.backend.report(list(request.pods), list(request.gangs),
-                                                              self.clock.now(request.now)))
+        pods = [pod_report_from_pb(p) for p in request.pods]
+        gangs = [gang_report_from_pb(g) for g in request.gangs]
+        self._with_redis(context, lambda: self.backend.report(pods, gangs, self.clock.now(request.now)))
         return binder_pb2.ReportResponse()

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from phalanx.model.binding import Assignment, BindStatus
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer, dial
 from phalanx.security import certs, tls
@@ -117,8 +118,8 @@ def test_only_the_scheduler_may_bind(tls_dir: Path) -> None:
                 assert _code(lambda: stub.Report(report, timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
         # The scheduler's own client gets through (the pod has no reservation: FAILED, not refused).
         client = BinderClient(server.address, Security.tls(tls_dir / tls.SCHEDULER), timeout=5)
-        results = client.bind(list(request.assignments), False, 1.0, "")
-        assert results[0].status == binder_pb2.BIND_STATUS_FAILED
+        results = client.bind([Assignment(pod_key="ns/p", uid="", node="n1")], False, 1.0, "")
+        assert results[0].status == BindStatus.FAILED
         client.close()
     finally:
         server.stop(0)

@@ -18,11 +18,11 @@ from waiting import wait_for
 from phalanx.backends.kubernetes import KubernetesBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock
+from phalanx.model.binding import Assignment, GangReport, PodReport
 from phalanx.model.keys import GROUP_X_K8S, KOORD_TIMEOUT, LABEL_X_K8S_PODGROUP
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.store import StateStore, Txn
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
-from phalanx.v1 import binder_pb2
 
 pytestmark = [
     pytest.mark.integration,
@@ -42,19 +42,19 @@ class Binder:
         self.backend = KubernetesBackend(apiserver.api_client(), component=cluster.scheduler_name)
         self.batch = BatchBinder(store, self.backend, FencedLock(store.redis, store.keys))
 
-    def reserve(self, pods: dict[str, str], nodes: dict[str, str], gang: str = "") -> list[binder_pb2.Assignment]:
+    def reserve(self, pods: dict[str, str], nodes: dict[str, str], gang: str = "") -> list[Assignment]:
         """Reserves pods (key -> uid) on nodes (key -> node) in Redis; their assignments."""
         infos = [PodInfo(*key.split("/", 1), uid=uid, requests={"cpu": 100, "pods": 1000}, gang=gang)
                  for key, uid in pods.items()]
         self.store.put_nodes([NodeInfo(n, {"cpu": 64_000, "pods": 110_000}) for n in set(nodes.values())])
         self.store.must_apply(Txn(reserve=[self.store.reserve_entry(p, nodes[p.key]) for p in infos]))
-        return [binder_pb2.Assignment(pod_key=p.key, uid=p.uid, node=nodes[p.key], gang=gang) for p in infos]
+        return [Assignment(pod_key=p.key, uid=p.uid, node=nodes[p.key], gang=gang) for p in infos]
 
-    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool) -> dict[str, tuple[int, str]]:
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool) -> dict[str, tuple[int, str]]:
         results, _ = self.batch.bind(assignments, all_or_nothing, time.time())
         return {r.pod_key: (r.status, r.message) for r in results}
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport] | None = None) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport] | None = None) -> None:
         self.backend.report(pods, gangs or [], time.time())
         assert self.backend.flush()
 
@@ -160,13 +160,13 @@ def test_reports_write_only_phalanx_annotations_and_reasons_on_phalanx_pods(clus
     cluster.pod(theirs, "victim", gpus=0, scheduler="default-scheduler", annotations={"team": "a"})
     hostile = {"team": "mallory", "kubectl.kubernetes.io/last-applied-configuration": "{}", KOORD_TIMEOUT: "true"}
     binder.report([
-        binder_pb2.PodReport(pod_key=f"{theirs}/victim", annotations=hostile, unschedulable_message="pwned",
+        PodReport(pod_key=f"{theirs}/victim", annotations=hostile, unschedulable_message="pwned",
                              event_reason="FailedScheduling", event_message="pwned"),
-        binder_pb2.PodReport(pod_key=f"{mine}/ok", annotations=hostile, unschedulable_message="timed out",
+        PodReport(pod_key=f"{mine}/ok", annotations=hostile, unschedulable_message="timed out",
                              event_reason="GangTimeout", event_message="timed out"),
-        binder_pb2.PodReport(pod_key=f"{mine}/ok", annotations={KOORD_TIMEOUT: "nope"}, event_reason="Pwned",
+        PodReport(pod_key=f"{mine}/ok", annotations={KOORD_TIMEOUT: "nope"}, event_reason="Pwned",
                              event_message="an Event reason Phalanx never writes"),
-    ], [binder_pb2.GangReport(gang_key=f"{theirs}/g", phase="Failed", message="pwned", event_reason="GangTimeout",
+    ], [GangReport(gang_key=f"{theirs}/g", phase="Failed", message="pwned", event_reason="GangTimeout",
                               pod_key=f"{theirs}/victim")])
 
     # Another scheduler's pod: nothing changed, nothing said about it.
@@ -188,8 +188,8 @@ def test_podgroup_status_is_written_only_for_podgroups_phalanx_pods_name(cluster
     cluster.pod(theirs, "train-0", gpus=0, scheduler="default-scheduler", labels={LABEL_X_K8S_PODGROUP: "train"})
     cluster.podgroup(GROUP_X_K8S, theirs, "lonely", 1)  # named by no pod at all
 
-    def report(ns: str, name: str) -> binder_pb2.GangReport:
-        return binder_pb2.GangReport(gang_key=f"{ns}/{name}", source=SOURCE_X_K8S, phase="Failed", scheduled=0,
+    def report(ns: str, name: str) -> GangReport:
+        return GangReport(gang_key=f"{ns}/{name}", source=SOURCE_X_K8S, phase="Failed", scheduled=0,
                                      message="timed out", event_reason="GangTimeout", unschedulable=True)
 
     binder.report([], [report(theirs, "train"), report(theirs, "lonely"), report(mine, "train")])

@@ -12,6 +12,7 @@ import time
 import pytest
 from waiting import wait_for
 
+from phalanx.model.binding import Assignment, BindStatus, PodReport
 from phalanx.model.keys import (
     CONFIGMAP_LABEL,
     DELAYED_BIND_POD_NUM,
@@ -309,7 +310,6 @@ def test_backend_bind_outcomes(apiserver, cluster) -> None:
     recreated under the same name."""
     from phalanx.backends.kubernetes import KubernetesBackend, RetryPolicy
     from phalanx.state.store import Txn
-    from phalanx.v1 import binder_pb2
 
     ns = cluster.namespace()
     n1, n2 = cluster.node("n1", gpus=4), cluster.node("n2", gpus=4)
@@ -323,16 +323,16 @@ def test_backend_bind_outcomes(apiserver, cluster) -> None:
                                 retry=RetryPolicy(attempts=2, initial_delay=0.01))
     try:
         failures = backend.bind([
-            binder_pb2.Assignment(pod_key=f"{ns}/a", uid=uids["a"], node=n1),
-            binder_pb2.Assignment(pod_key=f"{ns}/b", uid=uids["b"], node=n1),
-            binder_pb2.Assignment(pod_key=f"{ns}/c", uid=uids["c"], node=n1),
-            binder_pb2.Assignment(pod_key=f"{ns}/d", uid=uids["d"], node=n1),
-            binder_pb2.Assignment(pod_key=f"{ns}/e", uid=recreated_uid, node=n1),
+            Assignment(pod_key=f"{ns}/a", uid=uids["a"], node=n1),
+            Assignment(pod_key=f"{ns}/b", uid=uids["b"], node=n1),
+            Assignment(pod_key=f"{ns}/c", uid=uids["c"], node=n1),
+            Assignment(pod_key=f"{ns}/d", uid=uids["d"], node=n1),
+            Assignment(pod_key=f"{ns}/e", uid=recreated_uid, node=n1),
         ], time.time(), Txn())
         # Reports: a stale one about a bound pod changes nothing; the same message twice is written once.
-        report = binder_pb2.PodReport(pod_key=f"{ns}/a", unschedulable_message="stale", event_reason="FailedScheduling",
+        report = PodReport(pod_key=f"{ns}/a", unschedulable_message="stale", event_reason="FailedScheduling",
                                       event_message="stale")
-        again = binder_pb2.PodReport(pod_key=f"{ns}/e", unschedulable_message="no", event_reason="FailedScheduling",
+        again = PodReport(pod_key=f"{ns}/e", unschedulable_message="no", event_reason="FailedScheduling",
                                      event_message="no")
         backend.report([report, again, again], [], time.time())
         assert backend.flush()
@@ -357,7 +357,6 @@ def test_pod_deleted_mid_bind_is_not_an_error_for_its_gang(apiserver, cluster, r
     from phalanx.model.objects import NodeInfo, PodInfo
     from phalanx.state.keys import Keys
     from phalanx.state.store import StateStore, Txn
-    from phalanx.v1 import binder_pb2
 
     store = StateStore(redis.Redis.from_url(redis_server.url, decode_responses=True), Keys(f"mid-{cluster.tid}"))
     ns = cluster.namespace()
@@ -371,12 +370,12 @@ def test_pod_deleted_mid_bind_is_not_an_error_for_its_gang(apiserver, cluster, r
     backend = KubernetesBackend(apiserver.api_client(), component="nobody")  # the pods' scheduler: it may bind them
     try:
         results, _ = BatchBinder(store, backend, FencedLock(store.redis, store.keys)).bind(
-            [binder_pb2.Assignment(pod_key=p.key, uid=p.uid, node=node, gang=p.gang) for p in pods], True, time.time())
+            [Assignment(pod_key=p.key, uid=p.uid, node=node, gang=p.gang) for p in pods], True, time.time())
     finally:
         backend.close()
     statuses = {r.pod_key: r.status for r in results}
-    assert statuses == {f"{ns}/w0": binder_pb2.BIND_STATUS_BOUND, f"{ns}/w1": binder_pb2.BIND_STATUS_GONE,
-                        f"{ns}/w2": binder_pb2.BIND_STATUS_BOUND}
+    assert statuses == {f"{ns}/w0": BindStatus.BOUND, f"{ns}/w1": BindStatus.GONE,
+                        f"{ns}/w2": BindStatus.BOUND}
     assert cluster.node_of(ns, "w0") == node and cluster.node_of(ns, "w2") == node
     assert {k: r.state for k, r in store.load_pods().items()} == {f"{ns}/w0": "bound", f"{ns}/w2": "bound"}
     store.wipe()
@@ -389,7 +388,6 @@ def test_bindings_and_events_reuse_their_connections(apiserver, cluster) -> None
     from phalanx.backends.kubernetes import KubernetesBackend
     from phalanx.kube.client import api_client
     from phalanx.state.store import Txn
-    from phalanx.v1 import binder_pb2
 
     ns = cluster.namespace()
     node = cluster.node("n1", cpu="64")
@@ -397,7 +395,7 @@ def test_bindings_and_events_reuse_their_connections(apiserver, cluster) -> None
     api = api_client(str(apiserver.kubeconfig_path))
     backend = KubernetesBackend(api, component="nobody")
     try:
-        failures = backend.bind([binder_pb2.Assignment(pod_key=f"{ns}/{n}", uid=u, node=node) for n, u in uids.items()],
+        failures = backend.bind([Assignment(pod_key=f"{ns}/{n}", uid=u, node=node) for n, u in uids.items()],
                                 time.time(), Txn())
         assert backend.flush()
         pools = list(api.rest_client.pool_manager.pools._container.values())

@@ -18,9 +18,9 @@ import redis
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, BatchBinder
 from phalanx.binding.lock import FencedLock
+from phalanx.model.binding import Assignment
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
-from phalanx.v1 import binder_pb2
 
 SCRIPT = str(Path(__file__).resolve())
 
@@ -78,7 +78,7 @@ def bind(url: str, prefix: str, names: list[str], gang: str, one_by_one: bool, t
     client.blpop([f"{store.keys.base}:test:go"], timeout=30)
     batches = [[n] for n in names] if one_by_one else [names]
     for batch in batches:
-        assignments = [binder_pb2.Assignment(pod_key=f"default/{n}", uid=n, node="big", gang=gang) for n in batch]
+        assignments = [Assignment(pod_key=f"default/{n}", uid=n, node="big", gang=gang) for n in batch]
         results, _ = binder.bind(assignments, not one_by_one, now=1.0)
         if any(r.status != BOUND for r in results):
             client.rpush(f"{store.keys.base}:test:errors", repr(list(results)))

@@ -15,13 +15,13 @@ from phalanx.backends.kube_guard import ClusterView, NodeFacts, PodFacts, report
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock
+from phalanx.model.binding import Assignment
 from phalanx.model.keys import GROUP_VOLCANO, GROUP_X_K8S, KOORD_TIMEOUT, LABEL_X_K8S_PODGROUP, VOLCANO_GROUP_NAME
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.keys import Keys
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import StateStore
 from phalanx.state.txn import Txn
-from phalanx.v1 import binder_pb2
 
 GANG = "default/train"
 NAMES = ["w0", "w1", "w2", "w3"]
@@ -37,10 +37,10 @@ class RefusingBackend(SimulatedBackend):
         self.transactional = transactional  # False: writes outside Redis, like the Kubernetes backend
         self.written: list[str] = []
 
-    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+    def precheck(self, assignments: list[Assignment]) -> dict[str, BindFailure]:
         return {a.pod_key: self.refusals[a.pod_key] for a in assignments if a.pod_key in self.refusals}
 
-    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+    def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         self.written += [a.pod_key for a in assignments]
         return super().bind(assignments, now, commit)
 
@@ -51,13 +51,13 @@ def nodes(store: StateStore) -> StateStore:
     return store
 
 
-def reserve(store: StateStore, names: list[str], gang: str = GANG) -> list[binder_pb2.Assignment]:
+def reserve(store: StateStore, names: list[str], gang: str = GANG) -> list[Assignment]:
     pods = [PodInfo("default", n, uid=n, requests={"cpu": 500, "pods": 1000}, gang=gang) for n in names]
     store.must_apply(Txn(reserve=[store.reserve_entry(p, "n1") for p in pods]))
-    return [binder_pb2.Assignment(pod_key=p.key, uid=p.uid, node="n1", gang=gang) for p in pods]
+    return [Assignment(pod_key=p.key, uid=p.uid, node="n1", gang=gang) for p in pods]
 
 
-def run(store: StateStore, backend: RefusingBackend, assignments: list[binder_pb2.Assignment],
+def run(store: StateStore, backend: RefusingBackend, assignments: list[Assignment],
         all_or_nothing: bool) -> dict[str, tuple[int, str]]:
     results, _ = BatchBinder(store, backend, FencedLock(store.redis, store.keys)).bind(assignments, all_or_nothing, 1.0)
     return {r.pod_key.split("/")[1]: (r.status, r.message) for r in results}
@@ -112,8 +112,8 @@ def test_a_pod_that_could_not_be_checked_leaves_its_gang_reserved_and_unbound(no
     assert {s for s, _ in run(nodes, backend, reserve_again(nodes), True).values()} == {BOUND}
 
 
-def reserve_again(store: StateStore) -> list[binder_pb2.Assignment]:
-    return [binder_pb2.Assignment(pod_key=f"default/{n}", uid=n, node="n1", gang=GANG) for n in NAMES]
+def reserve_again(store: StateStore) -> list[Assignment]:
+    return [Assignment(pod_key=f"default/{n}", uid=n, node="n1", gang=GANG) for n in NAMES]
 
 
 def test_a_started_binding_refused_on_roll_forward_is_released_alone(nodes: StateStore) -> None:
@@ -137,7 +137,7 @@ def facts(**kw: Any) -> PodFacts:
     return PodFacts(**{"uid": "u1", "scheduler": "phalanx", "node": "", "deleting": False, "podgroups": (), **kw})
 
 
-ASSIGN = binder_pb2.Assignment(pod_key="ns/p", uid="u1", node="n1")
+ASSIGN = Assignment(pod_key="ns/p", uid="u1", node="n1")
 NODE = NodeFacts(deleting=False)
 
 
@@ -212,18 +212,18 @@ def test_the_view_answers_from_its_cache_and_asks_on_a_miss() -> None:
     view = ClusterView(core, "phalanx")
     view._sink("binder-nodes", "ADDED", {"metadata": {"name": "n1"}})
     view._sink("binder-pods", "ADDED", pod_obj("ns/a", "u1"))
-    assign = [binder_pb2.Assignment(pod_key="ns/a", uid="u1", node="n1")]
+    assign = [Assignment(pod_key="ns/a", uid="u1", node="n1")]
     assert view.check(assign) == {} and core.gets == []  # the hot path: no API call
-    ghost = [binder_pb2.Assignment(pod_key="ns/a", uid="u1", node="ghost")]
+    ghost = [Assignment(pod_key="ns/a", uid="u1", node="ghost")]
     assert view.check(ghost)["ns/a"].message == "node ghost does not exist (pod ns/a not bound)"
-    late = [binder_pb2.Assignment(pod_key="ns/late", uid="u9", node="n1"),
-            binder_pb2.Assignment(pod_key="ns/theirs", uid="u8", node="n1")]
+    late = [Assignment(pod_key="ns/late", uid="u9", node="n1"),
+            Assignment(pod_key="ns/theirs", uid="u8", node="n1")]
     failures = view.check(late)
     assert set(failures) == {"ns/theirs"} and "not Phalanx's to bind" in failures["ns/theirs"].message
     assert core.gets == ["node ghost", "pod ns/late", "pod ns/theirs"]
     # A stale entry (the pod was recreated) is looked up again, not refused as gone on the cache's word.
     core.pods["ns/a"] = pod_obj("ns/a", "u2")
-    assert view.check([binder_pb2.Assignment(pod_key="ns/a", uid="u2", node="n1")]) == {}
+    assert view.check([Assignment(pod_key="ns/a", uid="u2", node="n1")]) == {}
     view._sink("binder-pods", "DELETED", {"metadata": {"name": "a", "namespace": "ns"}})
     assert not view.cached("ns/a")
 
@@ -267,8 +267,8 @@ def test_a_binding_without_a_uid_is_made_for_the_incarnation_checked_as_ours() -
     backend.core = core  # type: ignore[assignment]
     backend.view.core = core
     try:
-        failures = backend.bind([binder_pb2.Assignment(pod_key="ns/mine", node="n1"),
-                                 binder_pb2.Assignment(pod_key="ns/theirs", node="n1")], 0.0, Txn())
+        failures = backend.bind([Assignment(pod_key="ns/mine", uid="", node="n1"),
+                                 Assignment(pod_key="ns/theirs", uid="", node="n1")], 0.0, Txn())
     finally:
         backend.close()
     assert set(failures) == {"ns/theirs"} and "not Phalanx's to bind" in failures["ns/theirs"].message

@@ -10,8 +10,8 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from phalanx.backends.kubernetes import KubernetesBackend, RetryPolicy
+from phalanx.model.binding import Assignment
 from phalanx.state.txn import Txn
-from phalanx.v1 import binder_pb2
 
 
 class Resp:
@@ -56,7 +56,7 @@ def bind(core: FakeCore) -> dict[str, Any]:
     backend = KubernetesBackend(None, retry=RetryPolicy(attempts=4, initial_delay=0.001, max_delay=0.002))
     backend.core = core  # type: ignore[assignment]
     try:
-        return backend.bind([binder_pb2.Assignment(pod_key="ns/p", uid="u1", node="n1")], 0.0, Txn())
+        return backend.bind([Assignment(pod_key="ns/p", uid="u1", node="n1")], 0.0, Txn())
     finally:
         backend.close()
 

@@ -11,7 +11,7 @@ from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import Hint
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue
 from phalanx.queueing.verdicts import PodVerdict, apply_verdicts
-from phalanx.queueing.wire import HintDecoder, hint_to_pb, verdict_from_pb
+from phalanx.rpc.queue_wire import HintDecoder, hint_to_pb, verdict_from_pb
 from phalanx.rpc.convert import pod_to_pb
 from phalanx.scheduling.ports import Popped, Verdict
 from phalanx.testing.in_process import LocalQueue

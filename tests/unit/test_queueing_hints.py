@@ -17,7 +17,7 @@ from phalanx.gang.manager import GangStatus
 from phalanx.model.objects import GangSpec, NodeInfo, Placement, PodInfo, Taint
 from phalanx.queueing.hints import Freed, FreedCapacity, Hint, helps
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue
-from phalanx.queueing.wire import HintDecoder, freed_from_pb, freed_to_pb, hint_from_pb, hint_to_pb
+from phalanx.rpc.queue_wire import HintDecoder, freed_from_pb, freed_to_pb, hint_from_pb, hint_to_pb
 from phalanx.rpc import validation
 from phalanx.scheduling.ports import Carry
 from phalanx.state.store import StateStore

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from phalanx.model.binding import Assignment, GangReport, PodReport
 from phalanx.state.txn import Txn
-from phalanx.v1 import binder_pb2
 
 
 @dataclass
@@ -25,16 +25,16 @@ class ClusterBackend(Protocol):
     # True when bind() only adds writes to the commit: the whole bind is then one atomic, locked script.
     transactional: bool
 
-    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+    def precheck(self, assignments: list[Assignment]) -> dict[str, BindFailure]:
         """Refusals by pod key, before anything is recorded or written: the pod is not the binder's to bind
         (another scheduler's, gone, being deleted, bound elsewhere) or the node does not exist. The binder
         calls it before its intent, so a refusal can still give a whole gang's reservations back; `gone`
         marks a pod that no longer exists, `retryable` one that could not be checked now."""
         ...
 
-    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+    def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         """Binds pods; returns failures by pod key. May add writes to `commit` to make them atomic with it."""
         ...
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         ...

@@ -27,8 +27,8 @@ from phalanx.backends.api_calls import json_or_none, transient
 from phalanx.backends.base import BindFailure
 from phalanx.kube.watch import Collection, Watcher
 from phalanx.model import keys
+from phalanx.model.binding import Assignment
 from phalanx.model.status import EventReason
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class NodeFacts:
         return cls(deleting=bool((obj.get("metadata") or {}).get("deletionTimestamp")))
 
 
-def verdict(a: binder_pb2.Assignment, pod: PodFacts | None | Exception, node: NodeFacts | None | Exception,
+def verdict(a: Assignment, pod: PodFacts | None | Exception, node: NodeFacts | None | Exception,
             scheduler: str) -> BindFailure | None:
     """Whether `a` may be bound, given what is known of its pod and node; None: yes."""
     key = a.pod_key
@@ -201,7 +201,7 @@ class ClusterView:
                     self._podgroup_owners.setdefault((g, namespace, n), Counter()).update(facts.owners)
 
     # -- bind checks -------------------------------------------------------------------------------------
-    def check(self, assignments: list[binder_pb2.Assignment],
+    def check(self, assignments: list[Assignment],
               fetch: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map) -> dict[str, BindFailure]:
         """Failures by pod key for the assignments that may not be bound. `fetch` maps the GETs of cache
         misses (a thread pool's map makes them concurrent)."""

@@ -43,10 +43,10 @@ from phalanx.backends.kube_guard import (
 )
 from phalanx.backends.write_lanes import WriteLanes
 from phalanx.kube import podgroups
+from phalanx.model.binding import Assignment, GangReport, PodReport
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.status import EventReason
 from phalanx.state.txn import Txn
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +105,16 @@ class KubernetesBackend:
         self.view.stop()
 
     # -- checks ----------------------------------------------------------------------------------------
-    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+    def precheck(self, assignments: list[Assignment]) -> dict[str, BindFailure]:
         self.view.start()
         return self.view.check(assignments, self._binders.map)
 
     # -- binding ---------------------------------------------------------------------------------------
-    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+    def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         outcomes = list(self._binders.map(self._bind_one, assignments))
         return {a.pod_key: failure for a, failure in zip(assignments, outcomes) if failure is not None}
 
-    def _bind_one(self, a: binder_pb2.Assignment) -> BindFailure | None:
+    def _bind_one(self, a: Assignment) -> BindFailure | None:
         namespace, name = a.pod_key.split("/", 1)
         uid = a.uid
         if not uid:  # every binding names the incarnation checked as ours: take the uid from the view
@@ -168,7 +168,7 @@ class KubernetesBackend:
                                "not Phalanx's to bind")
         return facts.uid
 
-    def _bind_error(self, a: binder_pb2.Assignment, exc: Exception) -> BindFailure | None:
+    def _bind_error(self, a: Assignment, exc: Exception) -> BindFailure | None:
         """None: the pod is bound where we wanted it after all. Raises _Retry for transient errors."""
         from kubernetes.client.rest import ApiException
 
@@ -184,7 +184,7 @@ class KubernetesBackend:
             raise _Retry(f"{exc.status} {api_message(exc)}")
         return BindFailure(f"binding {a.pod_key} to {a.node} was refused: {exc.status} {api_message(exc)}")
 
-    def _after_conflict(self, a: binder_pb2.Assignment, message: str) -> BindFailure | None:
+    def _after_conflict(self, a: Assignment, message: str) -> BindFailure | None:
         namespace, name = a.pod_key.split("/", 1)
         try:
             pod = self._read_pod(namespace, name)
@@ -202,7 +202,7 @@ class KubernetesBackend:
         raise _Retry(f"conflict: {message}")
 
     # -- reports ---------------------------------------------------------------------------------------
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         if not (pods or gangs):
             return
         self.view.start()  # reports are checked against it too
@@ -215,19 +215,19 @@ class KubernetesBackend:
         """Waits until every report handed in so far is written."""
         return self._writes.flush(timeout)
 
-    def _report_pod_safe(self, p: binder_pb2.PodReport) -> None:
+    def _report_pod_safe(self, p: PodReport) -> None:
         try:
             self._report_pod(p)
         except Exception as exc:  # best effort: the next report of the pod says it again
             log.warning("reporting on pod %s failed: %s", p.pod_key, exc)
 
-    def _report_gang_safe(self, g: binder_pb2.GangReport) -> None:
+    def _report_gang_safe(self, g: GangReport) -> None:
         try:
             self._report_gang(g)
         except Exception as exc:
             log.warning("reporting on gang %s failed: %s", g.gang_key, exc)
 
-    def _report_pod(self, p: binder_pb2.PodReport) -> None:
+    def _report_pod(self, p: PodReport) -> None:
         namespace, name = p.pod_key.split("/", 1)
         facts = self.view.pod(p.pod_key)
         if facts is None:
@@ -263,7 +263,7 @@ class KubernetesBackend:
                 self._event({"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
                             p.event_reason, p.event_message or p.unschedulable_message)
 
-    def _report_gang(self, g: binder_pb2.GangReport) -> None:
+    def _report_gang(self, g: GangReport) -> None:
         namespace, _, name = g.gang_key.partition("/")
         group = podgroups.group_of(g.source)
         target: dict[str, Any] | None = None

@@ -11,9 +11,9 @@ import json
 import redis
 
 from phalanx.backends.base import BindFailure
+from phalanx.model.binding import Assignment, GangReport, PodReport
 from phalanx.state.keys import Keys
 from phalanx.state.txn import Txn
-from phalanx.v1 import binder_pb2
 
 
 class SimulatedBackend:
@@ -24,17 +24,17 @@ class SimulatedBackend:
         self.redis = client
         self.keys = keys
 
-    def precheck(self, assignments: list[binder_pb2.Assignment]) -> dict[str, BindFailure]:
+    def precheck(self, assignments: list[Assignment]) -> dict[str, BindFailure]:
         # Nothing to refuse: in the embedded cluster pods and nodes exist only as the scheduler's records, and
         # the commit already requires each pod reserved (by the scheduler) on the very node it is bound to.
         return {}
 
-    def bind(self, assignments: list[binder_pb2.Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
+    def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         for a in assignments:
             commit.sim_binds.append(json.dumps({"pod": a.pod_key, "node": a.node, "at": now}))
         return {}
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         pipe = self.redis.pipeline(transaction=False)
         keys = [p.pod_key for p in pods if p.annotations]
         current = dict(zip(keys, self.redis.hmget(self.keys.sim_annotations, keys))) if keys else {}

@@ -30,40 +30,39 @@ from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock
 from phalanx.metrics.binds import record_bind
-from phalanx.rpc.convert import assignment_of
+from phalanx.model.binding import Assignment, BindResult, BindStatus
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import PodRecord, StateStore
 from phalanx.state.txn import Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
-BOUND = binder_pb2.BIND_STATUS_BOUND
-FAILED = binder_pb2.BIND_STATUS_FAILED
-ROLLED_BACK = binder_pb2.BIND_STATUS_ROLLED_BACK
-GONE = binder_pb2.BIND_STATUS_GONE
-PENDING = binder_pb2.BIND_STATUS_PENDING
+BOUND = BindStatus.BOUND
+FAILED = BindStatus.FAILED
+ROLLED_BACK = BindStatus.ROLLED_BACK
+GONE = BindStatus.GONE
+PENDING = BindStatus.PENDING
 
 
 @dataclass
 class _Plan:
     """One batch between its checks and its commit (see BatchBinder._plan)."""
 
-    assignments: list[binder_pb2.Assignment]
+    assignments: list[Assignment]
     all_or_nothing: bool
     records: Mapping[str, PodRecord]
     problems: dict[str, str] = field(default_factory=dict)  # pod -> why its reservation does not hold
     started: set[str] = field(default_factory=set)  # intent recorded by an earlier attempt
     refusals: dict[str, BindFailure] = field(default_factory=dict)  # the backend's, of pods not bound yet
     before: dict[str, BindFailure] = field(default_factory=dict)  # refusals of pods not started
-    results: dict[str, binder_pb2.BindResult] = field(default_factory=dict)
-    todo: list[binder_pb2.Assignment] = field(default_factory=list)  # to bind (or bound already)
-    fresh: list[binder_pb2.Assignment] = field(default_factory=list)  # to bind, intent still to record
-    already: list[binder_pb2.Assignment] = field(default_factory=list)
-    after: list[binder_pb2.Assignment] = field(default_factory=list)
-    to_write: list[binder_pb2.Assignment] = field(default_factory=list)
-    final: list[binder_pb2.BindResult] | None = None  # decided: rolled back, PENDING, or done
+    results: dict[str, BindResult] = field(default_factory=dict)
+    todo: list[Assignment] = field(default_factory=list)  # to bind (or bound already)
+    fresh: list[Assignment] = field(default_factory=list)  # to bind, intent still to record
+    already: list[Assignment] = field(default_factory=list)
+    after: list[Assignment] = field(default_factory=list)
+    to_write: list[Assignment] = field(default_factory=list)
+    final: list[BindResult] | None = None  # decided: rolled back, PENDING, or done
 
 
 class BatchBinder:
@@ -72,8 +71,8 @@ class BatchBinder:
         self.backend = backend
         self.lock = lock
 
-    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
-             trace: str = "") -> tuple[list[binder_pb2.BindResult], int]:
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
+             trace: str = "") -> tuple[list[BindResult], int]:
         started = time.perf_counter()
         gangs = sorted({a.gang for a in assignments if a.gang})
         with child_span("phalanx.binder.bind_batch", trace,
@@ -95,8 +94,8 @@ class BatchBinder:
             record_bind(results, time.perf_counter() - started)
             return results, fence
 
-    def _bind_in_one_script(self, assignments: list[binder_pb2.Assignment],
-                            now: float) -> tuple[list[binder_pb2.BindResult], int] | None:
+    def _bind_in_one_script(self, assignments: list[Assignment],
+                            now: float) -> tuple[list[BindResult], int] | None:
         """The common case on a backend whose writes live in Redis: take the mutex, check every
         reservation, write every binding and release the mutex in one script. None when any check
         fails: the careful path below then sorts out which pods failed and what to roll back."""
@@ -111,22 +110,22 @@ class BatchBinder:
         while True:
             ok, reason, fence = self.store.apply_fenced(txn)
             if ok:
-                return [binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND) for a in assignments], fence
+                return [BindResult(pod_key=a.pod_key, status=BOUND) for a in assignments], fence
             if reason != "locked" or time.monotonic() > deadline:
                 return None
             time.sleep(delay)  # another binder holds the mutex
             delay = min(delay * 2, 0.05)
 
     @staticmethod
-    def _commit_bound(commit: Txn, bound: list[binder_pb2.Assignment], now: float) -> None:
+    def _commit_bound(commit: Txn, bound: list[Assignment], now: float) -> None:
         """The state changes of binding `bound`: pods become bound, their gangs satisfied."""
         by_gang: dict[str, list[str]] = defaultdict(list)
         for a in bound:
             by_gang[a.gang].append(a.pod_key)
         record_bound(commit, by_gang, now)
 
-    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
-                  now: float) -> list[tuple[list[binder_pb2.BindResult], int]]:
+    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]],
+                  now: float) -> list[tuple[list[BindResult], int]]:
         """Several batches (gangs ready in the same scheduling round) under one hold of the mutex: one
         reservation read, one intent, the API calls of all of them in parallel, one commit. Each batch
         keeps its own all-or-nothing rule. Measured on a real API server: binding 1,000 gangs of 3 one
@@ -149,8 +148,8 @@ class BatchBinder:
             record_bind((r for batch in results for r in batch), time.perf_counter() - started, len(batches))
             return [(r, fence) for r in results]
 
-    def _bind_locked(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
-                     fence: int, refusals: Mapping[str, BindFailure]) -> list[binder_pb2.BindResult]:
+    def _bind_locked(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
+                     fence: int, refusals: Mapping[str, BindFailure]) -> list[BindResult]:
         """The careful path: check, record the intent, write the bindings, record them. `refusals`: the
         backend's precheck of `assignments`.
 
@@ -161,7 +160,7 @@ class BatchBinder:
         records = self.store.get_pods([a.pod_key for a in assignments])
         return self._execute([self._plan(assignments, all_or_nothing, fence, refusals, records)], now, fence)[0]
 
-    def _plan(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, fence: int,
+    def _plan(self, assignments: list[Assignment], all_or_nothing: bool, fence: int,
               refusals: Mapping[str, BindFailure], records: Mapping[str, PodRecord]) -> _Plan:
         """Everything decided before the intent: what is refused, what was started already, what to write.
         A batch refused as a whole is rolled back (or left PENDING) here and carries its final results."""
@@ -200,20 +199,20 @@ class BatchBinder:
         if unchecked and all_or_nothing and not started:  # nothing written, nothing given back: sent again later
             why = next(iter(unchecked.items()))
             log.warning("gang batch of %d pods not bound: %s: %s", len(assignments), *why)
-            plan.final = [binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=unchecked.get(a.pod_key)
+            plan.final = [BindResult(pod_key=a.pod_key, status=PENDING, message=unchecked.get(a.pod_key)
                                                 or f"waits for its gang: {why[0]}: {why[1]}") for a in assignments]
             return plan
         # A missing reservation is not a missing pod (Redis may have lost it): FAILED sends the pod back to
         # the queue to be placed again; only the API server's 404 makes it GONE.
-        plan.results = {k: binder_pb2.BindResult(pod_key=k, status=FAILED, message=why) for k, why in problems.items()}
+        plan.results = {k: BindResult(pod_key=k, status=FAILED, message=why) for k, why in problems.items()}
         for k, f in plan.before.items():
             status = PENDING if f.retryable else GONE if f.gone else FAILED
-            plan.results[k] = binder_pb2.BindResult(pod_key=k, status=status, message=f.message)
+            plan.results[k] = BindResult(pod_key=k, status=status, message=f.message)
         plan.todo = [a for a in assignments if a.pod_key not in problems and a.pod_key not in plan.before]
         plan.fresh = [a for a in plan.todo if a.pod_key not in started]
         return plan
 
-    def _execute(self, plans: list[_Plan], now: float, fence: int) -> list[list[binder_pb2.BindResult]]:
+    def _execute(self, plans: list[_Plan], now: float, fence: int) -> list[list[BindResult]]:
         """Intent, bindings and commit for every plan not decided yet, each step once for all of them."""
         live = [p for p in plans if p.final is None]
         fresh = [a for p in live for a in p.fresh]
@@ -232,7 +231,7 @@ class BatchBinder:
                 if plan.started:  # part of the batch is past the point of no return: retry, never undo
                     # Only the missing reservations are final; a refused pod is not released yet (no commit).
                     plan.final = [plan.results[a.pod_key] if a.pod_key in plan.problems else
-                                  binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                                  BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
                                   for a in plan.assignments]
                 else:  # nothing of it was written: give the reservations back, as before any bind
                     plan.final = self._roll_back(plan.assignments, plan.records,
@@ -246,31 +245,31 @@ class BatchBinder:
             for k, f in p.before.items():
                 if not f.retryable:
                     commit.release_pod(k, gangs[k])
-        to_write_all: list[binder_pb2.Assignment] = []
+        to_write_all: list[Assignment] = []
         for p in live:
             p.already = [a for a in p.todo if p.records[a.pod_key].state == PodState.BOUND]
             p.after = [a for a in p.todo if a.pod_key in p.refusals]  # started, refused now: as by the API server
             p.to_write = [a for a in p.todo if p.records[a.pod_key].state != PodState.BOUND and a.pod_key not in p.refusals]
             to_write_all += p.to_write
         failures: dict[str, BindFailure] = self.backend.bind(to_write_all, now, commit) if to_write_all else {}
-        bound: list[binder_pb2.Assignment] = []
+        bound: list[Assignment] = []
         for p in live:
             failures.update((a.pod_key, p.refusals[a.pod_key]) for a in p.after)
             bound += p.already
             for a in p.already:
-                p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+                p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=BOUND)
             for a in p.to_write + p.after:
                 failure = failures.get(a.pod_key)
                 if failure is None:
                     bound.append(a)
-                    p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=BOUND)
+                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=BOUND)
                 elif failure.retryable:  # stays "binding": rolled forward later, never released
-                    p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING,
+                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=PENDING,
                                                                  message=failure.message)
                 else:
                     commit.release_pod(a.pod_key, a.gang)
                     status = GONE if failure.gone else FAILED
-                    p.results[a.pod_key] = binder_pb2.BindResult(pod_key=a.pod_key, status=status,
+                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=status,
                                                                  message=failure.message)
         faults.reached("binder.before_commit")
         self._commit_bound(commit, bound, now)
@@ -281,14 +280,14 @@ class BatchBinder:
             log.error("bind commit refused: %s", reason)
             for p in live:
                 p.final = [p.results[a.pod_key] if a.pod_key in p.problems else
-                           binder_pb2.BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                           BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
                            for a in p.assignments]
         for p in live:
             if p.final is None:
                 p.final = [p.results[a.pod_key] for a in p.assignments]
         return [p.final or [] for p in plans]
 
-    def finish_interrupted(self, now: float) -> list[binder_pb2.BindResult]:
+    def finish_interrupted(self, now: float) -> list[BindResult]:
         """Rolls forward every binding that started and was not recorded (a binder that crashed or was
         fenced out mid-batch): binds its pods where they were reserved and records them. Idempotent."""
         if self.backend.transactional:
@@ -297,7 +296,7 @@ class BatchBinder:
         if not pending:
             return []
         started = time.perf_counter()
-        assignments = [assignment_of(r) for r in sorted(pending.values(), key=lambda r: r.key)]
+        assignments = [r.assignment() for r in sorted(pending.values(), key=lambda r: r.key)]
         refusals = self.backend.precheck(assignments)
         with self.lock.hold() as fence:
             # Read again under the mutex: pods a live batch was binding when they were first read are bound
@@ -312,8 +311,8 @@ class BatchBinder:
         log.warning("rolled forward %d interrupted bindings (%d bound)", len(assignments), done)
         return results
 
-    def _roll_back(self, assignments: list[binder_pb2.Assignment], records: Mapping[str, PodRecord],
-                   problems: dict[str, str], fence: int) -> list[binder_pb2.BindResult]:
+    def _roll_back(self, assignments: list[Assignment], records: Mapping[str, PodRecord],
+                   problems: dict[str, str], fence: int) -> list[BindResult]:
         first = next(iter(problems.items()))
         log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)
         # Only reservations are undone: a pod already bound runs in the cluster and keeps its capacity.
@@ -334,9 +333,9 @@ class BatchBinder:
         for a in assignments:
             if a.pod_key in problems:
                 why = problems[a.pod_key]
-                out.append(binder_pb2.BindResult(pod_key=a.pod_key, status=FAILED, message=why))
+                out.append(BindResult(pod_key=a.pod_key, status=FAILED, message=why))
             else:
-                out.append(binder_pb2.BindResult(
+                out.append(BindResult(
                     pod_key=a.pod_key, status=ROLLED_BACK,
                     message=f"rolled back with its gang: {first[0]}: {first[1]}"))
         return out

@@ -19,8 +19,8 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from phalanx.model import keys
+from phalanx.model.binding import GangReport
 from phalanx.model.status import GangPhase
-from phalanx.v1 import binder_pb2
 
 PLURAL = "podgroups"
 VERSIONS: dict[str, str] = {keys.GROUP_X_K8S: "v1alpha1", keys.GROUP_SIGS: "v1alpha1", keys.GROUP_VOLCANO: "v1beta1"}
@@ -76,7 +76,7 @@ def counts_phase(min_available: int, running: int, succeeded: int, failed: int) 
     return ""
 
 
-def status_patch(group: str, report: binder_pb2.GangReport, now: float, occupied_by: str = "") -> dict[str, Any]:
+def status_patch(group: str, report: GangReport, now: float, occupied_by: str = "") -> dict[str, Any]:
     """A JSON merge patch for the status subresource of the gang's PodGroup in `group`. `occupied_by`:
     scheduler-plugins' "namespace/owner,..." of the workloads whose pods form the group."""
     status: dict[str, Any] = {}
@@ -99,7 +99,7 @@ def status_patch(group: str, report: binder_pb2.GangReport, now: float, occupied
     return {"status": status}
 
 
-def _volcano_condition(report: binder_pb2.GangReport, now: float) -> dict[str, Any] | None:
+def _volcano_condition(report: GangReport, now: float) -> dict[str, Any] | None:
     if report.phase == GangPhase.SCHEDULED:
         kind, reason = "Scheduled", VOLCANO_READY_REASON
     elif report.unschedulable:

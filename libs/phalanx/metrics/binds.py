@@ -7,27 +7,19 @@ from collections.abc import Iterable
 from prometheus_client import Counter
 
 from phalanx.metrics.catalog import BIND_DURATION, BIND_RESULTS_TOTAL
-from phalanx.v1 import binder_pb2
+from phalanx.model.binding import BindResult, BindStatus
 
-_RESULT_OF = {
-    binder_pb2.BIND_STATUS_BOUND: "bound",
-    binder_pb2.BIND_STATUS_FAILED: "failed",
-    binder_pb2.BIND_STATUS_ROLLED_BACK: "rolled_back",
-    binder_pb2.BIND_STATUS_GONE: "gone",
-    binder_pb2.BIND_STATUS_PENDING: "pending",
-}
-_COUNTERS: dict[int, Counter] = {int(status): BIND_RESULTS_TOTAL.labels(result) for status, result in _RESULT_OF.items()}
+# phalanx_bind_results_total{result}: the label is the status's value ("bound", "rolled_back", ...).
+_COUNTERS: dict[BindStatus, Counter] = {status: BIND_RESULTS_TOTAL.labels(status.value) for status in BindStatus}
 _DURATION = BIND_DURATION.labels()
 
 
-def record_bind(results: Iterable[binder_pb2.BindResult], seconds: float, batches: int = 1) -> None:
+def record_bind(results: Iterable[BindResult], seconds: float, batches: int = 1) -> None:
     """`batches` bound together in `seconds`, answered with `results` (every pod of them)."""
-    tally: dict[int, int] = {}
+    tally: dict[BindStatus, int] = {}
     for r in results:
-        tally[int(r.status)] = tally.get(int(r.status), 0) + 1
+        tally[r.status] = tally.get(r.status, 0) + 1
     for status, n in tally.items():
-        counter = _COUNTERS.get(status)
-        if counter is not None:
-            counter.inc(n)
+        _COUNTERS[status].inc(n)
     if batches:
         _DURATION.observe(seconds, batches)

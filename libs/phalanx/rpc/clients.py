@@ -9,11 +9,21 @@ from collections.abc import Callable
 
 import grpc
 
+from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.queueing.wire import freed_to_pb, hint_to_pb
-from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_from_pb, pod_to_pb
+from phalanx.rpc.queue_wire import freed_to_pb, hint_to_pb
+from phalanx.rpc.convert import (
+    assignment_to_pb,
+    bind_result_from_pb,
+    gang_report_to_pb,
+    gang_to_pb,
+    node_to_pb,
+    pod_from_pb,
+    pod_report_to_pb,
+    pod_to_pb,
+)
 from phalanx.rpc.server import channel
 from phalanx.rpc.stream_call import StreamCaller
 from phalanx.rpc.validation import MAX_BIND_TOTAL, MAX_ITEMS
@@ -212,34 +222,36 @@ class BinderClient(_Client):
     def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
         return [self._bind, self._bind_many]
 
-    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
-             trace: str) -> list[binder_pb2.BindResult]:
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str) -> list[BindResult]:
         self._fresh()
-        req = binder_pb2.BindRequest(assignments=assignments, all_or_nothing=all_or_nothing, now=now,
-                                     trace_parent=trace)
-        return list(self._bind.call(req).results)
+        req = binder_pb2.BindRequest(assignments=[assignment_to_pb(a) for a in assignments],
+                                     all_or_nothing=all_or_nothing, now=now, trace_parent=trace)
+        return [bind_result_from_pb(r) for r in self._bind.call(req).results]
 
-    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
-                  now: float) -> list[list[binder_pb2.BindResult]]:
+    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]], now: float) -> list[list[BindResult]]:
         """Binds the batches, in as many requests as the binder's limit of assignments per call needs."""
         self._fresh()
-        out: list[list[binder_pb2.BindResult]] = []
+        out: list[list[BindResult]] = []
         chunk: list[binder_pb2.BindBatch] = []
         size = 0
         for a, aon, trace in batches:
             if chunk and size + len(a) > MAX_BIND_TOTAL:
                 out += self._send_many(chunk, now)
                 chunk, size = [], 0
-            chunk.append(binder_pb2.BindBatch(assignments=a, all_or_nothing=aon, trace_parent=trace))
+            chunk.append(binder_pb2.BindBatch(assignments=[assignment_to_pb(x) for x in a], all_or_nothing=aon,
+                                              trace_parent=trace))
             size += len(a)
         return out + (self._send_many(chunk, now) if chunk else [])
 
-    def _send_many(self, batches: list[binder_pb2.BindBatch], now: float) -> list[list[binder_pb2.BindResult]]:
-        return [list(r.results) for r in self._bind_many.call(binder_pb2.BindManyRequest(now=now, batches=batches)).batches]
+    def _send_many(self, batches: list[binder_pb2.BindBatch], now: float) -> list[list[BindResult]]:
+        answer = self._bind_many.call(binder_pb2.BindManyRequest(now=now, batches=batches))
+        return [[bind_result_from_pb(r) for r in batch.results] for batch in answer.batches]
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         self._fresh()
-        self.stub.Report(binder_pb2.ReportRequest(pods=pods, gangs=gangs, now=now), timeout=self.timeout)
+        req = binder_pb2.ReportRequest(pods=[pod_report_to_pb(p) for p in pods],
+                                       gangs=[gang_report_to_pb(g) for g in gangs], now=now)
+        self.stub.Report(req, timeout=self.timeout)
 
 
 class SchedulerClient(_Client):

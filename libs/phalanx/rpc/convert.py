@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from phalanx.model.binding import Assignment, BindResult, BindStatus, GangReport, PodReport
 from phalanx.model.objects import (
     GangMode,
     GangSpec,
@@ -13,7 +14,6 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
-from phalanx.state.store import PodRecord
 from phalanx.v1 import binder_pb2
 from phalanx.v1 import objects_pb2 as pb
 
@@ -152,6 +152,53 @@ def node_from_pb(m: pb.Node) -> NodeInfo:
     )
 
 
-def assignment_of(r: PodRecord) -> binder_pb2.Assignment:
-    """The binder's assignment for a reservation: bind this pod (this incarnation of it) where it is reserved."""
-    return binder_pb2.Assignment(pod_key=r.key, uid=r.pod.uid, node=r.node, gang=r.gang)
+# -- binder.proto <-> phalanx.model.binding --------------------------------------------------------------
+_STATUS_TO_PB = {
+    BindStatus.BOUND: binder_pb2.BIND_STATUS_BOUND,
+    BindStatus.FAILED: binder_pb2.BIND_STATUS_FAILED,
+    BindStatus.ROLLED_BACK: binder_pb2.BIND_STATUS_ROLLED_BACK,
+    BindStatus.GONE: binder_pb2.BIND_STATUS_GONE,
+    BindStatus.PENDING: binder_pb2.BIND_STATUS_PENDING,
+}
+_STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
+
+
+def assignment_to_pb(a: Assignment) -> binder_pb2.Assignment:
+    return binder_pb2.Assignment(pod_key=a.pod_key, uid=a.uid, node=a.node, gang=a.gang)
+
+
+def assignment_from_pb(m: binder_pb2.Assignment) -> Assignment:
+    return Assignment(m.pod_key, m.uid, m.node, m.gang)
+
+
+def bind_result_to_pb(r: BindResult) -> binder_pb2.BindResult:
+    return binder_pb2.BindResult(pod_key=r.pod_key, status=_STATUS_TO_PB[r.status], message=r.message)
+
+
+def bind_result_from_pb(m: binder_pb2.BindResult) -> BindResult:
+    status = _STATUS_FROM_PB.get(m.status)
+    if status is None:  # a binder newer than this scheduler, or a corrupt answer: not bound, and said so
+        return BindResult(m.pod_key, BindStatus.FAILED, f"unknown bind status {m.status}: {m.message}")
+    return BindResult(m.pod_key, status, m.message)
+
+
+def pod_report_to_pb(r: PodReport) -> binder_pb2.PodReport:
+    return binder_pb2.PodReport(pod_key=r.pod_key, annotations=r.annotations,
+                                unschedulable_message=r.unschedulable_message, event_reason=r.event_reason,
+                                event_message=r.event_message)
+
+
+def pod_report_from_pb(m: binder_pb2.PodReport) -> PodReport:
+    return PodReport(m.pod_key, dict(m.annotations), m.unschedulable_message, m.event_reason, m.event_message)
+
+
+_GANG_REPORT_FIELDS = ("gang_key", "phase", "scheduled", "message", "source", "event_reason", "unschedulable",
+                       "schedule_start_time", "pod_key", "has_counts", "running", "succeeded", "failed")
+
+
+def gang_report_to_pb(r: GangReport) -> binder_pb2.GangReport:
+    return binder_pb2.GangReport(**{f: getattr(r, f) for f in _GANG_REPORT_FIELDS})
+
+
+def gang_report_from_pb(m: binder_pb2.GangReport) -> GangReport:
+    return GangReport(**{f: getattr(m, f) for f in _GANG_REPORT_FIELDS})

@@ -15,8 +15,9 @@ from phalanx.gang.manager import GangStatus
 from phalanx.gang.ops import PodsBound
 from phalanx.metrics.attempts import observe_bound
 from phalanx.metrics.catalog import GANG_WAIT
+from phalanx.model.binding import Assignment, BindResult, BindStatus
+from phalanx.model.status import EventReason, GangPhase
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.rpc.convert import assignment_of
 from phalanx.rpc.server import rpc_failure
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, Verdict
@@ -24,7 +25,6 @@ from phalanx.scheduling.reports import StatusReports
 from phalanx.scheduling.round import RoundState
 from phalanx.state.pod_state import PodState
 from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class BindDispatch:
             records = sorted((r for r in self.cache.assumed.values() if r.gang in group), key=lambda r: r.key)
             if not records:
                 continue
-            assignments = [assignment_of(r) for r in records]
+            assignments = [r.assignment() for r in records]
             all_or_nothing = any(gangs.status(g) != GangStatus.SATISFIED for g in group)
             batches.append((group, trace, assignments, all_or_nothing, {r.key: Popped(r.pod, trace) for r in records}))
         if len(batches) == 1:
@@ -98,7 +98,7 @@ class BindDispatch:
             for (_, _, assignments, _, items), batch_results in zip(batches, results):
                 self._take_results(batch_results, assignments, state, items)
 
-    def dispatch(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, state: RoundState,
+    def dispatch(self, assignments: list[Assignment], all_or_nothing: bool, state: RoundState,
                  trace: str, items: dict[str, Popped]) -> None:
         try:
             results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
@@ -119,7 +119,7 @@ class BindDispatch:
         self.bind_ready(state)
         records = [self.cache.assumed[k] for k in pods if k in self.cache.assumed]
         if records:
-            assignments = [assignment_of(r) for r in records]
+            assignments = [r.assignment() for r in records]
             self.dispatch(assignments, False, state, "", {r.key: Popped(r.pod) for r in records})
         if not (self.pending_groups or self.pending_pods):
             self._backoff = 0.0
@@ -130,7 +130,7 @@ class BindDispatch:
     def _binder_silent(self, exc: Exception) -> str:
         return f"the binder at {getattr(self.binder, 'address', '?')} did not answer: {rpc_failure(exc)}"
 
-    def _unfinished(self, assignments: list[binder_pb2.Assignment], state: RoundState,
+    def _unfinished(self, assignments: list[Assignment], state: RoundState,
                     items: dict[str, Popped], why: str) -> None:
         """A decided bind that did not complete keeps its reservations and is sent again later; its pods
         leave the queue (the scheduler owns them now), so none is left in flight."""
@@ -150,18 +150,18 @@ class BindDispatch:
             self._retry_at = state.now + self._backoff
 
     # -- answers ---------------------------------------------------------------------------------
-    def _take_results(self, results: list[binder_pb2.BindResult], assignments: list[binder_pb2.Assignment],
+    def _take_results(self, results: list[BindResult], assignments: list[Assignment],
                       state: RoundState, items: dict[str, Popped]) -> None:
         """Mirrors the binder's verdicts in memory and in the queue's verdicts."""
         by_key = {a.pod_key: a for a in assignments}
         bound_by_gang: dict[str, list[str]] = defaultdict(list)
-        unfinished: list[binder_pb2.Assignment] = []
+        unfinished: list[Assignment] = []
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("bind results: %s", {r.pod_key: binder_pb2.BindStatus.Name(r.status) for r in results})
+            log.debug("bind results: %s", {r.pod_key: r.status for r in results})
         for res in results:
             a = by_key[res.pod_key]
             item = items[res.pod_key]
-            if res.status == binder_pb2.BIND_STATUS_BOUND:
+            if res.status == BindStatus.BOUND:
                 self.cache.assumed.pop(res.pod_key, None)
                 self.cache.bound.add(res.pod_key)
                 if a.gang:
@@ -171,13 +171,13 @@ class BindDispatch:
                 observe_bound(state.now, item.pod.created_at)
                 self.reports.forget_pods([res.pod_key])  # placed: a later failure is news again
                 continue
-            if res.status == binder_pb2.BIND_STATUS_PENDING:
+            if res.status == BindStatus.PENDING:
                 unfinished.append(a)  # started and kept: finished later, never released
                 continue
             # Not bound: the binder already released the reservation in Redis; memory follows, and pods
             # that found no room get another try.
             self.cache.give_back(res.pod_key, state.freed)
-            if res.status == binder_pb2.BIND_STATUS_GONE:
+            if res.status == BindStatus.GONE:
                 state.verdicts.append(Verdict(item, Outcome.DROPPED, res.message))
             else:
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, res.message))
@@ -200,4 +200,4 @@ class BindDispatch:
         if spec is not None:
             GANG_WAIT.observe(max(now - spec.created_at, 0.0))
         message = f"gang {gang}: {len(gangs.record(gang).bound)}/{gangs.min_of(gang)} pods bound"
-        self.reports.gang(spec, gangs.record(gang), "Scheduled", "GangScheduled", message, now)
+        self.reports.gang(spec, gangs.record(gang), GangPhase.SCHEDULED, EventReason.GANG_SCHEDULED, message, now)

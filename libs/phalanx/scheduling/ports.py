@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.v1 import binder_pb2
 
 
 @dataclass
@@ -74,10 +74,10 @@ class QueuePort(Protocol):
 
 
 class BinderPort(Protocol):
-    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
-             trace: str) -> list[binder_pb2.BindResult]: ...
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
+             trace: str) -> list[BindResult]: ...
 
-    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
-                  now: float) -> list[list[binder_pb2.BindResult]]: ...
+    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]],
+                  now: float) -> list[list[BindResult]]: ...
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None: ...
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...

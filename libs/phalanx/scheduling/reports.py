@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 
 from phalanx.gang.record import GangRecord
+from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.objects import GangSpec
-from phalanx.model.status import EventReason
+from phalanx.model.status import EventReason, GangPhase
 from phalanx.scheduling.ports import BinderPort
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 MAX_HELD = 100_000  # undelivered pod (and gang) reports kept while the binder is unreachable
@@ -21,37 +21,36 @@ MAX_HELD = 100_000  # undelivered pod (and gang) reports kept while the binder i
 
 class StatusReports:
     def __init__(self) -> None:
-        self._pods: list[binder_pb2.PodReport] = []
-        self._gangs: list[binder_pb2.GangReport] = []
+        self._pods: list[PodReport] = []
+        self._gangs: list[GangReport] = []
         self._pod_last: dict[str, str] = {}  # pod key -> last message sent
-        self._gang_last: dict[str, tuple[str, str]] = {}  # gang key -> last (phase, message) sent
+        self._gang_last: dict[str, tuple[GangPhase, str]] = {}  # gang key -> last (phase, message) sent
         self._first_attempt: dict[str, float] = {}  # gang key -> when the scheduler first reported it
 
     def pod(self, pod_key: str, message: str, annotations: dict[str, str] | None = None,
-            event: str = EventReason.FAILED_SCHEDULING) -> None:
-        """A pod's condition and Event; `event` is an EventReason."""
+            event: EventReason = EventReason.FAILED_SCHEDULING) -> None:
+        """A pod's condition and Event."""
         if not annotations and self._pod_last.get(pod_key) == message:
             return
         self._pod_last[pod_key] = message
-        self._pods.append(binder_pb2.PodReport(
+        self._pods.append(PodReport(
             pod_key=pod_key, annotations=annotations or {}, unschedulable_message=message,
             event_reason=event, event_message=message))
 
-    def gang(self, spec: GangSpec | None, rec: GangRecord, phase: str, reason: str, message: str, now: float,
-             unschedulable: bool = False, pod_key: str = "") -> None:
-        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again. `phase` is a
-        GangPhase, `reason` an EventReason."""
+    def gang(self, spec: GangSpec | None, rec: GangRecord, phase: GangPhase, reason: EventReason, message: str,
+             now: float, unschedulable: bool = False, pod_key: str = "") -> None:
+        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again."""
         last = self._gang_last.get(rec.key)
         if last == (phase, message):
             return
-        if last is not None and last[0] == phase:
-            reason = ""  # progress within a phase ("3/8 placed") updates the status; only new phases make Events
+        # Progress within a phase ("3/8 placed") updates the status; only a new phase makes an Event.
+        event = "" if last is not None and last[0] == phase else str(reason)
         self._gang_last[rec.key] = (phase, message)
         started = rec.first_wait if rec.first_wait is not None else self._first_attempt.setdefault(rec.key, now)
         members = sorted(rec.bound | rec.assumed)
-        self._gangs.append(binder_pb2.GangReport(
+        self._gangs.append(GangReport(
             gang_key=rec.key, phase=phase, scheduled=len(rec.bound), message=message,
-            source=spec.source if spec is not None else "", event_reason=reason, unschedulable=unschedulable,
+            source=spec.source if spec is not None else "", event_reason=event, unschedulable=unschedulable,
             schedule_start_time=started, pod_key=pod_key or (members[0] if members else "")))
 
     def forget_pods(self, keys: list[str]) -> None:

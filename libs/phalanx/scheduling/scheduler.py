@@ -20,9 +20,11 @@ from phalanx.gang.manager import GangManager, GangStatus
 from phalanx.gang.ops import BoundPodsFound
 from phalanx.gang.statement import GangStatement
 from phalanx.metrics.attempts import AttemptTally
+from phalanx.model.binding import Assignment
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME, KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
+from phalanx.model.status import EventReason, GangPhase
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
@@ -37,7 +39,6 @@ from phalanx.state.pod_state import PodState
 from phalanx.state.store import PodRecord, StateStore
 from phalanx.state.txn import Txn, record_bound
 from phalanx.telemetry.tracing import child_span
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,7 @@ class GangScheduler:
                 self.timeouts.last_failure[gang] = shortfall
                 short = [r for r, need in spec.min_resources.items() if self.snapshot.free_total().get(r, 0) < need]
                 state.reject(unit, Outcome.UNSCHEDULABLE, msg, self.reports, shortfall_hint(short))
-                self._report_gang(gang, "Pending", "FailedScheduling", msg, state.now, unschedulable=True)
+                self._report_gang(gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, msg, state.now, unschedulable=True)
                 return
             for attempt in range(2):
                 if self._try_gang_unit(gang, unit, state, span):
@@ -428,7 +429,7 @@ class GangScheduler:
                 waiting = f"{self.gangs.describe(gang)}; waiting for the other gangs of its group"
             for item, _, _ in placed:
                 self.reports.pod(item.pod.key, waiting)
-            self._report_gang(gang, "Scheduling", "GangWaiting", waiting, state.now)
+            self._report_gang(gang, GangPhase.SCHEDULING, EventReason.GANG_WAITING, waiting, state.now)
         return True
 
     def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int, Resources]],
@@ -466,7 +467,8 @@ class GangScheduler:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message, hint))
             self.reports.pod(item.pod.key, message)
         state.failed.append(gang)
-        self._report_gang(gang, "Pending", "FailedScheduling", message, state.now, unschedulable=True)
+        self._report_gang(gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, message, state.now,
+                          unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
         return True
@@ -535,7 +537,7 @@ class GangScheduler:
             node = self.snapshot.nodes[i].name
             state.freed.taken(node)
             self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, PodState.ASSUMED)
-            assignments.append(binder_pb2.Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
+            assignments.append(Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
                                                      gang=item.pod.gang))
         faults.reached("scheduler.after_commit")
         self.binds.dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed})
@@ -571,7 +573,7 @@ class GangScheduler:
         return moved
 
     # -- reporting -----------------------------------------------------------------------------------
-    def _report_gang(self, gang: str, phase: str, reason: str, message: str, now: float,
+    def _report_gang(self, gang: str, phase: GangPhase, reason: EventReason, message: str, now: float,
                      unschedulable: bool = False, pod_key: str = "") -> None:
         self.reports.gang(self.gangs.specs.get(gang), self.gangs.record(gang), phase, reason, message, now,
                           unschedulable=unschedulable, pod_key=pod_key)

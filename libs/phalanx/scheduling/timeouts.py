@@ -10,6 +10,7 @@ from __future__ import annotations
 from phalanx.gang.manager import GangStatus
 from phalanx.metrics.catalog import GANG_TIMEOUTS
 from phalanx.model.keys import KOORD_TIMEOUT
+from phalanx.model.status import EventReason, GangPhase
 from phalanx.scheduling.binds import BindDispatch
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.ports import Carry
@@ -88,9 +89,10 @@ class GangTimeouts:
                             {"phalanx.gang": gang, "phalanx.pods": len(pods)}):
                 for key in pods:
                     self.cache.give_back(key, carry.freed)
-                    self.reports.pod(key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event="GangTimeout")
+                    self.reports.pod(key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event=EventReason.GANG_TIMEOUT)
                     to_remove.append(key)
-            self.reports.gang(gangs.specs.get(gang), gangs.record(gang), "Failed", "GangTimeout", messages[gang], now,
+            self.reports.gang(gangs.specs.get(gang), gangs.record(gang), GangPhase.FAILED, EventReason.GANG_TIMEOUT,
+                              messages[gang], now,
                               unschedulable=True, pod_key=pods[0] if pods else "")
         carry.remove.extend(to_remove)  # the released capacity (carry.freed) may fit others
 

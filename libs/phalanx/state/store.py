@@ -26,6 +26,7 @@ import redis
 
 from phalanx.gang.record import GangRecord
 from phalanx.metrics.catalog import CONFLICT_REASONS, TXN_CONFLICTS
+from phalanx.model.binding import Assignment
 from phalanx.model.objects import (
     GangMode,
     GangSpec,
@@ -66,6 +67,10 @@ class PodRecord:
     requests: dict[str, int]
     pod: PodInfo
     state: PodState
+
+    def assignment(self) -> Assignment:
+        """The binder's assignment for this reservation: bind this pod (this incarnation of it) here."""
+        return Assignment(self.key, self.pod.uid, self.node, self.gang)
 
 
 # phalanx_redis_txn_conflicts_total, by the first words of lua/txn.lua's refusals.

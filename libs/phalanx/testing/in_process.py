@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
+from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import SchedulingQueue
 from phalanx.queueing.verdicts import PodVerdict, apply_verdicts
 from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
-from phalanx.v1 import binder_pb2
 
 
 class LocalQueue:
@@ -56,13 +56,13 @@ class LocalBinder:
         self.binder = binder
         self.backend = backend
 
-    def bind(self, assignments: list[binder_pb2.Assignment], all_or_nothing: bool, now: float,
-             trace: str) -> list[binder_pb2.BindResult]:
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
+             trace: str) -> list[BindResult]:
         return self.binder.bind(assignments, all_or_nothing, now, trace)[0]
 
-    def bind_many(self, batches: list[tuple[list[binder_pb2.Assignment], bool, str]],
-                  now: float) -> list[list[binder_pb2.BindResult]]:
+    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]],
+                  now: float) -> list[list[BindResult]]:
         return [self.bind(a, aon, now, trace) for a, aon, trace in batches]
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         self.backend.report(pods, gangs, now)

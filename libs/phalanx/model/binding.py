@@ -1,0 +1,63 @@
+"""What the scheduler asks of the binder and what it answers: domain types, so scheduling, binding and the
+backends know no protobuf (`phalanx.rpc.convert` turns them into the wire messages of binder.proto and back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class BindStatus(StrEnum):
+    BOUND = "bound"
+    FAILED = "failed"  # not bound; its reservation was released
+    ROLLED_BACK = "rolled_back"  # not bound because another pod of its all-or-nothing batch failed
+    GONE = "gone"  # the pod no longer exists
+    # The binding started (its intent is durable in Redis) but did not complete: the reservation is kept
+    # and the binding is rolled forward later, never undone.
+    PENDING = "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    pod_key: str  # "ns/name"
+    uid: str
+    node: str
+    gang: str = ""  # "" for an ordinary pod
+
+
+@dataclass(frozen=True, slots=True)
+class BindResult:
+    pod_key: str
+    status: BindStatus
+    message: str = ""
+
+
+@dataclass(slots=True)
+class PodReport:
+    """Status to write on a pod: annotations, a PodScheduled=False condition, an Event."""
+
+    pod_key: str
+    annotations: dict[str, str] = field(default_factory=dict)
+    unschedulable_message: str = ""  # PodScheduled=False/Unschedulable with this message, when set
+    event_reason: str = ""
+    event_message: str = ""
+
+
+@dataclass(slots=True)
+class GangReport:
+    """A gang's progress, for its PodGroup's status and an Event (see binder.proto for each field)."""
+
+    gang_key: str
+    phase: str = ""  # "" leaves the phase as it is
+    scheduled: int = 0
+    message: str = ""
+    source: str = ""
+    event_reason: str = ""  # "" for no Event
+    unschedulable: bool = False
+    schedule_start_time: float = 0.0
+    pod_key: str = ""
+    has_counts: bool = False
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0

@@ -1,0 +1,91 @@
+"""The wall-clock scheduling loop: one GangScheduler stepped continuously, and what its health reads of it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+
+from phalanx.clock import Clock
+from phalanx.config import redis_unreachable
+from phalanx.rpc.health import Heartbeat
+from phalanx.rpc.server import FailureLog, rpc_failure
+from phalanx.scheduling.ports import QueuePort
+from phalanx.scheduling.scheduler import GangScheduler
+from phalanx.state.store import FencedOut
+
+log = logging.getLogger(__name__)
+
+
+class SchedulingLoop:
+    """Steps `scheduler` under `lock`, which every other user of the scheduler (cluster events, the
+    Scheduler API) holds too: the scheduler's memory is single-threaded by design."""
+
+    def __init__(self, scheduler: GangScheduler, queue: QueuePort, clock: Clock,
+                 lock: threading.Lock | None = None) -> None:
+        self.scheduler = scheduler
+        self.queue = queue
+        self.clock = clock
+        self.lock = lock if lock is not None else threading.Lock()
+        self.failing_since: float | None = None  # monotonic time of the first of the failing steps
+        self.last_error = ""
+        self._failures = FailureLog(log)
+
+    def recover(self) -> None:
+        """Rebuilds the scheduler's memory from Redis (a new leader taking over)."""
+        with self.lock:
+            self.scheduler.recover(self.clock.now())
+
+    def run(self, stop: threading.Event, idle_wait: float = 0.2, beat: Heartbeat | None = None) -> None:
+        """Steps until `stop`; when idle, long-polls the queue for the next pod (gang timers still fire: the
+        wait is short). `beat` is beaten at every iteration (liveness); a step that keeps failing is reported
+        through `step_error` (readiness)."""
+        prefetched = None
+        while not stop.is_set():
+            if beat is not None:
+                beat.beat()
+            try:
+                with self.lock:
+                    r = self.scheduler.step(self.clock.now(), prefetched=prefetched)
+                self.failing_since = None
+                self._failures.cleared("scheduling")
+                prefetched = None
+                if r.attempted == 0:
+                    # Outside the lock: cluster events must not wait behind an idle poll.
+                    prefetched = self.scheduler.wait_for_work(self.clock.now(), idle_wait)
+            except FencedOut as exc:  # another replica leads (leader election): never retried
+                log.error("scheduling stopped: %s", exc)
+                self.last_error = f"FencedOut: {exc}"
+                stop.set()
+                return
+            except Exception as exc:  # keep serving: the step's pods went back to the queue; it is retried
+                unreachable = self.unreachable(exc)
+                if unreachable:  # a dependency is down: one line naming it, not a traceback every second
+                    self._failures.failed(f"scheduling step failed: {unreachable}; retrying every second")
+                    self.last_error = unreachable
+                else:
+                    log.exception("scheduling step failed")
+                    self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                prefetched = None
+                stop.wait(1.0)
+
+    def unreachable(self, exc: Exception) -> str:
+        """One line naming the dependency a failed step could not reach ("" for any other failure). The
+        step's gRPC calls go to the queue (the binder's are answered inside it: a bind that fails is kept
+        and sent again)."""
+        if isinstance(exc, grpc.RpcError) and exc.code() in (grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
+                                                             grpc.StatusCode.DEADLINE_EXCEEDED):
+            return f"the queue at {getattr(self.queue, 'address', '?')} did not answer: {rpc_failure(exc)}"
+        store = getattr(self.scheduler, "store", None)
+        return redis_unreachable(exc, store.redis) if store is not None else ""
+
+    def step_error(self, grace: float = 10.0) -> str:
+        """Readiness: why scheduling has been failing for longer than `grace` seconds, or ""."""
+        since = self.failing_since
+        if since is None or time.monotonic() - since < grace:
+            return ""
+        return f"every scheduling step for {time.monotonic() - since:.0f}s failed, last: {self.last_error}"
