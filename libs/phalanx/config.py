@@ -1,4 +1,8 @@
-"""Service settings from flags, with environment variables (PHALANX_*) as defaults."""
+"""Service settings from flags, with environment variables (PHALANX_*) as defaults.
+
+Every such flag is declared with `env_flag`, whose --help line names the variable and the default, so
+--help lists every setting a service reads from its environment.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ import argparse
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from phalanx.security.tls import PLAINTEXT, Security, TlsError, is_loopback
 
@@ -22,35 +27,55 @@ DEFAULT_HEALTH_PORTS = {"queue": 50061, "scheduler": 50062, "binder": 50063}
 # Plain HTTP, read-only: Prometheus' /metrics.
 DEFAULT_METRICS_PORTS = {"queue": 9091, "scheduler": 9092, "binder": 9093}
 DEFAULT_TLS_DIR = "/etc/phalanx/tls"
+ENV_PREFIX = "PHALANX_"
 
 
 def env(name: str, default: str) -> str:
-    return os.environ.get(f"PHALANX_{name}", default)
+    return os.environ.get(f"{ENV_PREFIX}{name}", default)
+
+
+class _Flags(Protocol):
+    """An ArgumentParser or one of its argument groups."""
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action: ...
+
+
+def env_flag(flags: _Flags, flag: str, variable: str, default: str, help: str = "", *,
+             parse: Callable[[str], Any] = str, shown: str | None = None, **options: Any) -> argparse.Action:
+    """A flag whose default is the environment variable `variable` (PHALANX_...) if set, else `default`; its
+    --help line ends with "(env VARIABLE; default: ...)". `parse` turns the variable's text (or `default`)
+    into the default value, as `type=` does a flag's value (a bad value fails when the parser is built, as
+    before); `shown` describes the default where its text does not say it (empty meaning "computed")."""
+    if not variable.startswith(ENV_PREFIX):
+        raise ValueError(f"{variable}: the services' environment variables start with {ENV_PREFIX}")
+    described = shown if shown is not None else (default if default else "empty")
+    note = f"env {variable}; default: {described.replace('%', '%%')}"  # argparse %-formats help
+    return flags.add_argument(flag, default=parse(os.environ.get(variable, default)),
+                              help=f"{help} ({note})" if help else note, **options)
 
 
 def common_parser(service: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"phalanx-{service}", description=description)
     p.add_argument("--version", action="version", version=f"phalanx-{service} {package_version()}")
-    p.add_argument("--listen", default=env("LISTEN", f"0.0.0.0:{DEFAULT_PORTS[service]}"),
-                   help="address to serve gRPC on (env PHALANX_LISTEN)")
-    p.add_argument("--clock", choices=["real", "virtual"], default=env("CLOCK", "real"),
-                   help="real: wall clock; virtual: the `now` each request carries is the time "
-                        "(simulation; env PHALANX_CLOCK)")
-    p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
-    p.add_argument("--tls-dir", default=env("TLS_DIR", DEFAULT_TLS_DIR),
-                   help="directory holding this service's ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret "
-                        "with ca.crt, as cert-manager writes it); re-read when the files change (env PHALANX_TLS_DIR)")
-    p.add_argument("--plaintext", action="store_true", default=bool(opt_bool(env("PLAINTEXT", ""))),
-                   help="no TLS and no caller authorization: only for loopback addresses (the embedded simulator, "
-                        "tests); refused for any other --listen (env PHALANX_PLAINTEXT=true)")
-    p.add_argument("--health-listen", default=env("HEALTH_LISTEN", ""),
-                   help="plaintext address serving only the gRPC health service, for kubelet probes (default with "
-                        f"TLS: the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext: none, "
-                        "health is on --listen) (env PHALANX_HEALTH_LISTEN)")
-    p.add_argument("--metrics-listen", default=env("METRICS_LISTEN", f"0.0.0.0:{DEFAULT_METRICS_PORTS[service]}"),
-                   help="address of the Prometheus /metrics endpoint: plain HTTP, read-only (it serves counters "
-                        "and gauges, and accepts no change); empty or 'off' turns it off (env "
-                        "PHALANX_METRICS_LISTEN)")
+    env_flag(p, "--listen", "PHALANX_LISTEN", f"0.0.0.0:{DEFAULT_PORTS[service]}", "address to serve gRPC on")
+    env_flag(p, "--clock", "PHALANX_CLOCK", "real",
+             "real: wall clock; virtual: the `now` each request carries is the time (simulation)",
+             choices=["real", "virtual"])
+    env_flag(p, "--log-level", "PHALANX_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+    env_flag(p, "--tls-dir", "PHALANX_TLS_DIR", DEFAULT_TLS_DIR,
+             "directory holding this service's ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret with ca.crt, "
+             "as cert-manager writes it); re-read when the files change")
+    env_flag(p, "--plaintext", "PHALANX_PLAINTEXT", "",
+             "no TLS and no caller authorization: only for loopback addresses (the embedded simulator, tests); "
+             "refused for any other --listen",
+             parse=lambda raw: bool(opt_bool(raw)), shown="false; the variable: true or false", action="store_true")
+    env_flag(p, "--health-listen", "PHALANX_HEALTH_LISTEN", "",
+             "plaintext address serving only the gRPC health service, for kubelet probes",
+             shown=f"with TLS, the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext, none: "
+                   "health is on --listen")
+    env_flag(p, "--metrics-listen", "PHALANX_METRICS_LISTEN", f"0.0.0.0:{DEFAULT_METRICS_PORTS[service]}",
+             "address of the Prometheus /metrics endpoint: plain HTTP, read-only (it serves counters and gauges, "
+             "and accepts no change); empty or 'off' turns it off")
     return p
 
 
@@ -122,15 +147,12 @@ def health_listen_of(args: argparse.Namespace, service: str) -> str:
 
 
 def redis_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--redis-url", default=env("REDIS_URL", "redis://127.0.0.1:6379/0"),
-                   help="Redis holding Phalanx's state (env PHALANX_REDIS_URL)")
-    p.add_argument("--redis-prefix", default=env("REDIS_PREFIX", "phalanx"),
-                   help="prefix of every Redis key (env PHALANX_REDIS_PREFIX)")
-    p.add_argument("--redis-password-file", default=env("REDIS_PASSWORD_FILE", ""),
-                   help="file holding Redis' password (AUTH); the password is never taken from a flag or logged "
-                        "(env PHALANX_REDIS_PASSWORD_FILE)")
-    p.add_argument("--redis-ca-file", default=env("REDIS_CA_FILE", ""),
-                   help="CA certificate to verify Redis with, for a rediss:// (TLS) URL (env PHALANX_REDIS_CA_FILE)")
+    env_flag(p, "--redis-url", "PHALANX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis holding Phalanx's state")
+    env_flag(p, "--redis-prefix", "PHALANX_REDIS_PREFIX", "phalanx", "prefix of every Redis key")
+    env_flag(p, "--redis-password-file", "PHALANX_REDIS_PASSWORD_FILE", "",
+             "file holding Redis' password (AUTH); the password is never taken from a flag or logged")
+    env_flag(p, "--redis-ca-file", "PHALANX_REDIS_CA_FILE", "",
+             "CA certificate to verify Redis with, for a rediss:// (TLS) URL")
 
 
 def redis_client(args: argparse.Namespace) -> "redis.Redis":

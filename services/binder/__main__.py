@@ -14,7 +14,7 @@ from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
 from phalanx.config import (
     common_parser,
-    env,
+    env_flag,
     health_listen_of,
     redis_args,
     redis_client,
@@ -88,20 +88,20 @@ class RollForward:
 def parser() -> argparse.ArgumentParser:
     p = common_parser("binder", __doc__ or "")
     redis_args(p)
-    p.add_argument("--backend", choices=["simulated", "kubernetes"], default=env("BACKEND", "kubernetes"),
-                   help="where bindings are written (env PHALANX_BACKEND)")
-    p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
-    p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
-                   help="the spec.schedulerName of the pods Phalanx schedules; the binder binds and reports on "
-                        "no other pod (env PHALANX_SCHEDULER_NAME)")
-    p.add_argument("--lock-lease", type=float, default=float(env("LOCK_LEASE", "30")),
-                   help="seconds a binder holds the bind mutex before another may take it over")
-    p.add_argument("--identity", default=env("BINDER_IDENTITY", ""),
-                   help="this replica's name, the same after a restart (env PHALANX_BINDER_IDENTITY; default: "
-                        "host:port): a restarted binder takes over the bind mutex its crashed predecessor held")
-    p.add_argument("--finish-interval", type=float, default=float(env("FINISH_INTERVAL", "2")),
-                   help="seconds between looks for bindings a crashed binder started and did not record, "
-                        "which are then rolled forward (env PHALANX_FINISH_INTERVAL; 0: never)")
+    env_flag(p, "--backend", "PHALANX_BACKEND", "kubernetes", "where bindings are written",
+             choices=["simulated", "kubernetes"])
+    env_flag(p, "--kubeconfig", "PHALANX_KUBECONFIG", "", "kubeconfig file of the API server",
+             shown="empty: in-cluster configuration")
+    env_flag(p, "--scheduler-name", "PHALANX_SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME,
+             "the spec.schedulerName of the pods Phalanx schedules; the binder binds and reports on no other pod")
+    env_flag(p, "--lock-lease", "PHALANX_LOCK_LEASE", "30",
+             "seconds a binder holds the bind mutex before another may take it over", parse=float, type=float)
+    env_flag(p, "--identity", "PHALANX_BINDER_IDENTITY", "",
+             "this replica's name, the same after a restart: a restarted binder takes over the bind mutex its "
+             "crashed predecessor held", shown="host:port")
+    env_flag(p, "--finish-interval", "PHALANX_FINISH_INTERVAL", "2",
+             "seconds between looks for bindings a crashed binder started and did not record, which are then "
+             "rolled forward (0: never)", parse=float, type=float)
     return p
 
 

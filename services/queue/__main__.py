@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env, health_listen_of, security_of, serve_metrics_of, setup_logging
+from phalanx.config import common_parser, env_flag, health_listen_of, security_of, serve_metrics_of, setup_logging
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import QueueCollector
 from phalanx.metrics.endpoint import MetricsEndpoint
@@ -30,13 +30,16 @@ def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> S
 
 def parser() -> argparse.ArgumentParser:
     p = common_parser("queue", __doc__ or "")
-    p.add_argument("--initial-backoff", type=float, default=float(env("INITIAL_BACKOFF", "1")))
-    p.add_argument("--max-backoff", type=float, default=float(env("MAX_BACKOFF", "10")))
-    p.add_argument("--unschedulable-flush", type=float, default=float(env("UNSCHEDULABLE_FLUSH", "300")),
-                   help="retry unschedulable pods after this many seconds without a cluster event (0: never)")
-    p.add_argument("--lease", type=float, default=float(env("LEASE", "60")),
-                   help="seconds a scheduler may stay silent before the pods it popped return to the queue "
-                        "(env PHALANX_LEASE; 0: never)")
+    env_flag(p, "--initial-backoff", "PHALANX_INITIAL_BACKOFF", "1",
+             "seconds a pod waits before its first retry; each retry doubles it", parse=float, type=float)
+    env_flag(p, "--max-backoff", "PHALANX_MAX_BACKOFF", "10", "the longest a pod waits between retries, in seconds",
+             parse=float, type=float)
+    env_flag(p, "--unschedulable-flush", "PHALANX_UNSCHEDULABLE_FLUSH", "300",
+             "retry unschedulable pods after this many seconds without a cluster event (0: never)",
+             parse=float, type=float)
+    env_flag(p, "--lease", "PHALANX_LEASE", "60",
+             "seconds a scheduler may stay silent before the pods it popped return to the queue (0: never)",
+             parse=float, type=float)
     return p
 
 

@@ -1,9 +1,10 @@
 """phalanx-scheduler: filters and scores pods, accumulates gangs in Redis, hands satisfied gangs to the binder.
 
 Several replicas may run (--leader-elect, on by default against Kubernetes): they elect a leader on a Lease
-(libs/phalanx/cluster/leader.py); only the leader runs the cluster feed and the scheduling loop, and its
-writes to Redis carry its fencing term. A standby serves health and waits; it takes over when the leader's
-Lease expires (or is released), and a leader that loses its Lease exits.
+(libs/phalanx/cluster/leader.py, leadership.py); only the leader runs the cluster feed and the scheduling
+loop (libs/phalanx/cluster/duties.py), and its writes to Redis carry its fencing term. A standby serves
+health and waits; it takes over when the leader's Lease expires (or is released), and a leader that loses
+its Lease exits.
 """
 
 from __future__ import annotations
@@ -12,21 +13,19 @@ import argparse
 import logging
 import os
 import signal
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
 from phalanx.clock import Clock
+from phalanx.cluster import leadership as leader_election
+from phalanx.cluster.duties import SchedulingDuties
 from phalanx.cluster.leader import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
     DEFAULT_RETRY_PERIOD,
     ElectionConfig,
-    LeaderElector,
-    claim_fencing_term,
     new_identity,
     pod_name,
     pod_namespace,
@@ -34,7 +33,7 @@ from phalanx.cluster.leader import (
 from phalanx.config import (
     bool_arg,
     common_parser,
-    env,
+    env_flag,
     health_listen_of,
     opt_bool,
     redis_args,
@@ -52,13 +51,13 @@ from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.plugins import default_registries
 from phalanx.rpc.clients import BinderClient, QueueClient
-from phalanx.rpc.health import Heartbeat, redis_check
+from phalanx.rpc.health import redis_check
 from phalanx.rpc.server import ServiceServer, rpc_failure, serve_until_signal, wait_healthy
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
 from phalanx.security.tls import Security
 from phalanx.state.keys import Keys
-from phalanx.state.store import FencedOut, StateStore
+from phalanx.state.store import StateStore
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import scheduler_pb2_grpc
 from phalanx_scheduler.servicer import SchedulerServicer
@@ -113,7 +112,7 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
                            lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
                            security=security, health_listen=health_listen_of(args, "scheduler"))
     server.monitor.add_check("redis", redis_check(store.redis))
-    server.monitor.add_check("scheduling", servicer.step_error)
+    server.monitor.add_check("scheduling", servicer.loop.step_error)
     return server, servicer
 
 
@@ -145,50 +144,48 @@ def cannot_start(reason: str) -> NoReturn:
 def parser() -> argparse.ArgumentParser:
     p = common_parser("scheduler", __doc__ or "")
     redis_args(p)
-    p.add_argument("--queue", default=env("QUEUE_ADDR", "127.0.0.1:50051"), help="queue service (env PHALANX_QUEUE_ADDR)")
-    p.add_argument("--binder", default=env("BINDER_ADDR", "127.0.0.1:50053"),
-                   help="binder service (env PHALANX_BINDER_ADDR)")
-    p.add_argument("--profile", default=env("PROFILE", "") or None, help="scheduling profile YAML (env PHALANX_PROFILE)")
-    p.add_argument("--default-wait", type=float, default=float(env("DEFAULT_WAIT", "600")),
-                   help="seconds a gang waits for its minimum when it declares no waiting time")
-    p.add_argument("--pop-batch", type=int, default=int(env("POP_BATCH", "256")))
+    env_flag(p, "--queue", "PHALANX_QUEUE_ADDR", "127.0.0.1:50051", "queue service")
+    env_flag(p, "--binder", "PHALANX_BINDER_ADDR", "127.0.0.1:50053", "binder service")
+    env_flag(p, "--profile", "PHALANX_PROFILE", "", "scheduling profile YAML", parse=lambda raw: raw or None,
+             shown="empty: the built-in profile")
+    env_flag(p, "--default-wait", "PHALANX_DEFAULT_WAIT", "600",
+             "seconds a gang waits for its minimum when it declares no waiting time", parse=float, type=float)
+    env_flag(p, "--pop-batch", "PHALANX_POP_BATCH", "256", "pods popped from the queue at most per pop",
+             parse=int, type=int)
     p.add_argument("--dependency-timeout", type=float, default=60.0,
                    help="seconds to wait at start for the queue and the binder to serve before giving up")
-    p.add_argument("--backend", choices=["simulated", "kubernetes"], default=env("BACKEND", "kubernetes"),
-                   help="kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: "
-                        "cluster events arrive through the Scheduler API (env PHALANX_BACKEND)")
-    p.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="empty: in-cluster configuration")
-    p.add_argument("--reconcile-interval", type=float, default=float(env("RECONCILE_INTERVAL", "10")),
-                   help="seconds between comparisons of the scheduler's view, Redis and the API server, which "
-                        "repair any drift (env PHALANX_RECONCILE_INTERVAL)")
-    p.add_argument("--liveness-timeout", type=float, default=float(env("LIVENESS_TIMEOUT", "120")),
-                   help="seconds the scheduling loop may go without an iteration before liveness fails "
-                        "(env PHALANX_LIVENESS_TIMEOUT)")
-    p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
-                   help="the spec.schedulerName of the pods Phalanx schedules (env PHALANX_SCHEDULER_NAME)")
+    env_flag(p, "--backend", "PHALANX_BACKEND", "kubernetes",
+             "kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: cluster "
+             "events arrive through the Scheduler API", choices=["simulated", "kubernetes"])
+    env_flag(p, "--kubeconfig", "PHALANX_KUBECONFIG", "", "kubeconfig file of the API server",
+             shown="empty: in-cluster configuration")
+    env_flag(p, "--reconcile-interval", "PHALANX_RECONCILE_INTERVAL", "10",
+             "seconds between comparisons of the scheduler's view, Redis and the API server, which repair any drift",
+             parse=float, type=float)
+    env_flag(p, "--liveness-timeout", "PHALANX_LIVENESS_TIMEOUT", "120",
+             "seconds the scheduling loop may go without an iteration before liveness fails", parse=float, type=float)
+    env_flag(p, "--scheduler-name", "PHALANX_SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME,
+             "the spec.schedulerName of the pods Phalanx schedules")
     g = p.add_argument_group("leader election", "several replicas: one leads (schedules), the others wait "
                              "(kube-scheduler's flags and defaults)")
-    g.add_argument("--leader-elect", type=bool_arg, nargs="?", const=True, default=opt_bool(env("LEADER_ELECT", "")),
-                   help="elect a leader on a coordination.k8s.io Lease before scheduling; default: true with "
-                        "--backend kubernetes and --clock real (env PHALANX_LEADER_ELECT)")
-    g.add_argument("--leader-elect-lease-name", default=env("LEADER_ELECT_LEASE_NAME", ""),
-                   help="the Lease's name; default: <scheduler-name>-scheduler, i.e. phalanx-scheduler "
-                        "(env PHALANX_LEADER_ELECT_LEASE_NAME)")
-    g.add_argument("--leader-elect-namespace", default=env("LEADER_ELECT_NAMESPACE", ""),
-                   help="the Lease's namespace; default: POD_NAMESPACE, else the service account's namespace, "
-                        "else default (env PHALANX_LEADER_ELECT_NAMESPACE)")
-    g.add_argument("--leader-elect-identity", default=env("LEADER_ELECT_IDENTITY", ""),
-                   help="this replica's name in the Lease (a random suffix per process is appended); default: "
-                        "POD_NAME, else the host name. Replicas need distinct names (env PHALANX_LEADER_ELECT_IDENTITY)")
-    g.add_argument("--leader-elect-lease-duration", type=float,
-                   default=float(env("LEADER_ELECT_LEASE_DURATION", str(DEFAULT_LEASE_DURATION))),
-                   help="seconds a standby waits, after the Lease last changed, before taking it over")
-    g.add_argument("--leader-elect-renew-deadline", type=float,
-                   default=float(env("LEADER_ELECT_RENEW_DEADLINE", str(DEFAULT_RENEW_DEADLINE))),
-                   help="seconds the leader keeps trying to renew before it gives up leadership (and exits)")
-    g.add_argument("--leader-elect-retry-period", type=float,
-                   default=float(env("LEADER_ELECT_RETRY_PERIOD", str(DEFAULT_RETRY_PERIOD))),
-                   help="seconds between attempts to acquire or renew the Lease")
+    env_flag(g, "--leader-elect", "PHALANX_LEADER_ELECT", "",
+             "elect a leader on a coordination.k8s.io Lease before scheduling", parse=opt_bool,
+             shown="true with --backend kubernetes and --clock real, else false",
+             type=bool_arg, nargs="?", const=True)
+    env_flag(g, "--leader-elect-lease-name", "PHALANX_LEADER_ELECT_LEASE_NAME", "", "the Lease's name",
+             shown="<scheduler-name>-scheduler, i.e. phalanx-scheduler")
+    env_flag(g, "--leader-elect-namespace", "PHALANX_LEADER_ELECT_NAMESPACE", "", "the Lease's namespace",
+             shown="POD_NAMESPACE, else the service account's namespace, else default")
+    env_flag(g, "--leader-elect-identity", "PHALANX_LEADER_ELECT_IDENTITY", "",
+             "this replica's name in the Lease (a random suffix per process is appended); replicas need distinct "
+             "names", shown="POD_NAME, else the host name")
+    env_flag(g, "--leader-elect-lease-duration", "PHALANX_LEADER_ELECT_LEASE_DURATION", f"{DEFAULT_LEASE_DURATION:g}",
+             "seconds a standby waits, after the Lease last changed, before taking it over", parse=float, type=float)
+    env_flag(g, "--leader-elect-renew-deadline", "PHALANX_LEADER_ELECT_RENEW_DEADLINE", f"{DEFAULT_RENEW_DEADLINE:g}",
+             "seconds the leader keeps trying to renew before it gives up leadership (and exits)",
+             parse=float, type=float)
+    env_flag(g, "--leader-elect-retry-period", "PHALANX_LEADER_ELECT_RETRY_PERIOD", f"{DEFAULT_RETRY_PERIOD:g}",
+             "seconds between attempts to acquire or renew the Lease", parse=float, type=float)
     return p
 
 
@@ -197,204 +194,38 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
     """Kubernetes mode on the wall clock: watch the cluster, after recover() has loaded Redis."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
-    from phalanx.cluster.client import api_client
     from phalanx.cluster.feed import ClusterFeed, collections
+    from phalanx.kube.client import api_client
 
     scheduler = servicer.scheduler
-    feed = ClusterFeed(scheduler, servicer.lock, servicer.queue, scheduler.binder,  # type: ignore[arg-type]
+    feed = ClusterFeed(scheduler, servicer.lock, servicer.queue, scheduler.binder,
                        collections(api_client(args.kubeconfig)), scheduler_name=args.scheduler_name,
                        reconcile_interval=args.reconcile_interval)
     if server is not None:
-        server.monitor.add_check("cluster feed", lambda: "" if feed.synced.is_set() else "not synced yet")
+        server.monitor.add_check("cluster feed", feed.not_synced)
     return feed.start()
 
 
-class Scheduling:
-    """What the scheduling replica runs: the cluster feed (Kubernetes mode) and the scheduling loop (wall
-    clock)."""
-
-    def __init__(self, args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer) -> None:
-        self.args = args
-        self.servicer = servicer
-        self.server = server
-        self.feed: ClusterFeed | None = None
-        self.stop_event = threading.Event()
-        self.loop: threading.Thread | None = None
-
-    def start_feed(self) -> None:
-        self.feed = start_feed(self.args, self.servicer, self.server)
-
-    def wait_synced(self, keep_waiting: Callable[[], bool] = lambda: True) -> None:
-        """The rebuild comes before scheduling: waits for the feed's first batch (at most
-        --dependency-timeout, and only while `keep_waiting()`)."""
-        if self.feed is None:
-            return
-        deadline = time.monotonic() + self.args.dependency_timeout
-        while not self.feed.wait_synced(0.2):
-            if not keep_waiting():
-                return
-            if time.monotonic() > deadline:
-                log.warning("the cluster feed has not synced after %gs; scheduling anyway", self.args.dependency_timeout)
-                return
-
-    def start_loop(self) -> None:
-        if self.args.clock != "real" or self.stop_event.is_set():
-            return
-        beat = self.server.monitor.add_heartbeat(Heartbeat("scheduling", self.args.liveness_timeout))
-        self.loop = threading.Thread(target=self.servicer.run_forever, args=(self.stop_event,), kwargs={"beat": beat},
-                                     name="schedule-loop", daemon=True)
-        self.loop.start()
-
-    def signal_stop(self) -> None:
-        """Stops the loop and the feed at their next check, without waiting (safe on their own threads)."""
-        self.stop_event.set()
-        if self.feed is not None:
-            self.feed.stop_event.set()
-
-    def halt(self, timeout: float = 10.0) -> None:
-        """Stops both and waits for them (not from their own threads)."""
-        self.signal_stop()
-        if self.feed is not None:
-            self.feed.stop()
-        if self.loop is not None:
-            self.loop.join(timeout)
+def duties_of(args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer) -> SchedulingDuties:
+    """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock)."""
+    return SchedulingDuties(servicer.loop, server.monitor, start_feed=lambda: start_feed(args, servicer, server),
+                            run_loop=args.clock == "real", liveness_timeout=args.liveness_timeout,
+                            sync_timeout=args.dependency_timeout)
 
 
-class Leadership:
-    """One replica under leader election: standby (serving health) until it wins the Lease; then it claims
-    the fencing term in Redis, rebuilds its memory from Redis (recover), starts the cluster feed (a full
-    list of the API server) and, once it has synced, the scheduling loop. Losing the Lease, or a write
-    refused as fenced out, stops the loop and the feed at once and calls `on_lost(reason)` (main: the process
-    exits, as kube-scheduler does, and restarts as a standby). A graceful `stop` releases the Lease."""
+class Leadership(leader_election.Leadership):
+    """The library's leader election wired from this service's flags (main(), and the tests that run replicas
+    as main() does)."""
 
     def __init__(self, args: argparse.Namespace, server: ServiceServer, servicer: SchedulerServicer, *,
                  api_client: Any = None, on_lost: Callable[[str], None] | None = None) -> None:
-        from kubernetes import client
+        from phalanx.kube.client import api_client as make_api_client
 
-        from phalanx.cluster.client import api_client as make_api_client
-
-        self.args = args
-        self.server = server
-        self.servicer = servicer
-        self.store = servicer.scheduler.store
-        self.on_lost = on_lost
-        self.config = election_config(args)
-        api = client.CoordinationV1Api(api_client if api_client is not None else make_api_client(args.kubeconfig))
-        beat = server.monitor.add_heartbeat(Heartbeat("leader election", max(60.0, 4 * self.config.lease_duration)))
-        self.elector = LeaderElector(api, self.config, on_started_leading=self._lead,
-                                     on_stopped_leading=self._lose, on_tick=beat.beat)
-        self.store.on_fenced = lambda exc: self._lose(str(exc))  # "fenced out: ..."
-        self._stop = threading.Event()  # ends the elector's loop
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self.scheduling: Scheduling | None = None
-        self.closed = False  # stopping or lost: nothing starts any more
-        self.lost = ""
-        self.scheduling_since: float | None = None  # monotonic time the loop started (takeover measurements)
+        config = election_config(args)
+        api = api_client if api_client is not None else make_api_client(args.kubeconfig)
+        super().__init__(api, config, servicer.loop, server.monitor, lambda: duties_of(args, servicer, server),
+                         on_lost=on_lost)
         servicer.standby = self.standby_reason  # a standby's ListGangs says so instead of an empty list
-
-    @property
-    def identity(self) -> str:
-        return self.config.identity
-
-    def start(self) -> Leadership:
-        self._thread = self.elector.start(self._stop)
-        return self
-
-    def is_leader(self) -> bool:
-        return self.elector.is_leader() and not self.closed
-
-    def standby_reason(self) -> str:
-        return "" if self.is_leader() else f"scheduler replica {self.identity} is a standby; the leader holds the gangs"
-
-    # -- taking over -------------------------------------------------------------------------------------
-    def _lead(self, term: int) -> None:
-        claimed = self._retry(lambda: claim_fencing_term(self.elector, self.store), "claiming the fencing term")
-        if claimed is None:
-            return
-        self.store.term = claimed
-        log.info("leader election: %s took over with fencing term %d; recovering from Redis", self.identity, claimed)
-        if self._retry(self._recover, "recovering from Redis") is None:
-            return
-        with self._lock:
-            if self.closed:
-                return
-            self.scheduling = scheduling = Scheduling(self.args, self.servicer, self.server)
-            scheduling.start_feed()
-        scheduling.wait_synced(lambda: not self.closed)
-        with self._lock:
-            if self.closed:
-                return
-            scheduling.start_loop()
-            self.scheduling_since = time.monotonic()
-        log.info("leader election: %s is scheduling", self.identity)
-
-    def _recover(self) -> bool:
-        with self.servicer.lock:
-            self.servicer.scheduler.recover(self.servicer.clock.now())
-        return True
-
-    def _retry(self, fn: Callable[[], Any], what: str) -> Any:
-        """fn() until it succeeds; None once leadership is lost or the replica stops."""
-        while not self.closed:
-            try:
-                return fn()
-            except FencedOut as exc:
-                self._lose(str(exc))
-                return None
-            except Exception as exc:
-                if not self.elector.leading.is_set():
-                    return None
-                log.warning("leader election: %s failed (%s); retrying", what, str(exc).splitlines()[0][:200] or exc)
-                self._stop.wait(1.0)
-        return None
-
-    # -- giving up -----------------------------------------------------------------------------------------
-    def _lose(self, reason: str) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            self.lost = reason or "leadership lost"
-            self.store.depose(self.lost)  # every later write fails here, before Redis
-            scheduling = self.scheduling
-        self._stop.set()
-        if scheduling is not None:
-            scheduling.signal_stop()
-        log.error("leader election: %s steps down: %s", self.identity, self.lost)
-        threading.Thread(target=self._finish_loss, args=(scheduling,), name="step-down", daemon=True).start()
-
-    def _finish_loss(self, scheduling: Scheduling | None) -> None:
-        if scheduling is not None:
-            scheduling.halt()
-        if self.on_lost is not None:
-            self.on_lost(self.lost)
-
-    def stop(self) -> None:
-        """A graceful stop (SIGTERM): scheduling stops first, then the Lease is released so a standby takes
-        over within a retry period."""
-        with self._lock:
-            already = self.closed
-            self.closed = True
-            scheduling = self.scheduling
-        self._stop.set()
-        if scheduling is not None:
-            scheduling.halt()  # the step under way finishes
-        self.store.depose(self.lost or "shut down")
-        if self._thread is not None:
-            self._thread.join(self.config.renew_deadline)
-        if not already:
-            self.elector.release()
-
-    def abandon(self) -> None:
-        """Stops everything without releasing the Lease: what a crashed replica leaves behind (tests)."""
-        with self._lock:
-            self.closed = True
-            self.store.depose("abandoned")
-            scheduling = self.scheduling
-        self._stop.set()
-        if scheduling is not None:
-            scheduling.halt()
 
 
 def election_config(args: argparse.Namespace) -> ElectionConfig:
@@ -436,11 +267,11 @@ def main(argv: list[str] | None = None) -> None:
         if leadership.lost:
             raise SystemExit(f"phalanx-scheduler: leadership lost ({leadership.lost}); exiting to restart as a standby")
         return
-    scheduling = Scheduling(args, servicer, server)
-    scheduling.start_feed()
-    scheduling.wait_synced()
-    scheduling.start_loop()
-    serve_until_signal(server, on_stop=scheduling.halt)
+    duties = duties_of(args, servicer, server)
+    duties.start_feed()
+    duties.wait_synced()
+    duties.start_loop()
+    serve_until_signal(server, on_stop=duties.halt)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
+from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
 from phalanx.testing.in_process import LocalBinder, LocalQueue
-from phalanx.v1 import binder_pb2
 
 NAME = "phalanx"
 
@@ -25,9 +25,9 @@ NAME = "phalanx"
 class Reports:
     def __init__(self) -> None:
         self.pods: dict[str, str] = {}
-        self.gangs: list[binder_pb2.GangReport] = []
+        self.gangs: list[GangReport] = []
 
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None:
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         self.pods.update({p.pod_key: p.unschedulable_message for p in pods})
         self.gangs.extend(gangs)
 

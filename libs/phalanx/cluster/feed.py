@@ -1,7 +1,9 @@
 """The cluster feed: Kubernetes objects in, scheduler and queue calls out. Runs inside the scheduler process.
 
-It watches (watch.py) Nodes, all Pods, the PodGroups of every API group Phalanx reads, and ConfigMaps, and
-applies what changed in batches under the scheduler's lock:
+It watches (phalanx.kube.watch) Nodes, all Pods, the PodGroups of every API group Phalanx reads, and
+ConfigMaps, and applies what changed in batches under the scheduler's lock, through the scheduler's one set
+of cluster-event handlers (phalanx.scheduling.events) and the gang intake it shares with the simulator
+(gang_intake.py):
 
 - Nodes: upsert_nodes when a node's scheduling-relevant content changed; remove_nodes on deletion, whose
   reserved (not yet bound) pods go back to the queue.
@@ -34,22 +36,23 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from phalanx.cluster import podgroups
+from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.reconcile import Maintenance
-from phalanx.cluster.watch import Collection, Watcher, object_key
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
-from phalanx.intake.resolver import GangResolver
+from phalanx.kube import podgroups
+from phalanx.kube.watch import Collection, Watcher, object_key
+from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.model.status import EventReason
 from phalanx.queueing.hints import FreedCapacity
-from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.events import API_SERVER, ClusterChange, ClusterEvents
 from phalanx.scheduling.hints import refresh_freed
-from phalanx.scheduling.ports import Popped, Verdict
+from phalanx.scheduling.ports import Verdict
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import FencedOut
-from phalanx.v1 import binder_pb2
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ class FeedQueue(Protocol):
 
 
 class Reporter(Protocol):
-    def report(self, pods: list[binder_pb2.PodReport], gangs: list[binder_pb2.GangReport], now: float) -> None: ...
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
 
 
 @dataclass
@@ -147,7 +150,8 @@ class ClusterFeed:
         self.reporter = reporter
         self.name = scheduler_name
         self.now = now
-        self.resolver = GangResolver(default_wait_seconds=None)  # None: the scheduler applies its default
+        self.events = ClusterEvents(scheduler, API_SERVER)
+        self.intake = GangIntake(retry_refused=True)
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
         self._events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
@@ -155,8 +159,6 @@ class ClusterFeed:
                                   missing_retry=missing_retry) for c in sources]
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, _Pod] = {}
-        self._parked: dict[str, set[str]] = {}  # gang key -> our unbound pods waiting for its object
-        self._sent: dict[str, GangSpec] = {}  # gang specs the scheduler has
         self.specs_unsure = False  # set when a batch failed to apply; reconciliation re-sends every spec
         self._reported: dict[str, str] = {}  # pod key -> last message sent
         self._counts: dict[str, tuple[int, int, int, int]] = {}
@@ -179,6 +181,10 @@ class ClusterFeed:
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         return self.synced.wait(timeout)
+
+    def not_synced(self) -> str:
+        """Readiness: "" once the rebuild has been applied."""
+        return "" if self.synced.is_set() else "not synced yet"
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stop_event.set()
@@ -290,17 +296,17 @@ class ClusterFeed:
         namespace, name = meta.get("namespace") or "", meta.get("name") or ""
         if collection == _CONFIGMAPS:
             ref_kind = "ConfigMap"
-            if kind != "DELETED" and not GangResolver.is_gang_object(obj):
+            if kind != "DELETED" and not GangIntake.is_gang_object(obj):
                 kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
         else:
             ref_kind = f"PodGroup.{collection.partition('.')[2]}"
         if kind == "DELETED":
-            key = self.resolver.remove_object(ref_kind, namespace, name)
+            key = self.intake.remove_object(ref_kind, namespace, name)
             if key:
                 b.unreferenced.add(key)
         else:
             try:
-                key = self.resolver.add_object(obj, created_at=_created(obj))
+                key = self.intake.add_object(obj, created_at=_created(obj))
             except IntakeError as exc:  # recorded as invalid: its pods are refused with this text
                 log.warning("cluster feed: %s", exc)
                 key = f"{namespace}/{name}"
@@ -357,8 +363,7 @@ class ClusterFeed:
 
     def _join_gang(self, key: str, pod: PodInfo, state: _Pod, b: _Batch) -> None:
         """Records which gang a pod that is past scheduling (bound or finished) belongs to."""
-        res = self.resolver.resolve(pod)
-        self._unpark(key, state.gang)
+        res = self.intake.resolve(key, pod, parked_under=state.gang, park=False)  # past scheduling: never waits
         pod.gang = res.gang_key if not res.error else ""
         self._set_gang(key, state, pod.gang, b)
         if res.spec is not None:  # a rebuild after a lost Redis: the scheduler learns the gang too
@@ -383,12 +388,10 @@ class ClusterFeed:
         self._resolve(key, replace(pod), state, b)
 
     def _resolve(self, key: str, pod: PodInfo, state: _Pod, b: _Batch) -> None:
-        res = self.resolver.resolve(pod)
-        self._unpark(key, state.gang)
+        # Parked when it waits, or is refused, for its gang: a new or corrected PodGroup/ConfigMap resolves it again.
+        res = self.intake.resolve(key, pod, parked_under=state.gang)
         self._set_gang(key, state, res.gang_key, b)
         if res.error or res.waiting_for:
-            if res.gang_key:  # a new or corrected PodGroup/ConfigMap resolves it again
-                self._parked.setdefault(res.gang_key, set()).add(key)
             why = res.error or f"gang {res.gang_key}: {res.waiting_for}; the pod waits for it"
             self._refuse(key, why, state, b)
             return
@@ -402,17 +405,16 @@ class ClusterFeed:
 
     def _reresolve(self, b: _Batch) -> None:
         for gang in sorted(b.changed_gangs):
-            spec = self.resolver.gang(gang)
-            if spec is not None and gang in self._sent:
+            spec = self.intake.gang(gang)
+            if spec is not None and self.intake.was_sent(gang):
                 self._send_spec(spec, b)  # a gang in use changed (or became invalid)
-            for key in sorted(self._parked.get(gang, ())):
+            for key in sorted(self.intake.parked(gang)):
                 state = self._pods.get(key)
                 if state is not None and state.info is not None and not state.node:
                     self._resolve(key, replace(state.info), state, b)
 
     def _send_spec(self, spec: GangSpec, b: _Batch) -> None:
-        if self._sent.get(spec.key) != spec:
-            self._sent[spec.key] = spec
+        if self.intake.note_sent(spec):
             b.gangs[spec.key] = spec
 
     def _refuse(self, key: str, message: str, state: _Pod, b: _Batch) -> None:
@@ -436,7 +438,7 @@ class ClusterFeed:
             return
         if prev.queued:
             b.queue_remove.add(key)
-        self._unpark(key, prev.gang)
+        self.intake.unpark(key, prev.gang)
         self._set_gang(key, prev, "", b)
         self._pods.pop(key, None)
 
@@ -452,13 +454,6 @@ class ClusterFeed:
         if gang:
             self._members.setdefault(gang, set()).add(key)
         state.gang = gang
-
-    def _unpark(self, key: str, gang: str) -> None:
-        waiting = self._parked.get(gang)
-        if waiting is not None:
-            waiting.discard(key)
-            if not waiting:
-                del self._parked[gang]
 
     def _maintain(self) -> None:
         try:
@@ -481,10 +476,10 @@ class ClusterFeed:
 
     def resend_gangs(self) -> None:
         """After Redis was emptied: the scheduler learns every gang in use again."""
-        self._sent.clear()
+        self.intake.forget_sent()
         b = _Batch()
         for gang in sorted(self._members):
-            spec = self.resolver.gang(gang)
+            spec = self.intake.gang(gang)
             if spec is not None:
                 self._send_spec(spec, b)
         if b.gangs:
@@ -522,7 +517,6 @@ class ClusterFeed:
     # -- applying it -------------------------------------------------------------------------------------
     def _commit(self, b: _Batch, initial: bool) -> None:
         s, now = self.scheduler, self.now()
-        move = False
         if initial:  # what Redis holds but the API server no longer has (or has differently)
             b.nodes_removed |= set(s.snapshot.index) - set(self._nodes)
             b.released |= (set(s.assumed) | s.bound) - set(self._pods)
@@ -530,30 +524,14 @@ class ClusterFeed:
             b.released |= {k for k in s.bound if k in self._pods and not self._pods[k].node}
             # gangs Redis remembers whose pods were all deleted while no scheduler watched
             b.unreferenced |= set(s.gangs.specs) | set(s.gangs.records)
-        if b.nodes:
-            s.upsert_nodes(list(b.nodes.values()))
-            move = True
-        verdicts: list[Verdict] = []
-        if b.nodes_removed:
-            victims = s.remove_nodes(sorted(b.nodes_removed), now)
-            for r in victims:
-                s.bound.discard(r.key)
-            verdicts = [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
-                        for r in victims if r.state == "assumed" and r.key in self._pods]
-        freed = FreedCapacity()
-        if b.gangs:
-            s.upsert_gangs(list(b.gangs.values()))
-        released = sorted(k for k in b.released if k in s.assumed or k in s.bound)
-        if released:
-            s.release_pods(released, freed)
-        finished = [p for k, p in sorted(b.bound.items()) if k in s.assumed]
-        if finished:  # bound by a binding this scheduler did not see complete (a crashed binder's, finished later)
-            moved = s.confirm_bound(finished, now)
-            if moved:
-                s.release_pods([p.key for p in moved], freed)
-        bound = [p for k, p in sorted(b.bound.items()) if k not in s.bound and k not in s.assumed]
-        if bound:
-            self._add_bound(bound)
+        change = ClusterChange(
+            nodes=list(b.nodes.values()), nodes_removed=sorted(b.nodes_removed), gangs=list(b.gangs.values()),
+            # Any pod that finished or was deleted, whichever scheduler's: only those the scheduler holds cost a
+            # release. The queue hears of deleted pods through the feed's own ledger (_QueueOps), below.
+            released=sorted(k for k in b.released if k in s.assumed or k in s.bound),
+            bound=[p for _, p in sorted(b.bound.items())], forgotten=sorted(b.deleted))
+        # A reserved pod of a removed node goes back to the queue only if the API server still has it.
+        carry = self.events.apply(change, now, still_exists=self._pods.__contains__)
         self._forget_unreferenced(b)
         ops = self._queue_ops
         for key in b.queue_remove - b.queue_add.keys():
@@ -562,10 +540,10 @@ class ClusterFeed:
         for key, pod in b.queue_add.items():
             ops.remove.discard(key)
             ops.add[key] = pod
-        ops.verdicts += verdicts
-        ops.activate.update(b.gangs)  # a gang declared or changed: its own pods may be schedulable now
-        ops.move_all = ops.move_all or move
-        ops.freed.merge(freed)
+        ops.verdicts += carry.verdicts
+        ops.activate.update(carry.activate)  # a gang declared or changed: its own pods may be schedulable now
+        ops.move_all = ops.move_all or carry.move_all
+        ops.freed.merge(carry.freed)
         self._flush_queue(now)
 
     def _forget_unreferenced(self, b: _Batch) -> None:
@@ -573,13 +551,11 @@ class ClusterFeed:
         are dropped from the scheduler and Redis, so memory follows the live jobs, not every job seen."""
         idle = sorted(g for g in b.unreferenced if g not in self._members)
         for gang in idle:
-            self.resolver.forget_link(gang)
-        unused = [g for g in idle if not self.resolver.has_object(g)]
+            self.intake.resolver.forget_link(gang)
+        unused = [g for g in idle if not self.intake.resolver.has_object(g)]
         for gang in self.scheduler.forget_gangs(unused):
-            self._sent.pop(gang, None)
+            self.intake.forget_sent(gang)
             self._counts.pop(gang, None)
-        if b.deleted:
-            self.scheduler.forget_pods(sorted(b.deleted))
 
     def _flush_queue(self, now: float) -> None:
         """Sends the queue what it must hear; what fails is kept and sent again later (the feed never
@@ -612,11 +588,11 @@ class ClusterFeed:
         self.scheduler.add_bound_pods(pods)
 
     # -- reports -----------------------------------------------------------------------------------------
-    def _gang_counts(self, gangs: Iterable[str]) -> list[binder_pb2.GangReport]:
+    def _gang_counts(self, gangs: Iterable[str]) -> list[GangReport]:
         """PodGroup counters from pod phases, for gangs declared by a PodGroup whose counts changed."""
         reports = []
         for gang in sorted(gangs):
-            spec = self.resolver.gang(gang)
+            spec = self.intake.gang(gang)
             if spec is None or podgroups.group_of(spec.source) is None:
                 continue
             members = [p for k in self._members.get(gang, ()) if (p := self._pods.get(k)) is not None]
@@ -626,18 +602,18 @@ class ClusterFeed:
                 continue
             self._counts[gang] = counts
             scheduled, running, succeeded, failed = counts
-            reports.append(binder_pb2.GangReport(
+            reports.append(GangReport(
                 gang_key=gang, source=spec.source, scheduled=scheduled, has_counts=True, running=running,
                 succeeded=succeeded, failed=failed,
                 phase=podgroups.counts_phase(spec.min_available, running, succeeded, failed)))
         return reports
 
-    def _send_reports(self, refusals: Mapping[str, str], gangs: list[binder_pb2.GangReport]) -> None:
+    def _send_reports(self, refusals: Mapping[str, str], gangs: list[GangReport]) -> None:
         fresh = {k: m for k, m in refusals.items() if self._reported.get(k) != m}
         if not fresh and not gangs:
             return
-        pods = [binder_pb2.PodReport(pod_key=k, unschedulable_message=m, event_reason="FailedScheduling",
-                                     event_message=m) for k, m in sorted(fresh.items())]
+        pods = [PodReport(pod_key=k, unschedulable_message=m, event_reason=EventReason.FAILED_SCHEDULING,
+                          event_message=m) for k, m in sorted(fresh.items())]
         try:
             self.reporter.report(pods, gangs, self.now())
         except Exception as exc:  # the binder is down: these are retried when the pods change again

@@ -9,6 +9,9 @@ requests, so the same input gives the same output.
 A pod's run time (annotation simulation.phalanx.dev/duration) starts when it binds, except for a pod of a
 gang, which starts only once its gang has its minimum bound — as a distributed training job's workers
 wait for each other. That is what turns partial placements into the deadlocks gang scheduling prevents.
+
+Pods are resolved to their gangs by the gang intake the cluster feed uses too (phalanx.cluster.gang_intake),
+and the scheduler applies the events with the same handlers (phalanx.scheduling.events) as the feed's.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from typing import Any, Callable
 import grpc
 import redis
 
+from phalanx.cluster.gang_intake import GangIntake
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
-from phalanx.intake.resolver import GangResolver
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.rpc.clients import QueueClient, SchedulerClient
@@ -130,15 +133,14 @@ class Simulation:
         self.keys = keys
         self.opt = options
         self.recover_scheduler = recover_scheduler
-        self.resolver = GangResolver(default_wait_seconds=None)
+        # A refused pod stays refused: each object arrives once, and each refusal is listed once in `errors`.
+        self.intake = GangIntake(retry_refused=False)
         self.pods: dict[str, PodTrack] = {}
         self.parsed: dict[str, PodInfo] = {}
         self.errors: list[str] = list(workload.errors)
-        self.sent_specs: dict[str, GangSpec] = {}
         self.gang_started: dict[str, float] = {}
         self.gang_bound: dict[str, list[str]] = {}
         self.gang_refs: set[str] = set()
-        self.waiting: dict[str, list[str]] = {}  # pods parked until their gang object exists (re-resolved then)
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self._bind_cursor = 0
@@ -237,10 +239,10 @@ class Simulation:
                     due.nodes.append(node)
                     self.series.node_added(node.allocatable)
             elif obj.kind in ("PodGroup", "ConfigMap"):
-                if obj.kind == "ConfigMap" and not GangResolver.is_gang_object(obj.obj):
+                if obj.kind == "ConfigMap" and not GangIntake.is_gang_object(obj.obj):
                     continue  # an ordinary ConfigMap
                 try:
-                    self.resolver.add_object(obj.obj, created_at=obj.at)
+                    self.intake.add_object(obj.obj, created_at=obj.at)
                 except IntakeError as exc:
                     self.errors.append(f"{obj.origin}: {exc}")
                 gang_objects_added = True  # valid or not, its waiting pods now resolve differently
@@ -328,8 +330,8 @@ class Simulation:
         if self.opt.mode != "gang":
             return False
         for key in {self.pods[p.key].gang for p in pods} - {""}:
-            spec = self.resolver.gang(key)
-            if spec is not None and self.sent_specs.get(key) != spec:
+            spec = self.intake.gang(key)
+            if spec is not None and self.intake.is_new(spec):
                 return True
         return False
 
@@ -392,7 +394,7 @@ class Simulation:
         return resolved
 
     def _resolve(self, pod: PodInfo, track: PodTrack) -> PodInfo | None:
-        res = self.resolver.resolve(pod)
+        res = self.intake.resolve(pod.key, pod)  # parked (re-resolved with the next gang object) if it waits
         if res.error:
             track.reason = res.error
             self.errors.append(f"{track.origin}: {res.error}")
@@ -401,8 +403,6 @@ class Simulation:
         if res.gang_key:
             self.gang_refs.add(res.gang_key)
         track.waiting_for = res.waiting_for
-        if res.waiting_for:
-            self.waiting.setdefault(res.gang_key, []).append(pod.key)
         pod.gang = res.gang_key
         pod.gang_created_at = res.spec.created_at if res.spec is not None else pod.created_at
         if self.opt.mode == "pod":
@@ -410,31 +410,29 @@ class Simulation:
         return pod
 
     def _reresolve_waiting(self, due: "_Due") -> list[PodInfo]:
-        """Pods parked for a missing PodGroup/ConfigMap: resolve again, resend those that changed."""
+        """Pods parked for a missing PodGroup/ConfigMap: resolve again (every one, whichever gang object
+        arrived), resend those that changed."""
         out = []
-        waiting, self.waiting = self.waiting, {}
-        for keys in waiting.values():
-            for key in keys:
-                track = self.pods[key]
-                if track.bound_at is not None:
-                    continue
-                pod = self.parsed[key]
-                resolved = self._resolve(pod, track)
-                if resolved is None:
-                    due.deleted.append(key)  # its gang object turned out invalid: out of the queue
-                elif not track.waiting_for:
-                    out.append(resolved)
+        for key in self.intake.take_parked():
+            track = self.pods[key]
+            if track.bound_at is not None:
+                continue
+            pod = self.parsed[key]
+            resolved = self._resolve(pod, track)
+            if resolved is None:
+                due.deleted.append(key)  # its gang object turned out invalid: out of the queue
+            elif not track.waiting_for:
+                out.append(resolved)
         return out
 
     def _specs_to_send(self, pods: list[PodInfo]) -> list[GangSpec]:
         out = []
         for key in sorted({self.pods[p.key].gang for p in pods} - {""}):
-            spec = self.resolver.gang(key)
+            spec = self.intake.gang(key)
             if spec is None:
                 continue
-            if self.opt.mode == "gang" and self.sent_specs.get(key) != spec:
+            if self.intake.note_sent(spec) and self.opt.mode == "gang":  # pod mode: the scheduler knows no gangs
                 out.append(spec)
-            self.sent_specs[key] = spec
         return out
 
     def _call(self, fn: Callable[[SchedulerClient], Any]) -> Any:
@@ -525,7 +523,7 @@ class Simulation:
         if track.gang in self.gang_started:
             self._start(track, at)
             return
-        spec = self.resolver.gang(track.gang)
+        spec = self.intake.gang(track.gang)
         if spec is not None and len(bound) >= spec.min_available:
             self.gang_started[track.gang] = at
             self.series.gang_started(track.gang, at)
@@ -554,7 +552,7 @@ class Simulation:
         timed_out = {g.key for g in statuses if g.timed_out}
         conditions = decoded(self.redis.hgetall(self.keys.sim_conditions))
         annotations = {k: json.loads(v) for k, v in decoded(self.redis.hgetall(self.keys.sim_annotations)).items()}
-        gangs = {k: s for k in sorted(self.gang_refs) if (s := self.resolver.gang(k)) is not None}
+        gangs = {k: s for k in sorted(self.gang_refs) if (s := self.intake.gang(k)) is not None}
         return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
                          timed_out, conditions, annotations, until_reached, self.series.report(), self.attempts,
                          self.gang_messages)
