@@ -10,6 +10,7 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
+from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore, decoded
@@ -49,8 +50,8 @@ class LocalScheduler:
         self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
         backend = SimulatedBackend(store.redis, store.keys)
         self.binder = binder_type(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
-        self.sched = GangScheduler(store, self.queue, self.binder,
-                                   settings=SchedulerSettings(default_wait_seconds=default_wait))
+        self.sched = GangScheduler(store, self.queue, self.binder, in_tree_framework(),
+                                   SchedulerSettings(default_wait_seconds=default_wait))
 
     def bound(self) -> dict[str, str]:
         """pod -> node, as the simulated cluster recorded the bindings."""

@@ -11,8 +11,8 @@ import grpc
 from phalanx.clock import Clock
 from phalanx.queueing.scheduling_queue import SchedulingQueue
 from phalanx.queueing.verdicts import apply_verdicts
-from phalanx.rpc.queue_wire import HintDecoder, freed_from_pb, verdict_from_pb
 from phalanx.rpc import validation
+from phalanx.rpc.queue_wire import HintDecoder, freed_from_pb, verdict_from_pb
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.telemetry.tracing import start_root
 from phalanx.v1 import queue_pb2, queue_pb2_grpc

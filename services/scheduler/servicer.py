@@ -15,6 +15,7 @@ from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
 from phalanx.rpc.health import Heartbeat
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.scheduling.events import SCHEDULER_API, ClusterChange, ClusterEvents, deliver
+from phalanx.scheduling.lookahead import Instant, Lookahead
 from phalanx.scheduling.loop import SchedulingLoop
 from phalanx.scheduling.ports import Carry, Popped, QueuePort
 from phalanx.scheduling.scheduler import GangScheduler
@@ -51,9 +52,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         with self.lock:
             carry = self.events.apply(change_of(request.events), now) if request.HasField("events") else Carry()
             carry.add = [Popped(pod_from_pb(p), p.trace_parent) for p in request.pods_added]
-            later = [(self.clock.now(i.now), [Popped(pod_from_pb(p), p.trace_parent) for p in i.pods_added],
-                      list(i.pods_finished)) for i in request.later]
-            r = self.scheduler.step(now, carry, later=later)
+            later = Lookahead(Instant(self.clock.now(i.now), [Popped(pod_from_pb(p), p.trace_parent) for p in i.pods_added],
+                                      list(i.pods_finished)) for i in request.later)
+            r = self.scheduler.step(now, carry, lookahead=later)
         return scheduler_pb2.StepResponse(pods_attempted=r.attempted, pods_bound=r.bound,
                                           next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0,
                                           queue_pending=r.queue_pending, instants_done=r.instants_done, now=r.now)

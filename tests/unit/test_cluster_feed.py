@@ -14,6 +14,7 @@ from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
+from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
@@ -65,7 +66,8 @@ class Harness:
         """A scheduler (recovered from Redis, as after a restart) with a fresh feed."""
         backend = SimulatedBackend(self.store.redis, self.store.keys)
         binder = LocalBinder(BatchBinder(self.store, backend, FencedLock(self.store.redis, self.store.keys)), backend)
-        self.sched = GangScheduler(self.store, self.queue, binder, settings=SchedulerSettings(default_wait_seconds=60))
+        self.sched = GangScheduler(self.store, self.queue, binder, in_tree_framework(),
+                                   SchedulerSettings(default_wait_seconds=60))
         self.sched.recover(0.0)
         self.feed = ClusterFeed(self.sched, threading.Lock(), self.queue, self.reports, [], scheduler_name=NAME,
                                 now=lambda: 0.0)

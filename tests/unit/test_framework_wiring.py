@@ -13,8 +13,8 @@ from phalanx.framework.plugin import FilterPlugin, PodRequest, ScorePlugin
 from phalanx.framework.profile import Profile, ProfileError
 from phalanx.framework.registry import Registry
 from phalanx.framework.snapshot import Snapshot
+from phalanx.model.gpu import GPU_SHARE, device
 from phalanx.model.objects import NodeInfo, PodInfo
-from phalanx.plugins.gpu_share import GPU_SHARE, device
 from phalanx.plugins.registry import in_tree_framework, load_in_tree_framework
 
 GPU = "nvidia.com/gpu"

@@ -7,6 +7,7 @@ from local_scheduler import GPU, LocalScheduler, gang_spec, model_node, model_po
 
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangMode, PodInfo
+from phalanx.plugins.registry import in_tree_framework
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
 
@@ -164,7 +165,7 @@ def test_restart_recovers_gang_progress_from_redis(h: LocalScheduler, store: Sta
     h.sched.step(0)
     assert len(store.load_pods()) == 2
     # A new scheduler process: memory gone, Redis and the queue remain.
-    fresh = GangScheduler(store, h.queue, h.binder, settings=SchedulerSettings(default_wait_seconds=60))
+    fresh = GangScheduler(store, h.queue, h.binder, in_tree_framework(), SchedulerSettings(default_wait_seconds=60))
     fresh.recover(1)
     assert fresh.gangs.placed_count("default/g") == 2
     h.queue.add([pod("w2", "g", gpus=1)], 1)

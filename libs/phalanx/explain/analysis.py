@@ -20,8 +20,8 @@ from enum import StrEnum
 from phalanx.explain.capacity import Capacity, Exclusion, needs_of
 from phalanx.explain.view import ClusterState, Condition, GangState, Holder, PodGroupStatus, PodState
 from phalanx.framework.framework import Framework
+from phalanx.model.gpu import GPU
 from phalanx.model.objects import GangMode, PodInfo
-from phalanx.plugins.gpu_share import GPU
 from phalanx.queueing.hints import fit_count
 
 # GangManager.describe() starts every gang message this way: "gang ns/name: 3/8 pods placed; ...". A Strict

@@ -17,16 +17,8 @@ import numpy as np
 
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
+from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE, WHOLE, device
 from phalanx.model.objects import NodeInfo, Resources
-
-GPU = "nvidia.com/gpu"
-GPU_SHARE = "phalanx.dev/gpu-share"
-DEVICE_PREFIX = "phalanx.dev/gpu-device-"
-WHOLE = 1000  # one GPU in milli-units
-
-
-def device(i: int) -> str:
-    return f"{DEVICE_PREFIX}{i}"
 
 
 def with_gpu_devices(node: NodeInfo) -> NodeInfo:

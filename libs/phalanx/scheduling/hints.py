@@ -19,8 +19,8 @@ import numpy as np
 from phalanx.framework.framework import Framework
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
+from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE, WHOLE
 from phalanx.model.objects import PodInfo
-from phalanx.plugins.gpu_share import DEVICE_PREFIX, GPU, GPU_SHARE, WHOLE
 from phalanx.queueing.hints import FreedCapacity, Hint
 
 # Filters whose verdict depends only on the node object and the pod (a node change alone can alter it).

@@ -25,12 +25,12 @@ from phalanx.model.keys import DEFAULT_SCHEDULER_NAME, KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
 from phalanx.model.status import EventReason, GangPhase
-from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.binds import BindDispatch
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.hints import note_release, refresh_freed, rejection_hint, shortfall_hint, with_slots
+from phalanx.scheduling.lookahead import Lookahead
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
 from phalanx.scheduling.round import RoundState
@@ -56,16 +56,17 @@ class StepResult:
     bound: int = 0
     next_wakeup: float | None = None
     queue_pending: int = 0
-    instants_done: int = 0  # how many of the `later` instants the step ran as well
+    instants_done: int = 0  # how many of the look-ahead's instants the step ran as well
     now: float = 0.0  # the time the step ended at (its last instant)
 
 
 class GangScheduler:
-    def __init__(self, store: StateStore, queue: QueuePort, binder: BinderPort, framework: Framework | None = None,
+    def __init__(self, store: StateStore, queue: QueuePort, binder: BinderPort, framework: Framework,
                  settings: SchedulerSettings | None = None) -> None:
+        """`framework`: the profile's plugins, built by the composition root (phalanx.plugins.registry)."""
         self.store = store
         self.queue = queue
-        self.framework = framework or in_tree_framework()
+        self.framework = framework
         self.settings = settings or SchedulerSettings()
         self.cache = SchedulerCache(GangManager(self.settings.default_wait_seconds))
         self.reports = StatusReports()
@@ -211,20 +212,15 @@ class GangScheduler:
 
     # -- the step ------------------------------------------------------------------------------------
     def step(self, now: float, carry: Carry | None = None, prefetched: PopResult | None = None,
-             later: list[tuple[float, list[Popped], list[str]]] | None = None) -> StepResult:
+             lookahead: Lookahead | None = None) -> StepResult:
         """Schedules until the queue has nothing runnable at `now`. `carry` holds queue updates from
         cluster events; every pop carries the verdicts of the previous one. `prefetched`: pods already
-        popped (by a long poll while idle) to start with.
-
-        `later`: further instants at which only pods arrive or finish (simulation). While the cluster stays quiet
-        (every pod of an instant placed, the queue about to be empty, no timer due before the next
-        instant), the step moves on to the next instant within the same pop, so a run of arrivals costs
-        one pop and one bind per instant and no extra round trip; at the first instant that is not quiet
-        it stops and reports how many instants it consumed (`instants_done`)."""
+        popped (by a long poll while idle) to start with. `lookahead`: the simulator's instants to come
+        (see phalanx.scheduling.lookahead); the step reports how many it ran (`instants_done`)."""
         result = StepResult()
         carry = self._undelivered.merged(carry)
         self._undelivered = Carry()
-        later = list(later or ())
+        later = lookahead or Lookahead()
         unsettled: list[Popped] = list(prefetched.items) if prefetched is not None else []
         popped = PopResult([], None, 0)
         round_started = perf_counter()
@@ -244,8 +240,8 @@ class GangScheduler:
                     carry = Carry()
                 unsettled = list(popped.items)
                 if not popped.items:
-                    if later and popped.pending == 0 and self.timeouts.none_before(later[0][0]):
-                        now = self._next_instant(now, later, carry, result)  # an instant with only finishes
+                    if later.idle_until_next(popped, self.timeouts.none_before):
+                        now = self._next_instant(now, later, carry)  # an instant with only finishes
                         continue
                     break
                 result.attempted += len(popped.items)
@@ -271,8 +267,8 @@ class GangScheduler:
                 result.bound += state.bound
                 state.into(carry)
                 unsettled = []
-                if later and self._quiet_until(later[0][0], popped, state):
-                    now = self._next_instant(now, later, carry, result)
+                if later.quiet_after(popped, state.verdicts, bool(state.failed), self.timeouts.none_before):
+                    now = self._next_instant(now, later, carry)
         except Exception:
             self.attempts.failed(len(unsettled), perf_counter() - round_started)
             # Whatever this round decided is in Redis (or not) as a whole; memory may be half updated, so it
@@ -288,30 +284,20 @@ class GangScheduler:
                    if t is not None]
         result.next_wakeup = min(wakeups) if wakeups else None
         result.queue_pending = popped.pending
+        result.instants_done = later.consumed
         result.now = now
         return result
 
-    def _next_instant(self, now: float, later: list[tuple[float, list[Popped], list[str]]], carry: Carry,
-                      result: StepResult) -> float:
-        """Moves a quiet step on to the next of its `later` instants: its finishes free capacity, its pods
-        go to the queue with the next pop."""
+    def _next_instant(self, now: float, later: Lookahead, carry: Carry) -> float:
+        """Moves a quiet step on to the next instant: its finishes free capacity, its pods go to the
+        queue with the next pop."""
         self.reports.flush(self.binder, now)
-        now, carry.add, finished = later.pop(0)
-        if finished:
-            self.release_pods(finished, carry.freed)  # as any freed capacity does (the queue is empty: a no-op)
-        result.instants_done += 1
-        self.timeouts.expire(now, carry)
-        return now
-
-    def _quiet_until(self, next_instant: float, popped: PopResult, state: RoundState) -> bool:
-        """True when, once this round's verdicts reach the queue, nothing is left to do before
-        `next_instant`: the queue held only what was popped, every popped pod leaves it, and no gang
-        timer falls due in between."""
-        if popped.pending != len(popped.items) or state.failed:
-            return False
-        if any(v.outcome not in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED) for v in state.verdicts):
-            return False
-        return self.timeouts.none_before(next_instant)
+        instant = later.take()
+        carry.add = instant.arrivals
+        if instant.finished:
+            self.release_pods(instant.finished, carry.freed)  # as any freed capacity does
+        self.timeouts.expire(instant.at, carry)
+        return instant.at
 
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
         """Real-clock mode, while idle: a long poll on the queue, so a new pod is scheduled as soon as
