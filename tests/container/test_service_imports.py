@@ -1,7 +1,7 @@
-"""The services run without the report-only dependencies, which the container image leaves out.
+"""The services run without the report- and benchmark-only dependencies, which the container image leaves out.
 
-matplotlib (and what it pulls in) is the `report` extra in pyproject.toml: only `phalanx simulate --png`
-draws. These checks run in a fresh interpreter each, so nothing another test imported can hide an import.
+matplotlib and jinja2 (and what they pull in) are the `report` extra in pyproject.toml: only `phalanx simulate
+--html/--png` draw; psutil and tabulate are the `bench` extra. These checks run in a fresh interpreter each, so nothing another test imported can hide an import.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ import pytest
 from podman_env import REPO
 
 # matplotlib and the packages only it needs: none may be loaded by a service.
-REPORT_ONLY = ("matplotlib", "PIL", "fontTools", "kiwisolver", "contourpy", "cycler", "pyparsing")
+REPORT_ONLY = ("matplotlib", "PIL", "fontTools", "kiwisolver", "contourpy", "cycler", "pyparsing", "jinja2",
+               "markupsafe")
+# psutil is left out: opentelemetry-sdk imports it when it is installed (for process resource attributes) and
+# does without it otherwise, as in the image.
+BENCH_ONLY = ("tabulate",)
 SERVICE_MAINS = ("phalanx_queue.__main__", "phalanx_scheduler.__main__", "phalanx_binder.__main__")
 
 
@@ -38,12 +42,13 @@ def test_services_do_not_import_report_dependencies(module: str) -> None:
     loaded = loaded_after_import(module, run_main_help=True)
     assert "phalanx" in loaded  # the import did happen
     assert not loaded & set(REPORT_ONLY), f"{module} loads report-only modules: {sorted(loaded & set(REPORT_ONLY))}"
+    assert not loaded & set(BENCH_ONLY), f"{module} loads benchmark-only modules: {sorted(loaded & set(BENCH_ONLY))}"
 
 
 def test_cli_start_does_not_import_matplotlib() -> None:
     # `phalanx` runs in the image too (e.g. `phalanx certs`); only --png may need the extra.
     loaded = loaded_after_import("phalanx.cli.main", run_main_help=True)
-    assert "matplotlib" not in loaded
+    assert not loaded & {"matplotlib", "jinja2", "tabulate"}
 
 
 def test_report_dependencies_are_an_extra() -> None:
@@ -62,8 +67,8 @@ def test_png_report_without_matplotlib_names_the_extra(tmp_path: object) -> None
     code = (
         "import sys\n"
         "sys.modules['matplotlib'] = None\n"
-        "from phalanx.sim.outputs import OutputError\n"
-        "from phalanx.sim.png_report import render_png\n"
+        "from phalanx.report.outputs import OutputError\n"
+        "from phalanx.report.png_report import render_png\n"
         "try:\n"
         f"    render_png({{}}, {str(tmp_path)!r} + '/r.png', 't')\n"
         "except OutputError as exc:\n"
@@ -88,3 +93,31 @@ def test_simulate_png_without_matplotlib_fails_before_the_run(tmp_path: object) 
     assert proc.returncode == 2, proc.stderr
     assert "phalanx[report]" in proc.stderr
     assert not Path(report).exists()  # refused before the simulation ran, not after
+
+
+@pytest.mark.parametrize("missing", ["matplotlib", "jinja2"])
+def test_simulate_html_without_the_report_extra_fails_before_the_run(tmp_path: object, missing: str) -> None:
+    report = f"{tmp_path}/r.json"
+    code = (
+        "import sys\n"
+        f"sys.modules[{missing!r}] = None\n"
+        "from phalanx.cli.main import main\n"
+        f"main(['simulate', '-f', 'examples/demo-two-jobs.yaml', '-o', {report!r}, '--html', {str(tmp_path)!r} + '/r.html'])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and missing in proc.stderr and "phalanx[report]" in proc.stderr, proc.stderr
+    assert not Path(report).exists()  # refused before the simulation ran, not after
+
+
+@pytest.mark.parametrize("command", [["bench", "--quick"], ["replay-bench", "--quick"]])
+def test_benchmarks_without_the_bench_extra_name_it(command: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['psutil'] = None\n"
+        "from phalanx.cli.main import main\n"
+        f"main({command!r})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"phalanx {command[0]}: psutil") and "phalanx[bench]" in proc.stderr, proc.stderr

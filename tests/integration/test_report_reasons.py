@@ -13,9 +13,9 @@ import yaml
 from builders import make_node, make_pod
 
 from phalanx.model.keys import KOORD_GROUPS, KOORD_MIN_AVAILABLE, KOORD_MODE, KOORD_NAME, KOORD_WAITING_TIME
-from phalanx.sim import causes
+from phalanx.report import causes
+from phalanx.report.html_report import render_html
 from phalanx.sim.driver import SimOptions
-from phalanx.sim.html_report import render_html
 from phalanx.sim.run import simulate
 from phalanx.sim.workload import load_workload
 

@@ -88,6 +88,24 @@ def test_percentile_matches_numpy() -> None:
         percentile([1.0], 101)
 
 
+def test_process_probes_read_a_live_process_and_none_once_gone() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from phalanx.bench.procs import cpu_seconds, machine_busy_s, peak_rss_mib, proc_sample
+
+    sum(i * i for i in range(200_000))  # some CPU time to see
+    me = os.getpid()
+    assert (cpu_seconds(me) or 0) > 0 and (peak_rss_mib(me) or 0) > 1
+    s = proc_sample(me)
+    assert s.alive and s.cpu_s > 0 and 0 < s.rss_mib <= s.peak_rss_mib + 0.1
+    assert machine_busy_s() > 0
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert cpu_seconds(int(gone)) is None and peak_rss_mib(int(gone)) is None and not proc_sample(int(gone)).alive
+
+
 def test_summary_in_milliseconds() -> None:
     s = summarize_ms([0.001, 0.002, 0.003, 0.004])
     assert s["count"] == 4 and s["p50"] == 2.5 and s["max"] == 4.0

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from phalanx.sim.compare import compare_rows
-from phalanx.sim.html_report import ROW_CAP, render_compare_html, render_html
-from phalanx.sim.outputs import OutputError, check_writable, write_report_files
-from phalanx.sim.png_report import render_png
+from phalanx.report.compare import compare_rows
+from phalanx.report.html_report import ROW_CAP, render_compare_html, render_html
+from phalanx.report.outputs import OutputError, check_writable, write_report_files
+from phalanx.report.png_report import render_png
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -165,7 +165,7 @@ NS = "{http://www.w3.org/2000/svg}"
 
 
 def plot_group(root: ET.Element) -> ET.Element:
-    g = root.find(f"{NS}g[@class='plot']")
+    g = root.find(f".//{NS}g[@class='plot']")
     assert g is not None
     return g
 
@@ -174,29 +174,39 @@ def domain(root: ET.Element) -> tuple[float, ...]:
     return tuple(float(v) for v in plot_group(root).get("data-domain", "").split())
 
 
+def line_groups(root: ET.Element) -> list[ET.Element]:
+    return [g for g in plot_group(root).iter(f"{NS}g") if g.get("data-series") is not None]
+
+
+def path_points(d: str) -> list[tuple[float, float]]:
+    """The vertices of a line's path (matplotlib draws lines as moves and straight segments only)."""
+    tokens = d.split()
+    assert set(t for t in tokens if t.isalpha()) <= {"M", "L"}, d
+    values = [float(t) for t in tokens if not t.isalpha()]
+    return list(zip(values[0::2], values[1::2]))
+
+
 def series_points(root: ET.Element, label: str) -> list[tuple[float, float]]:
-    """A polyline's points turned back into data units through the chart's own box and domain."""
+    """A line's points turned back into data units through the chart's own box and domain."""
     g = plot_group(root)
     left, top, right, bottom = (float(v) for v in g.get("data-box", "").split())
     x0, x1, y0, y1 = domain(root)
-    for pl in g.iter(f"{NS}polyline"):
-        if pl.get("data-series") == label:
-            out = []
-            for pair in pl.get("points", "").split():
-                px, py = (float(v) for v in pair.split(","))
-                out.append((x0 + (px - left) / (right - left) * (x1 - x0),
-                            y0 + (bottom - py) / (bottom - top) * (y1 - y0)))
-            return out
+    for line in line_groups(root):
+        if line.get("data-series") == label:
+            path = line.find(f"{NS}path")
+            assert path is not None
+            return [(x0 + (px - left) / (right - left) * (x1 - x0), y0 + (bottom - py) / (bottom - top) * (y1 - y0))
+                    for px, py in path_points(path.get("d", ""))]
     raise AssertionError(f"no series {label!r}")
 
 
 def labels(root: ET.Element) -> list[str]:
-    return [pl.get("data-series", "") for pl in plot_group(root).iter(f"{NS}polyline")]
+    return [g.get("data-series", "") for g in line_groups(root)]
 
 
 def step_value(points: list[tuple[float, float]], x: float) -> float:
     """The stairs' value at x: the last vertex at or before x (right-continuous, like the sampled state)."""
-    tol = 1e-4 * max(1.0, abs(points[-1][0] - points[0][0]))  # points are rounded to 0.01 px
+    tol = 1e-4 * max(1.0, abs(points[-1][0] - points[0][0]))  # points are rounded to 1e-6 of a unit
     value = None
     for px, py in points:
         if px <= x + tol:
@@ -401,7 +411,8 @@ def test_unbound_pods_with_reasons_and_escaping() -> None:
     unbound = section(page, "Unbound pods")
     assert ('<td class="num">3</td><td class="num">1</td><td class="reason">gang timed out</td>'
             '<td class="example"><details><summary>team/job-b</summary>') in unbound
-    assert "team/&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;&amp;x" in unbound
+    # Jinja2's autoescape (markupsafe) writes a double quote as &#34;.
+    assert "team/&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;&amp;x" in unbound
     assert "&lt;img src=http://evil.example/x.png onerror=alert(1)&gt; 0/2 nodes" in unbound
     assert EVIL_NAME not in page and "<img" not in page and "<script" not in page
     text = check_well_formed(page)

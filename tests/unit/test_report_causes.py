@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from phalanx.model.objects import GangMode, GangSpec
-from phalanx.sim import causes, units
-from phalanx.sim.compare import compare_rows
+from phalanx.report import causes, units
+from phalanx.report.compare import compare_rows
+from phalanx.report.summary import summary_lines
 from phalanx.sim.driver import PodTrack, SimResult
-from phalanx.sim.report import build_report, summary_lines
+from phalanx.sim.report import build_report
 
 
 # -- causes ---------------------------------------------------------------------------------------------

@@ -35,8 +35,7 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from phalanx.bench.report import machine, notes, table
-    from phalanx.bench.runner import BenchError, RunOptions, run_workload
+    from phalanx.bench.extra import extra_missing
     from phalanx.bench.workloads import suite
 
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
@@ -52,6 +51,12 @@ def run_bench(args: argparse.Namespace) -> int:
         for w in workloads:
             print(f"{w.name:24} {w.kind:10} nodes={len(w.nodes):,} pods={w.pod_count:,} gangs={len(w.gangs):,}")
         return 0
+    if (missing := extra_missing()) is not None:
+        print(f"phalanx bench: {missing}", file=sys.stderr)
+        return 2
+    from phalanx.bench.report import machine, notes, table
+    from phalanx.bench.runner import BenchError, RunOptions, run_workload
+
     info = machine()
     print(f"phalanx bench: {len(workloads)} workload(s) on {info['cpu_count']} cores ({info['cpu_model']}), "
           f"Python {info['python']}, load average {info['load_average_at_start']}", file=sys.stderr)

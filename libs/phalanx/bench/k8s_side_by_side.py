@@ -12,7 +12,7 @@ BEFORE the scheduler under test is started; then it launches the scheduler and w
   from /metrics before launch and after the statuses settled (the harness itself sends nothing in that
   window: its watches are counted when they end, after it);
 - peak RSS (VmHWM) and CPU seconds of every scheduler process, and of kube-apiserver and etcd over the
-  window (/proc);
+  window (psutil, and /proc for the peak);
 - correctness, from a final LIST: no partial gang (each gang has 0 or >= minMember pods bound), no node
   over its allocatable cpu, memory, GPUs or pod count, and the expected number of pods bound.
 
@@ -195,54 +195,6 @@ def peer_versions() -> dict[str, str]:
         if m:
             out[key] = m.group(1)
     return out
-
-
-# --- /proc ------------------------------------------------------------------------------------------------
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-@dataclass
-class ProcSample:
-    cpu_s: float = 0.0
-    rss_mib: float = 0.0
-    peak_rss_mib: float = 0.0
-    alive: bool = False
-
-
-def proc_sample(pid: int) -> ProcSample:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        cpu = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
-        rss = peak = 0.0
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) / 1024
-            elif line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) / 1024
-        return ProcSample(cpu, rss, peak, True)
-    except (OSError, ValueError, IndexError):
-        return ProcSample()
-
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has spent busy (all cores, /proc/stat), to tell other load apart."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / _TICK
-
-
-def reset_peak_rss(pid: int) -> bool:
-    """Resets VmHWM to the current RSS (Linux: "5" to clear_refs); False if not allowed."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 # --- the API server ---------------------------------------------------------------------------------------
@@ -658,6 +610,7 @@ def correctness(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], gangs: 
 
 
 def run_once(shape: Shape, which: str, opts: RunOptions, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    from phalanx.bench.procs import ProcSample, machine_busy_s, proc_sample, reset_peak_rss
     from phalanx.testing.apiserver import LocalApiServer
 
     base_dir = Path(tempfile.mkdtemp(prefix=f"bench-k8s-{shape.name}-{which}-", dir=opts.log_dir))
@@ -1088,6 +1041,11 @@ def main(args: Any) -> int:
         if args.output:
             Path(args.output).write_text(json.dumps(doc, indent=2) + "\n")
         return 0
+    from phalanx.bench.extra import extra_missing
+
+    if (missing := extra_missing()) is not None:
+        print(f"phalanx bench-k8s: {missing}", file=sys.stderr)
+        return 2
     shapes = workloads(quick=args.quick, large=args.large)
     if args.only:
         shapes = [s for s in shapes if any(o in s.name for o in args.only)]

@@ -56,15 +56,12 @@ def row(r: dict[str, Any]) -> dict[str, str]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    rows = [row(r) for r in results]
-    heads = [h for h, _ in COLUMNS]
-    widths = [max(len(h), *(len(x[k]) for x in rows)) if rows else len(h) for h, k in COLUMNS]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(heads, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    for x in rows:
-        cells = [x[k].ljust(w) if i == 0 else x[k].rjust(w) for i, ((_, k), w) in enumerate(zip(COLUMNS, widths))]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """A Markdown (GitHub) table: the workload's name left, every number right-aligned as formatted by row()."""
+    from tabulate import tabulate  # the `bench` extra; `phalanx chaos` reads machine() from here without it
+
+    rows = [[x[k] for _, k in COLUMNS] for x in map(row, results)]
+    return tabulate(rows, [h for h, _ in COLUMNS], tablefmt="github", disable_numparse=True,
+                    colalign=["left"] + ["right"] * (len(COLUMNS) - 1))
 
 
 def notes(results: list[dict[str, Any]]) -> list[str]:

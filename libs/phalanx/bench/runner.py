@@ -26,15 +26,8 @@ from typing import Any
 
 import redis
 
-from phalanx.bench.stats import (
-    cpu_seconds,
-    peak_rss_mib,
-    redis_counters,
-    redis_delta,
-    rpc_delta,
-    rpc_snapshot,
-    summarize_ms,
-)
+from phalanx.bench.procs import cpu_seconds, peak_rss_mib
+from phalanx.bench.stats import redis_counters, redis_delta, rpc_delta, rpc_snapshot, summarize_ms
 from phalanx.bench.workloads import GPU, BenchWorkload
 from phalanx.rpc.call_stats import ENV_DIR
 from phalanx.rpc.clients import QueueClient, SchedulerClient

@@ -1,9 +1,8 @@
-"""Measurement helpers: percentiles, per-process memory and CPU from /proc, Redis counters, gRPC counts."""
+"""Measurement helpers: percentiles (numpy), Redis counters, gRPC counts. Process CPU and memory: procs.py."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import time
@@ -11,23 +10,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from phalanx.rpc.call_stats import total_calls
+import numpy as np
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from phalanx.rpc.call_stats import total_calls
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default);
-    None for no values."""
-    if not values:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default); None for no values.
+    A q outside 0..100 raises ValueError."""
+    if not len(values):
         return None
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside 0..100")
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 def summarize_ms(seconds: Sequence[float]) -> dict[str, float | int | None]:
@@ -39,28 +32,6 @@ def summarize_ms(seconds: Sequence[float]) -> dict[str, float | int | None]:
 
     return {"count": len(ms), "p50": r(percentile(ms, 50)), "p90": r(percentile(ms, 90)),
             "p99": r(percentile(ms, 99)), "max": r(max(ms) if ms else None)}
-
-
-# -- processes -------------------------------------------------------------------------------------------
-def peak_rss_mib(pid: int) -> float | None:
-    """VmHWM (peak resident set) of a live process, in MiB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024.0, 1)
-    except OSError:
-        return None
-    return None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time a live process has used so far."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
 
 
 # -- Redis ---------------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from phalanx.cli.args import duration_arg
+from phalanx.report.summary import summary_lines
 from phalanx.sim.driver import SimOptions
-from phalanx.sim.report import summary_lines
 from phalanx.sim.run import Endpoints, simulate
 from phalanx.sim.workload import load_workload
 
@@ -45,14 +45,11 @@ def _run_simulate(args: argparse.Namespace) -> int:
     if any(external) and not all(external):
         print("phalanx simulate: --redis-url, --queue and --scheduler go together", file=sys.stderr)
         return 2
-    from phalanx.sim.outputs import OutputError, check_writable, write_report_files
+    from phalanx.report.outputs import OutputError, check_can_render, check_writable, write_report_files
 
     try:
         check_writable(args.output, args.html, args.png)  # before the run, not after 30 s of it
-        if args.png:
-            from phalanx.sim.png_report import check_can_draw
-
-            check_can_draw()
+        check_can_render(html=bool(args.html), png=bool(args.png))
     except OutputError as exc:
         print(f"phalanx simulate: {exc}", file=sys.stderr)
         return 2
@@ -88,7 +85,7 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from phalanx.sim.compare import compare_table
+    from phalanx.report.compare import compare_table
 
     loaded = []
     for path in args.reports:
@@ -102,10 +99,12 @@ def _run_compare(args: argparse.Namespace) -> int:
     labels = args.labels or [Path(p).stem for p in args.reports]
     print(compare_table(loaded[0], loaded[1], labels[0], labels[1]))
     if args.html:
-        from phalanx.sim.html_report import render_compare_html
-        from phalanx.sim.outputs import OutputError, write_html
+        from phalanx.report.outputs import OutputError, check_can_render, write_html
 
         try:
+            check_can_render(html=True)
+            from phalanx.report.html_report import render_compare_html
+
             write_html(render_compare_html(loaded[0], loaded[1], labels[0], labels[1]), args.html)
         except OutputError as exc:
             print(f"phalanx compare: {exc}", file=sys.stderr)
@@ -128,15 +127,20 @@ def _add_replay_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _run_replay_bench(args: argparse.Namespace) -> int:
-    from phalanx.sim import replay_bench
+    from phalanx.bench.extra import extra_missing
 
-    traces = Path(args.traces) if args.traces else replay_bench.default_traces()
+    if (missing := extra_missing()) is not None:
+        print(f"phalanx replay-bench: {missing}", file=sys.stderr)
+        return 2
+    from phalanx.bench import replay
+
+    traces = Path(args.traces) if args.traces else replay.default_traces()
     try:
-        results = replay_bench.run(traces, args.seeds, args.quick, Path(args.output) if args.output else None)
+        results = replay.run(traces, args.seeds, args.quick, Path(args.output) if args.output else None)
     except FileNotFoundError as exc:
         print(f"phalanx replay-bench: {exc}", file=sys.stderr)
         return 2
-    print(replay_bench.table(results))
+    print(replay.table(results))
     return 0
 
 

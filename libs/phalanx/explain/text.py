@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from phalanx.explain.analysis import CapacityReport, Explanation, GangExplanation, HolderGroup
 from phalanx.explain.capacity import Exclusion
 from phalanx.model.quantity import format_milli
-from phalanx.sim.units import fmt_duration
+from phalanx.report.units import fmt_duration
 
 _LABEL = 12  # width of the label column
 _NODES_SHOWN = 8  # nodes named per exclusion; the rest are counted

@@ -13,7 +13,6 @@ from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.rpc.queue_wire import freed_to_pb, hint_to_pb
 from phalanx.rpc.convert import (
     assignment_to_pb,
     bind_result_from_pb,
@@ -24,6 +23,7 @@ from phalanx.rpc.convert import (
     pod_report_to_pb,
     pod_to_pb,
 )
+from phalanx.rpc.queue_wire import freed_to_pb, hint_to_pb
 from phalanx.rpc.server import channel
 from phalanx.rpc.stream_call import StreamCaller
 from phalanx.rpc.validation import MAX_BIND_TOTAL, MAX_ITEMS

@@ -1,4 +1,4 @@
-"""The simulation report: the JSON contract of `phalanx simulate --output`, and a readable summary."""
+"""The simulation report: the JSON contract of `phalanx simulate --output` (phalanx.report renders it)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ from collections import Counter
 from typing import Any
 
 from phalanx.model.keys import KOORD_TIMEOUT
-from phalanx.sim import causes, units
+from phalanx.report import causes
 from phalanx.sim.driver import PodTrack, SimResult
-
-TEXT_CAUSES = 3  # causes of unbound pods printed under the one-line summary
 
 
 def _phase(bound: int, finished: int, minimum: int, timed_out: bool) -> str:
@@ -24,7 +22,7 @@ def _phase(bound: int, finished: int, minimum: int, timed_out: bool) -> str:
 
 
 def _gang_names(r: SimResult) -> dict[str, dict[str, str]]:
-    """For each gang, the names its messages may carry (see phalanx.sim.causes)."""
+    """For each gang, the names its messages may carry (see phalanx.report.causes)."""
     members: dict[str, list[tuple[str, str]]] = {}
     for t in r.pods.values():
         if t.gang:
@@ -122,21 +120,3 @@ def build_report(r: SimResult) -> dict[str, Any]:
     }
     return {"pods": pods_out, "podGroups": groups_out, "gangReasons": gang_reasons, "summary": summary}
 
-
-def summary_lines(report: dict[str, Any]) -> list[str]:
-    s = report["summary"]
-    lines = [
-        f"mode {s['mode']}: {s['podsBound']}/{s['podsTotal']} pods bound, {s['podsFinished']} finished; "
-        f"gangs {s['gangsBound']}/{s['gangsTotal']} bound, {s['partialGangs']} partial, {s['gangsTimedOut']} timed out; "
-        f"virtual {units.fmt_duration(s['virtualSeconds'])} in {units.fmt_duration(s['wallSeconds'])} wall",
-    ]
-    found = causes.unbound_causes(report)
-    for c in found[:TEXT_CAUSES]:
-        in_gangs = f" of {units.fmt_number(c.gangs)} gang{'s' if c.gangs != 1 else ''}" if c.gangs else ""
-        lines.append(f"  not bound: {units.fmt_number(c.pods)} pod{'s' if c.pods != 1 else ''}{in_gangs}: "
-                     f"{c.cause} (e.g. {c.example})")
-    if len(found) > TEXT_CAUSES:
-        lines.append(f"  not bound: {len(found) - TEXT_CAUSES} more causes (see the report's pods)")
-    for e in s["errors"]:
-        lines.append(f"  error: {e}")
-    return lines

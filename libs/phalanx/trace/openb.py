@@ -79,7 +79,6 @@ from phalanx.trace.writer import (
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-POD_TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
 WHOLE_GPU_MILLI = 1000
 DEFAULT_FGD_FACTOR = 1.3
 DEFAULT_MAX_GANG_SIZE = 64

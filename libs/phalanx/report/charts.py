@@ -1,17 +1,18 @@
-"""The report's plots as SVG: each takes one or more runs so the compare page can overlay them.
+"""The report's plots, read from its series: each takes one or more runs so the compare page can overlay them.
 
 A run is (label, report dict, dash pattern or None). With one run the lines are named after what they
-show; with several, after the run too ("gang: pending pods").
+show; with several, after the run too ("gang: pending pods"). Each plot is drawn by phalanx.report.plot
+(matplotlib, as SVG), or is a note saying why there is nothing to draw.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 from typing import Any, Callable, Sequence
 
-from phalanx.sim import units
-from phalanx.sim.svg_plot import Line, Marker, Scale, chart, count_scale, ratio_scale, time_scale
+from phalanx.report import units
+from phalanx.report.plot import Line, Marker, chart
+from phalanx.report.scales import Scale, count_scale, ratio_scale, time_scale
 
 GPU = "nvidia.com/gpu"
 RESOURCE_ORDER = (GPU, "cpu", "memory")
@@ -27,11 +28,19 @@ DEMAND_LEVELS = ("0.9", "1", "1.1", "1.3")
 class Run:
     label: str
     report: dict[str, Any]
-    dash: str | None = None
+    dash: tuple[float, float] | None = None
 
 
-def empty(message: str) -> str:
-    return f'<p class="empty">{escape(message)}</p>'
+@dataclass
+class Plot:
+    """A drawn chart (inline SVG), or, when there is nothing to draw, the note that says why."""
+
+    svg: str = ""
+    note: str = ""
+
+
+def empty(message: str) -> Plot:
+    return Plot(note=message)
 
 
 def series_of(report: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +82,7 @@ def reserved_resources(report: dict[str, Any]) -> list[str]:
 
 
 def _share_chart(runs: Sequence[Run], *, series: str, picked: Callable[[dict[str, Any]], list[str]], suffix: str,
-                 axis: str, nothing: str, name: str, title: str, x_max: float | None, height: int) -> str:
+                 axis: str, nothing: str, name: str, title: str, x_max: float | None, height: int) -> Plot:
     """One line per run and resource of the share-of-cluster series `series` (allocatedRatio, reservedRatio)."""
     lines: list[Line] = []
     for run in runs:
@@ -82,18 +91,18 @@ def _share_chart(runs: Sequence[Run], *, series: str, picked: Callable[[dict[str
         for i, res in enumerate(picked(run.report)):
             color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
             # CPU and memory often move together: memory dashed and GPU wider keep all three visible.
-            dash = run.dash or ("7 4" if res == "memory" else None)
+            dash = run.dash or ((7.0, 4.0) if res == "memory" else None)
             lines.append(Line(_name(runs, run, RESOURCE_NAMES.get(res, res) + suffix), t, _floats(s[series][res]),
                               color, dash=dash, width=2.6 if res == GPU else 1.8))
     if not lines:
         return empty(nothing)
     y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
     x = time_scale(t_max(runs) if x_max is None else x_max)
-    return chart(lines, x, ratio_scale(y_max, axis), name=name, title=title, width=1100, height=height)
+    return Plot(chart(lines, x, ratio_scale(y_max, axis), name=name, title=title, width=1100, height=height))
 
 
 def reserved_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
-                   height: int = 260) -> str:
+                   height: int = 260) -> Plot:
     """Capacity reserved for waiting gangs and not bound: held, idle, and what keeps others waiting."""
     return _share_chart(runs, series="reservedRatio", picked=reserved_resources, suffix=" reserved, not bound",
                         axis="reserved, share of the cluster", nothing="no capacity was ever held by a waiting gang",
@@ -101,14 +110,14 @@ def reserved_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float |
 
 
 def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
-                     height: int = 380) -> str:
+                     height: int = 380) -> Plot:
     return _share_chart(runs, series="allocatedRatio", picked=resources, suffix="",
                         axis="allocated, share of the cluster",
                         nothing="no allocation series in this report (no nodes, or a report without series)",
                         name=name, title=title, x_max=x_max, height=height)
 
 
-def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
+def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
     lines: list[Line] = []
     for k, run in enumerate(runs):
         s = series_of(run.report)
@@ -124,7 +133,7 @@ def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
     if not lines:
         return empty("no pending-count series in this report")
     y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
-    return chart(lines, time_scale(t_max(runs)), count_scale(y_max, "pending"), name=name, title=title)
+    return Plot(chart(lines, time_scale(t_max(runs)), count_scale(y_max, "pending"), name=name, title=title))
 
 
 def wait_values(report: dict[str, Any]) -> list[float]:
@@ -135,7 +144,7 @@ def wait_values(report: dict[str, Any]) -> list[float]:
                   if isinstance(w, dict) and isinstance(w.get("waitSeconds"), (int, float)))
 
 
-def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
+def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
     """Share of gangs that waited at most x: stairs rising by 1/n at each gang's wait."""
     lines: list[Line] = []
     for k, run in enumerate(runs):
@@ -154,11 +163,11 @@ def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
         markers = [Marker(float(v), k) for k, v in pct.items() if isinstance(v, (int, float))]
     w_max = max(max(line.xs) for line in lines)
     y = Scale(0.0, 1.0, "share of started gangs", [0, 0.25, 0.5, 0.75, 1.0], units.fmt_percent)
-    return chart(lines, time_scale(w_max, what="wait from first pod's arrival to min bound"), y,
-                 name=name, title=title, markers=markers)
+    return Plot(chart(lines, time_scale(w_max, what="wait from first pod's arrival to min bound"), y,
+                     name=name, title=title, markers=markers))
 
 
-def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
+def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
     """GPU allocation against arrived GPU demand (both over the cluster's GPUs), with y = x for reference."""
     lines: list[Line] = []
     for k, run in enumerate(runs):
@@ -177,10 +186,10 @@ def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> str:
         return empty("no GPU demand arrived")
     ref = min(1.0, x_hi)
     lines.insert(0, Line("y = x (all arrived demand allocated)", [0.0, ref], [0.0, ref], "#adb5bd",
-                         step=False, dash="5 4", width=1.2))
+                         step=False, dash=(5.0, 4.0), width=1.2))
     y_max = max(ref, max((y for line in lines[1:] for y in line.ys if y == y), default=0.0))
     step = units.nice_step(x_hi)
     x = Scale(0.0, x_hi, "arrived GPU demand, share of the cluster's GPUs", units.ticks(0.0, x_hi),
               lambda v: f"{units.fmt_tick(v * 100, step * 100)}%")
     markers = [Marker(float(d), units.fmt_percent(float(d))) for d in DEMAND_LEVELS]
-    return chart(lines, x, ratio_scale(y_max, "GPU allocated"), name=name, title=title, markers=markers)
+    return Plot(chart(lines, x, ratio_scale(y_max, "GPU allocated"), name=name, title=title, markers=markers))

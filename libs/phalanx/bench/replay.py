@@ -101,20 +101,20 @@ def _mean(rows: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["trace replay (openb default, 1213 GPU nodes, through queue + scheduler + binder + Redis)",
-             f"{'pods':>6} {'steps':>6} {'wall s':>7} {'pods/s':>7}"]
-    for r in results["speed"]:
-        lines.append(f"{r['pods']:>6} {r['steps']:>6} {r['wallSeconds']:>7} {r['podsPerSecond']:>7}")
-    lines.append("")
-    lines.append("GPU allocation % at arrived GPU demand (FGD experiment)")
-    lines.append(f"{'policy':<28} {'90%':>6} {'100%':>6} {'110%':>6} {'130%':>6}")
-    seeds = len(results["fgd"])
-    rows = [(f"Phalanx default (mean of {seeds})", results["fgdMean"])]
+    from tabulate import tabulate  # the `bench` extra (the command checks for it before the replay)
+
+    speed = [[r["pods"], r["steps"], r["wallSeconds"], r["podsPerSecond"]] for r in results["speed"]]
+    levels = ("0.9", "1", "1.1", "1.3")
+    rows = [(f"Phalanx default (mean of {len(results['fgd'])})", results["fgdMean"])]
     rows += [(f"paper: {name}", vals) for name, vals in results["fgdPaper"].items()]
-    for name, vals in rows:
-        cells = " ".join(f"{'-' if vals.get(k) is None else vals[k]:>6}" for k in ("0.9", "1", "1.1", "1.3"))
-        lines.append(f"{name:<28} {cells}")
-    return "\n".join(lines)
+    fgd = [[name] + [vals.get(k) for k in levels] for name, vals in rows]
+    return "\n".join([
+        "trace replay (openb default, 1213 GPU nodes, through queue + scheduler + binder + Redis)",
+        tabulate(speed, ["pods", "steps", "wall s", "pods/s"], tablefmt="plain", missingval="-"),
+        "",
+        "GPU allocation % at arrived GPU demand (FGD experiment)",
+        tabulate(fgd, ["policy", "90%", "100%", "110%", "130%"], tablefmt="plain", missingval="-"),
+    ])
 
 
 def _machine() -> dict[str, Any]:

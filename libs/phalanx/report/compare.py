@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.sim import units
+from phalanx.report import units
 
 ROWS = [
     ("pods bound", "podsBound"),

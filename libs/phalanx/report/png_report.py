@@ -10,14 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from phalanx.sim import units
-from phalanx.sim.outputs import OutputError
-from phalanx.sim.report_charts import RESOURCE_COLORS, RESOURCE_NAMES, reserved_resources, resources, series_of
-from phalanx.sim.svg_plot import ZOOM_LEVELS
+from phalanx.report import units
+from phalanx.report.charts import RESOURCE_COLORS, RESOURCE_NAMES, reserved_resources, resources, series_of
+from phalanx.report.outputs import extra_missing
+from phalanx.report.scales import ZOOM_LEVELS
 
 WIDTH_IN, HEIGHT_IN, DPI = 12.0, 5.0, 100
-MATPLOTLIB_MISSING = ("PNG reports need matplotlib, which is not installed; it comes with the 'report' extra: "
-                      "pip install 'phalanx[report]'")
 
 
 def _zoom(y_max: float) -> float:
@@ -25,16 +23,6 @@ def _zoom(y_max: float) -> float:
     if 0 < y_max <= 0.5:
         return next(z for z in ZOOM_LEVELS if z >= y_max)
     return max(1.0, y_max)
-
-
-def check_can_draw() -> None:
-    """Raises OutputError when matplotlib is missing: `simulate --png` says so before the run, not after."""
-    try:
-        import matplotlib  # noqa: F401
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "matplotlib":
-            raise
-        raise OutputError(MATPLOTLIB_MISSING) from None
 
 
 def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
@@ -46,7 +34,7 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "matplotlib":
             raise  # matplotlib is there but broken: its own message says more
-        raise OutputError(MATPLOTLIB_MISSING) from None
+        raise extra_missing("PNG", "matplotlib") from None
 
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
     FigureCanvasAgg(fig)
