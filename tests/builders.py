@@ -7,6 +7,11 @@
 
 Every builder has `set("spec.some.path", value)` to write anything, including values the API server
 would refuse, and `build()` returns a fresh deep copy so one builder can produce several objects.
+
+Tests that start after intake build the model objects it produces (milli-units) with `model_node`,
+`model_pod` and `gang_spec`:
+
+    model_node("n1", gpus=8)            model_pod("w0", "train", gpus=1)            gang_spec("train", 4)
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import copy
 from datetime import datetime
 from typing import Any, Self
 
+from phalanx.model.objects import GangMode, GangSpec, NodeInfo, Placement, PodInfo, Resources, Taint
+
 QuantityLike = str | int | float
+GPU = "nvidia.com/gpu"
+GIB = 2**30 * 1000  # one GiB of memory in milli-units
 
 
 class _Builder:
@@ -243,3 +252,38 @@ def _container(name: str, requests: dict[str, QuantityLike] | None,
     if limits:
         resources["limits"] = dict(limits)
     return {"name": name, "image": "busybox", "resources": resources}
+
+
+# -- model objects, as intake produces them -------------------------------------------------------------------
+
+def model_node(name: str, *, gpus: int = 0, cpu: float = 64, memory_gib: float = 256, pods: int = 110,
+               labels: dict[str, str] | None = None, taints: tuple[Taint, ...] = ()) -> NodeInfo:
+    """A node of `cpu` cores, `memory_gib` GiB, `pods` pod slots and `gpus` whole GPUs (0 leaves a resource
+    out), labelled with its hostname."""
+    allocatable = _milli_units(cpu=cpu, memory_gib=memory_gib, pods=pods, gpus=gpus)
+    return NodeInfo(name, allocatable, {"kubernetes.io/hostname": name, **(labels or {})}, taints)
+
+
+def model_pod(name: str, gang: str = "", *, gpus: int = 0, cpu: float = 1, memory_gib: float = 0, pods: int = 1,
+              requests: Resources | None = None, ns: str = "default", created: float = 0.0, priority: int = 0,
+              placement: Placement | None = None) -> PodInfo:
+    """A pod of gang `ns/gang` (none when empty) asking `cpu` cores, `memory_gib` GiB, `pods` pod slots and
+    `gpus` whole GPUs (0 asks none of it), and `requests` in milli-units besides (they win for a resource named
+    in both). Its uid is its name, and its gang is taken to be as old as the pod."""
+    asked = {**_milli_units(cpu=cpu, memory_gib=memory_gib, pods=pods, gpus=gpus), **(requests or {})}
+    return PodInfo(ns, name, uid=name, priority=priority, created_at=created, requests=asked,
+                   placement=placement or Placement(), gang=f"{ns}/{gang}" if gang else "", gang_created_at=created)
+
+
+def gang_spec(name: str, min_available: int, total: int | None = None, mode: GangMode = GangMode.STRICT,
+              wait: float | None = 20.0, groups: tuple[str, ...] = (), ns: str = "default", *, source: str = "",
+              invalid: str = "") -> GangSpec:
+    """A gang of `total` pods (`min_available` when not given) waiting `wait` seconds (None: the scheduler's
+    default)."""
+    return GangSpec(ns, name, min_available, total or min_available, mode, groups, wait, source=source,
+                    invalid=invalid)
+
+
+def _milli_units(*, cpu: float, memory_gib: float, pods: int, gpus: int) -> Resources:
+    amounts = {"cpu": round(cpu * 1000), "memory": round(memory_gib * GIB), "pods": pods * 1000, GPU: gpus * 1000}
+    return {resource: amount for resource, amount in amounts.items() if amount}

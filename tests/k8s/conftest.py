@@ -83,6 +83,7 @@ class Cluster:
         self.tid = tid
         self.scheduler_name = scheduler_name
         self.nodes: list[str] = []
+        self._canaries = itertools.count()
 
     # -- creating -------------------------------------------------------------------------------------
     def namespace(self, suffix: str = "ns") -> str:
@@ -170,6 +171,20 @@ class Cluster:
             if c.get("type") == "PodScheduled":
                 return c  # type: ignore[no-any-return]
         return {}
+
+    def judged(self, namespace: str, names: list[str]) -> bool:
+        """Every pod has its PodScheduled condition: False as Phalanx writes it on a pod it could not place
+        (or holds for its gang), True as the API server sets it on binding. Waited for before asserting
+        that pods were not bound: the scheduler has decided about each of them."""
+        return all(self.condition(namespace, name).get("status") for name in names)
+
+    def canary(self, bind_timeout: float = 20.0) -> None:
+        """A pod that fits any node, in a namespace of its own, bound by the scheduler: it has run its rounds
+        past everything the feed saw before the canary was created. Waited for before asserting that
+        something else did not happen."""
+        namespace = self.namespace(f"canary{next(self._canaries)}")
+        self.pod(namespace, "canary", gpus=0)
+        wait_for(lambda: self.node_of(namespace, "canary"), bind_timeout, "the canary pod bound")
 
     def annotations(self, namespace: str, name: str) -> dict[str, str]:
         return (self.read_pod(namespace, name).get("metadata") or {}).get("annotations") or {}

@@ -105,7 +105,7 @@ def test_running_pods_cannot_be_reported_finished_to_overcommit_a_node(cluster: 
                                                  timeout=5))
         ch.close()
     second = cluster.koord_pods(ns, "b", 8, min_available=8)
-    time.sleep(3)  # several scheduling rounds
+    wait_for(lambda: cluster.judged(ns, second), 30, "the scheduler's verdict on each pod of the second gang")
     assert cluster.all_bound(ns, second) is None
     assert sum(cluster.gpus_by_node(ns, first + second).values()) == 8  # 8 GPUs on an 8-GPU node, not 16
 
@@ -120,7 +120,10 @@ def test_reports_cannot_write_on_a_foreign_pod(cluster: Cluster, phalanx: Phalan
         stub = binder_pb2_grpc.BinderStub(ch)
         _refused(lambda: stub.Report(report, timeout=5))
         ch.close()
-    time.sleep(1)
+    # The binder's report writer has run since: a pod of Phalanx's own that fits nowhere is told so.
+    app = cluster.namespace("app")
+    cluster.pod(app, "unplaceable", gpus=1)
+    wait_for(lambda: "FailedScheduling" in cluster.reasons(app, "unplaceable"), 30, "a report written on our own pod")
     after = cluster.read_pod(ns, name)
     assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
     assert after.get("status", {}).get("conditions") == before.get("status", {}).get("conditions")

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from waiting import wait_for
+from waiting import recording_calls, wait_for
 
 from phalanx.model.objects import PodInfo
 from phalanx.state.pod_state import PodState
@@ -56,10 +56,13 @@ def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster,
     phalanx.store.must_apply(Txn(expect=[[k, "assumed", reserved[k][0]] for k in keys],
                                  set_state=[[k, PodState.BINDING] for k in keys]))
     first = keys[0].split("/", 1)[1]
-    cluster.bind(ns, first, reserved[keys[0]][0])
-    time.sleep(3)  # longer than the scheduler's bind retries: with no binder, nothing may be released
+    with recording_calls(phalanx.scheduler[1].scheduler.binder, "bind") as attempts:
+        cluster.bind(ns, first, reserved[keys[0]][0])
+        wait_for(lambda: _states(phalanx, ns)[keys[0]] == (reserved[keys[0]][0], "bound"), BIND,
+                 "the feed to record the binding it saw")
+        # The scheduler sent the gang to the dead binder twice more: with no binder, nothing may be released.
+        wait_for(lambda: len(attempts) >= 2, BIND, "the scheduler's bind retries")
     after = _states(phalanx, ns)
-    assert after[keys[0]] == (reserved[keys[0]][0], "bound")  # the feed saw that binding: recorded
     assert {s for k, (_, s) in after.items() if k != keys[0]} == {PodState.BINDING}
     phalanx.start_binder(address)
     bound = wait_for(lambda: cluster.all_bound(ns, names), BIND, "the whole gang bound")
@@ -77,7 +80,7 @@ def test_redis_emptied_while_the_scheduler_runs_is_rebuilt(cluster, phalanx) -> 
     assert phalanx.store.load_nodes()
     # Only 1 GPU is free: a 2-pod gang must wait (over-commit if the rebuild missed the bound pods) ...
     late = cluster.koord_pods(ns, "late", 2, min_available=2)
-    time.sleep(3)
+    wait_for(lambda: cluster.judged(ns, late), BIND, "the scheduler's verdict on the late gang")
     assert not any(cluster.node_of(ns, n) for n in late)
     # ... and bind once the first gang is gone.
     for name in held:
@@ -203,8 +206,9 @@ def test_a_reservation_redis_lost_is_placed_again_as_a_member_of_its_gang(cluste
     lost = f"{ns}/{names[1]}"
     phalanx.store.must_apply(Txn(release=[lost]))
     phalanx.store.redis.srem(phalanx.store.keys.gang_assumed(f"{ns}/train"), lost)
-    wait_for(lambda: lost in _states(phalanx, ns), BIND, "the lost pod reserved again")
-    time.sleep(2)
+    assumed = phalanx.store.keys.gang_assumed(f"{ns}/train")
+    wait_for(lambda: lost in _states(phalanx, ns) and lost in phalanx.store.redis.smembers(assumed), BIND,
+             "the lost pod reserved again, as a member of its gang")
     assert not any(cluster.node_of(ns, n) for n in names)  # still waiting for its gang
     assert {s for _, s in _states(phalanx, ns).values()} == {"assumed"}
     rest = cluster.koord_pods(ns, "train", 1, min_available=3, start=2)

@@ -31,7 +31,7 @@ import pytest
 import redis
 import yaml
 from conftest import SCHEDULER, TLS_DIR, Cluster, Phalanx, transport
-from waiting import wait_for
+from waiting import recording_calls, wait_for
 
 from phalanx.rpc.server import dial
 from phalanx.security import tls
@@ -155,7 +155,8 @@ def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: l
     gangs = {f"g{i}": cluster.koord_pods(ns, f"g{i}", 4, min_available=4) for i in range(4)}
     for names in gangs.values():
         wait_for(lambda names=names: cluster.all_bound(ns, names), BIND, "gang bound")
-    time.sleep(2 * RETRY)
+    with recording_calls(standby.leadership.elector, "on_tick") as looks:  # a tick: one look at the Lease
+        wait_for(lambda: len(looks) >= 2, 10 * RETRY + 5, "the standby to look at the Lease twice more")
     # The standby took no part: no term, no feed, no loop, no memory of the cluster, and yet ready.
     assert standby.store.term is None and standby.leadership.scheduling is None
     assert not standby.servicer.scheduler.assumed and not standby.servicer.scheduler.bound

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis
+from builders import model_node, model_pod
 from kubernetes.client.rest import ApiException
 
 from phalanx.backends.base import BindFailure
@@ -17,7 +18,6 @@ from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BA
 from phalanx.binding.lock import FencedLock
 from phalanx.model.binding import Assignment
 from phalanx.model.keys import GROUP_VOLCANO, GROUP_X_K8S, KOORD_TIMEOUT, LABEL_X_K8S_PODGROUP, VOLCANO_GROUP_NAME
-from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.state.keys import Keys
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import StateStore
@@ -47,12 +47,12 @@ class RefusingBackend(SimulatedBackend):
 
 @pytest.fixture
 def nodes(store: StateStore) -> StateStore:
-    store.put_nodes([NodeInfo("n1", {"cpu": 8000, "pods": 110_000})])
+    store.put_nodes([model_node("n1", cpu=8)])
     return store
 
 
 def reserve(store: StateStore, names: list[str], gang: str = GANG) -> list[Assignment]:
-    pods = [PodInfo("default", n, uid=n, requests={"cpu": 500, "pods": 1000}, gang=gang) for n in names]
+    pods = [model_pod(n, gang.removeprefix("default/"), cpu=0.5) for n in names]
     store.must_apply(Txn(reserve=[store.reserve_entry(p, "n1") for p in pods]))
     return [Assignment(pod_key=p.key, uid=p.uid, node="n1", gang=gang) for p in pods]
 

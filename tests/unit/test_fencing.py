@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 import redis
+from builders import gang_spec, model_node, model_pod
 from kubernetes.client.rest import ApiException
 
 from phalanx.clock import Clock
 from phalanx.cluster.leader import ElectionConfig, LeaderElector, claim_fencing_term, new_identity, pod_namespace
-from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
+from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore, Txn
 
@@ -24,16 +25,16 @@ pytestmark = pytest.mark.integration
 
 
 def node(name: str, gpus: int = 4) -> NodeInfo:
-    return NodeInfo(name=name, allocatable={"cpu": 16000, "nvidia.com/gpu": gpus})
+    return model_node(name, gpus=gpus, cpu=16)
 
 
 def pod(name: str, gang: str = "") -> PodInfo:
-    return PodInfo(namespace="ns", name=name, uid=f"uid-{name}", requests={"cpu": 100, "nvidia.com/gpu": 1}, gang=gang)
+    """A pod in namespace ns, of gang ns/`gang` when one is named."""
+    return model_pod(name, gang, gpus=1, cpu=0.1, ns="ns")
 
 
-def gang(key: str) -> GangSpec:
-    namespace, name = key.split("/", 1)
-    return GangSpec(namespace=namespace, name=name, min_available=2, total_number=2, mode=GangMode.STRICT)
+def gang(name: str) -> GangSpec:
+    return gang_spec(name, 2, ns="ns")
 
 
 def dump(client: redis.Redis, keys: Keys) -> dict[str, Any]:
@@ -54,8 +55,8 @@ def stores(redis_client: redis.Redis, keys: Keys) -> tuple[StateStore, StateStor
     assert old.claim_term(3) == (True, 3)
     old.term = 3
     old.put_nodes([node("n1"), node("n2")])
-    old.put_gangs([gang("ns/g")])
-    old.must_apply(Txn(reserve=[old.reserve_entry(pod("a", "ns/g"), "n1")]))
+    old.put_gangs([gang("g")])
+    old.must_apply(Txn(reserve=[old.reserve_entry(pod("a", "g"), "n1")]))
     assert new.claim_term(4) == (True, 4)
     new.term = 4
     return old, new
@@ -80,7 +81,7 @@ def test_a_deposed_leaders_commit_is_refused_and_changes_nothing(stores: tuple[S
     before = dump(redis_client, keys)
     seen: list[FencedOut] = []
     old.on_fenced = seen.append
-    txn = Txn(reserve=[old.reserve_entry(pod("b", "ns/g"), "n2")], release=["ns/a"])
+    txn = Txn(reserve=[old.reserve_entry(pod("b", "g"), "n2")], release=["ns/a"])
     txn.cmd("HSET", "gang:ns/g", "cycle", 7).cmd("ZADD", "timers", 99, "ns/g")
     with pytest.raises(FencedOut, match="term 3 is older than the current leader's 4"):
         old.apply(txn)
@@ -130,7 +131,7 @@ def test_one_script_call_per_commit(stores: tuple[StateStore, StateStore], redis
         return execute(*args, **kw)
 
     for fenced in (False, True):
-        txn = Txn(reserve=[new.reserve_entry(pod(f"c{fenced}", "ns/g"), "n2")])
+        txn = Txn(reserve=[new.reserve_entry(pod(f"c{fenced}", "g"), "n2")])
         store = new if fenced else StateStore(redis_client, new.keys)
         redis_client.config_resetstat()
         sent.clear()
@@ -157,7 +158,7 @@ def test_every_write_path_is_fenced(write: str, stores: tuple[StateStore, StateS
     calls = {
         "put_nodes": lambda s: s.put_nodes([node("n1", gpus=8), node("n9")]),
         "remove_nodes": lambda s: s.remove_nodes(["n1"]),
-        "put_gangs": lambda s: s.put_gangs([gang("ns/h")]),
+        "put_gangs": lambda s: s.put_gangs([gang("h")]),
         "remove_gangs": lambda s: s.remove_gangs(["ns/g"]),
         "forget_gangs": lambda s: s.forget_gangs(["ns/g"]),
         "repair_usage": lambda s: s.repair_usage(),
@@ -179,9 +180,9 @@ def test_fenced_writes_equal_unfenced_ones(redis_client: redis.Redis) -> None:
         keys = Keys(f"fence-eq-{i}")
         s = StateStore(redis_client, keys, term=term)
         s.put_nodes([node("n1"), node("n2", gpus=2)])
-        s.put_nodes([NodeInfo(name="n1", allocatable={"cpu": 8000})])  # drops n1's GPU capacity field
-        s.put_gangs([gang("ns/g"), gang("ns/h")])
-        s.must_apply(Txn(reserve=[s.reserve_entry(pod("a", "ns/g"), "n2")]).cmd("ZADD", "timers", 5, "ns/g"))
+        s.put_nodes([model_node("n1", cpu=8, memory_gib=0, pods=0)])  # drops n1's other capacity fields
+        s.put_gangs([gang("g"), gang("h")])
+        s.must_apply(Txn(reserve=[s.reserve_entry(pod("a", "g"), "n2")]).cmd("ZADD", "timers", 5, "ns/g"))
         s.remove_gangs(["ns/h"])
         s.forget_gangs(["ns/h"])
         victims = s.remove_nodes(["n2"])
@@ -195,7 +196,7 @@ def test_fenced_writes_equal_unfenced_ones(redis_client: redis.Redis) -> None:
 def test_many_arguments_are_split(redis_client: redis.Redis, keys: Keys) -> None:
     """Lua's unpack takes a few thousand arguments: big writes are split into several commands."""
     s = StateStore(redis_client, keys, term=1)
-    gangs = [gang(f"ns/g{i}") for i in range(3000)]
+    gangs = [gang(f"g{i}") for i in range(3000)]
     s.put_gangs(gangs)
     assert len(s.load_gangs()) == 3000
     s.forget_gangs([g.key for g in gangs])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import model_node
 
 from phalanx.framework.framework import Framework
 from phalanx.framework.plugin import FilterPlugin, PodRequest, ScorePlugin
@@ -49,7 +50,7 @@ def own_registries() -> tuple[Registry[FilterPlugin], Registry[ScorePlugin]]:
 
 
 def gpu_node(name: str = "n1", gpus: int = 2) -> NodeInfo:
-    return NodeInfo(name, {"cpu": 8000, GPU: gpus * 1000})
+    return model_node(name, gpus=gpus, cpu=8)
 
 
 def test_a_framework_runs_only_the_plugins_it_is_handed() -> None:

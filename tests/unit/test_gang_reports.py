@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from local_scheduler import LocalScheduler, model_node, model_pod
+from builders import gang_spec, model_node, model_pod
+from local_scheduler import LocalScheduler
 
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
-from phalanx.model.objects import GangSpec, PodInfo
+from phalanx.model.objects import PodInfo
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import StateStore
 from phalanx.testing.in_process import LocalBinder
@@ -45,7 +46,7 @@ def reports(s: GangScheduler) -> list[binder_pb2.GangReport]:
 
 
 def test_waiting_then_scheduled(sched: GangScheduler) -> None:
-    sched.upsert_gangs([GangSpec("default", "g", 2, 2, wait_seconds=30, source=SOURCE)])
+    sched.upsert_gangs([gang_spec("g", 2, wait=30, source=SOURCE)])
     sched.queue.add([pod("a")], 10.0)  # type: ignore[attr-defined]
     sched.step(10.0)
     waiting = reports(sched)[-1]
@@ -59,7 +60,7 @@ def test_waiting_then_scheduled(sched: GangScheduler) -> None:
 
 
 def test_strict_failure_and_timeout_name_the_missing_resource(sched: GangScheduler) -> None:
-    sched.upsert_gangs([GangSpec("default", "g", 3, 3, wait_seconds=5, source=SOURCE)])
+    sched.upsert_gangs([gang_spec("g", 3, wait=5, source=SOURCE)])
     sched.queue.add([pod(n) for n in "abc"], 0.0)  # type: ignore[attr-defined]
     sched.step(0.0)
     failed = reports(sched)[-1]
@@ -75,7 +76,7 @@ def test_strict_failure_and_timeout_name_the_missing_resource(sched: GangSchedul
 
 
 def test_gangs_without_a_source_still_report(sched: GangScheduler) -> None:
-    spec = GangSpec("default", "g", 1, 1, wait_seconds=30)
+    spec = gang_spec("g", 1, wait=30)
     sched.upsert_gangs([replace(spec, source="koordinator-annotations")])
     sched.queue.add([pod("a")], 0.0)  # type: ignore[attr-defined]
     sched.step(0.0)

@@ -5,6 +5,7 @@ the weighted histogram against prometheus_client's own, and the counters at the 
 from __future__ import annotations
 
 import pytest
+from builders import gang_spec
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -107,7 +108,7 @@ def test_a_histogram_needs_help() -> None:
 # -- gangs by phase, and the partial-gang gauge ----------------------------------------------------------
 
 def spec(name: str, min_available: int, invalid: str = "") -> GangSpec:
-    return GangSpec("ns", name, min_available, min_available, invalid=invalid)
+    return gang_spec(name, min_available, ns="ns", invalid=invalid)
 
 
 def test_gangs_by_phase_and_partial_gangs() -> None:

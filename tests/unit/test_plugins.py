@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import model_pod
 
 from phalanx.framework.framework import Framework
 from phalanx.framework.plugin import PodRequest
@@ -38,7 +39,8 @@ def snapshot(*nodes: NodeInfo, used: dict[tuple[str, str], int] | None = None) -
 
 
 def pod(requests: dict[str, int] | None = None, placement: Placement | None = None, name: str = "p") -> PodInfo:
-    return PodInfo("default", name, requests=dict(requests or {}), placement=placement or Placement())
+    """A pod asking exactly `requests` (milli-units): the plugins' arithmetic is what these tests check."""
+    return model_pod(name, cpu=0, pods=0, requests=requests, placement=placement)
 
 
 def allowed(plugin: object, p: PodInfo, snap: Snapshot) -> list[str]:

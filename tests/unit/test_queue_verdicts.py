@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any, cast
 
 import grpc
+from builders import model_pod
 
 from phalanx.clock import Clock
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import Hint
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue
 from phalanx.queueing.verdicts import PodVerdict, apply_verdicts
-from phalanx.rpc.queue_wire import HintDecoder, hint_to_pb, verdict_from_pb
 from phalanx.rpc.convert import pod_to_pb
+from phalanx.rpc.queue_wire import HintDecoder, hint_to_pb, verdict_from_pb
 from phalanx.scheduling.ports import Popped, Verdict
 from phalanx.testing.in_process import LocalQueue
 from phalanx.v1 import queue_pb2
@@ -29,8 +30,7 @@ def make_queue() -> SchedulingQueue:
 
 
 def pod(name: str, gang: str = "", priority: int = 0) -> PodInfo:
-    return PodInfo("default", name, uid=name, priority=priority, created_at=1.0, requests={"cpu": 1000},
-                   gang=f"default/{gang}" if gang else "", gang_created_at=1.0 if gang else 0.0)
+    return model_pod(name, gang, priority=priority, created=1.0)
 
 
 def state(q: SchedulingQueue, now: float) -> tuple[Any, ...]:

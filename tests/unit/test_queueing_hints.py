@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import copy
 import random
+from functools import partial
 
 import pytest
+from builders import gang_spec, model_node, model_pod
 from local_scheduler import LocalScheduler
 
 from phalanx.gang.manager import GangStatus
-from phalanx.model.objects import GangSpec, NodeInfo, Placement, PodInfo, Taint
+from phalanx.model.objects import Placement, PodInfo, Taint
 from phalanx.queueing.hints import Freed, FreedCapacity, Hint, helps
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue
-from phalanx.rpc.queue_wire import HintDecoder, freed_from_pb, freed_to_pb, hint_from_pb, hint_to_pb
 from phalanx.rpc import validation
+from phalanx.rpc.queue_wire import HintDecoder, freed_from_pb, freed_to_pb, hint_from_pb, hint_to_pb
 from phalanx.scheduling.ports import Carry
 from phalanx.state.store import StateStore
 from phalanx.v1 import objects_pb2, queue_pb2
 
 GPU = "nvidia.com/gpu"
-GIB = 2**30 * 1000
+GPU_SHARE = "phalanx.dev/gpu-share"
 
 
 # -- hints against events ----------------------------------------------------------------------------
@@ -209,23 +211,9 @@ def test_held_back_gangs_still_fitting_move_once_the_moved_ones_are_answered() -
 
 
 # -- the scheduler and the queue together ------------------------------------------------------------
-def _node(name: str, gpus: int = 0, cpu: int = 64, labels: dict[str, str] | None = None,
-          taints: tuple[Taint, ...] = ()) -> NodeInfo:
-    alloc = {"cpu": cpu * 1000, "memory": 512 * GIB, "pods": 110_000}
-    if gpus:
-        alloc[GPU] = gpus * 1000
-    return NodeInfo(name, alloc, {"kubernetes.io/hostname": name, **(labels or {})}, taints)
-
-
-def _pod(name: str, gang: str = "", gpus: int = 0, cpu: int = 1, created: float = 0.0,
-         placement: Placement | None = None, share: int = 0) -> PodInfo:
-    req = {"cpu": cpu * 1000, "memory": 4 * GIB, "pods": 1000}
-    if gpus:
-        req[GPU] = gpus * 1000
-    if share:
-        req["phalanx.dev/gpu-share"] = share
-    return PodInfo("default", name, uid=name, created_at=created, requests=req, gang=f"default/{gang}" if gang else "",
-                   gang_created_at=created, placement=placement or Placement())
+# Roomy nodes and 4 GiB pods: memory is never what these workloads run short of.
+_node = partial(model_node, memory_gib=512)
+_pod = partial(model_pod, memory_gib=4)
 
 
 class Harness(LocalScheduler):
@@ -249,7 +237,7 @@ def h(store: StateStore) -> Harness:
 
 def test_a_gpu_starved_gang_is_retried_only_when_gpus_free(h: Harness) -> None:
     h.sched.upsert_nodes([_node("gpu-1", gpus=8), _node("gpu-2", gpus=8), _node("cpu-1")])
-    h.sched.upsert_gangs([GangSpec("default", "hold", 2, 2), GangSpec("default", "big", 2, 2)])
+    h.sched.upsert_gangs([gang_spec("hold", 2, wait=None), gang_spec("big", 2, wait=None)])
     h.queue.add([_pod(f"hold-{i}", "hold", gpus=6, created=0) for i in range(2)], 0)
     h.step(0)
     assert len(h.bound()) == 2
@@ -336,12 +324,12 @@ def test_random_workloads_leave_nothing_placeable_waiting(h: Harness, seed: int)
             dur = rng.uniform(5, 60)
             if kind in ("8x1", "4x2", "2x8"):
                 size, gpus = (int(x) for x in kind.split("x"))
-                h.sched.upsert_gangs([GangSpec("default", f"j{n}", size, size)])
+                h.sched.upsert_gangs([gang_spec(f"j{n}", size, wait=None)])
                 pods = [_pod(f"j{n}-{i}", f"j{n}", gpus=gpus, cpu=4 * gpus, created=t) for i in range(size)]
             elif kind == "cpu":
                 pods = [_pod(f"j{n}", cpu=rng.choice([2, 8, 14]), created=t)]
             elif kind == "share":
-                pods = [_pod(f"j{n}", share=rng.choice([300, 500]), created=t)]
+                pods = [_pod(f"j{n}", requests={GPU_SHARE: rng.choice([300, 500])}, created=t)]
             else:
                 pods = [_pod(f"j{n}", gpus=rng.choice([1, 4]), created=t,
                              placement=Placement(node_selector=(("model", "A100"),)))]

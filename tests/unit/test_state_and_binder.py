@@ -10,13 +10,14 @@ from typing import Any
 import process_workers
 import pytest
 import redis
+from builders import model_node, model_pod
 from process_workers import CarefulBackend
 
 from phalanx.backends.base import BindFailure
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock, LockTimeout
-from phalanx.model.objects import NodeInfo, PodInfo
+from phalanx.model.objects import PodInfo
 from phalanx.state.keys import REL_TIMERS, Keys, node_field, rel_gang_assumed
 from phalanx.state.store import StateStore, Txn
 from phalanx.v1 import binder_pb2
@@ -25,7 +26,8 @@ GANG = "default/train"
 
 
 def pod(name: str, cpu: int = 1000, gang: str = "") -> PodInfo:
-    return PodInfo("default", name, uid=name, requests={"cpu": cpu, "pods": 1000}, gang=gang)
+    """default/`name` asking `cpu` milli-cores and a pod slot, in the gang keyed `gang` (none when empty)."""
+    return model_pod(name, gang.removeprefix("default/"), requests={"cpu": cpu})
 
 
 def reserve(p: PodInfo, node: str) -> list[Any]:
@@ -48,7 +50,7 @@ def snapshot_keys(client: redis.Redis, keys: Keys) -> dict[str, Any]:
 
 @pytest.fixture
 def nodes(store: StateStore) -> StateStore:
-    store.put_nodes([NodeInfo("n1", {"cpu": 4000, "pods": 110_000}), NodeInfo("n2", {"cpu": 2000, "pods": 110_000})])
+    store.put_nodes([model_node("n1", cpu=4), model_node("n2", cpu=2)])
     return store
 
 
@@ -435,7 +437,7 @@ def test_a_refused_command_in_a_locked_script_releases_the_lock(nodes: StateStor
 
 @pytest.mark.parametrize("reason_txn", [
     Txn(expect=[["default/zz", "assumed", ""]]),
-    Txn(reserve=[StateStore.reserve_entry(PodInfo("default", "huge", requests={"cpu": 10**9}), "n1")]),
+    Txn(reserve=[StateStore.reserve_entry(pod("huge", 10**9), "n1")]),
     Txn(fence=999),
 ], ids=["expect", "capacity", "fence"])
 def test_a_failed_check_in_a_locked_script_releases_the_lock(nodes: StateStore, keys: Keys, reason_txn: Txn) -> None:
@@ -461,7 +463,7 @@ def test_a_gang_batch_never_interleaves_with_concurrent_ordinary_binds(
         redis_server: Any, nodes: StateStore, keys: Keys, transactional: bool) -> None:
     gang_pods = [f"g{i:02d}" for i in range(30)]
     solo_pods = [f"s{i:02d}" for i in range(60)]
-    nodes.put_nodes([NodeInfo("big", {"cpu": 1_000_000, "pods": 1_000_000})])
+    nodes.put_nodes([model_node("big", cpu=1000, pods=1000)])
     reserve_gang(nodes, gang_pods, node="big", gang=GANG)
     reserve_gang(nodes, solo_pods, node="big", gang="")
     jobs = [(solo_pods[:30], "", True), (gang_pods, GANG, False), (solo_pods[30:], "", True)]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from local_scheduler import LocalScheduler, gang_spec, model_node, model_pod
+from builders import gang_spec, model_node, model_pod
+from local_scheduler import LocalScheduler
 
 from phalanx.model.objects import GangMode, NodeInfo, PodInfo
 from phalanx.scheduling.scheduler import GangScheduler

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import redis
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from phalanx.state.keys import Keys
 
@@ -72,14 +73,18 @@ class FencedLock:
             self._local.release()
 
     def _acquire_redis(self, token: str, deadline: float, timeout: float) -> int:
-        delay = 0.0005
-        while True:
-            fence = int(self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence],
-                                      args=[token, self.lease_ms, self.owner]))
-            if fence:
-                break
-            if time.monotonic() > deadline:
-                raise LockTimeout(f"bind lock {self.keys.bind_lock} not acquired within {timeout:g}s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        """Ask until the lock is free, backing off from 0.5 ms to 50 ms: a batch holds it for milliseconds, so
+        the first retries come quickly, and a long hold is not asked about more than twenty times a second."""
+        attempts = Retrying(retry=retry_if_result(lambda fence: fence == 0),
+                            wait=wait_exponential(multiplier=0.0005, max=0.05),
+                            stop=stop_after_delay(max(0.0, deadline - time.monotonic())))
+        try:
+            fence: int = attempts(self._try_acquire, token)
+        except RetryError:
+            raise LockTimeout(f"bind lock {self.keys.bind_lock} not acquired within {timeout:g}s") from None
         return fence
+
+    def _try_acquire(self, token: str) -> int:
+        """The new fencing token, or 0 while another binder holds the lock."""
+        return int(self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence],
+                                 args=[token, self.lease_ms, self.owner]))

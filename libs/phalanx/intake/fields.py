@@ -179,17 +179,6 @@ def timestamp(value: Any, subject: Subject, field: str) -> float | None:
         raise subject.error(field, f"{quoted(value)} is out of range") from None
 
 
-def integer(value: Any, subject: Subject, field: str) -> int:
-    """An integer field; digit strings are accepted because ConfigMap data and YAML quoting produce them."""
-    if isinstance(value, bool):
-        raise subject.error(field, f"{quoted(value)} is not an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
-        return int(value)
-    raise subject.error(field, f"{quoted(value)} is not an integer")
-
-
 def resource_list(value: Any, subject: Subject, field: str) -> Resources:
     """A ResourceList in milli-units; each bad quantity is reported with its own path (`...requests.cpu`)."""
     out: Resources = {}

@@ -1,4 +1,11 @@
-"""Durations in Go's time.ParseDuration syntax ("1h30m", "500ms"), the form Koordinator's waiting-time uses."""
+"""Durations in Go's time.ParseDuration syntax ("1h30m", "500ms"), the form Koordinator's waiting-time uses.
+
+Hand-written, although `durationpy` (installed with the kubernetes client) parses Go durations: it is no
+faster (100k of "30s", "1h30m", "500ms", "10m", "2h": 214 ms against 229 ms here, CPython 3.11), and it
+reads a different language. It returns a timedelta, whose microsecond resolution turns "100ns" into 0; it
+accepts units Go refuses ("5d", "1w", "2mm", "1y"); and it refuses the bare seconds ("20") that ConfigMap
+timeouts are written in. Wrapping it would need this module's grammar check and still lose the nanoseconds.
+"""
 
 from __future__ import annotations
 

@@ -1,36 +1,38 @@
-"""Kubernetes resource quantities ("500m", "2Gi", "1.5", "1e3") as integer milli-units."""
+"""Kubernetes resource quantities ("500m", "2Gi", "1.5", "1e3") as integer milli-units.
+
+The value comes from the kubernetes client's `kubernetes.utils.parse_quantity`; this module adds what it
+leaves out: the API server's grammar, the int64 milli-unit range, and rounding up to a milli-unit.
+
+Measured (100k typical quantities "500m", "1Gi", "2", "16Gi", "100M", CPython 3.11, best of 7): the former
+hand-written parser 138 ms; the library alone 138 ms; grammar check + library 180 ms; with the exact decimal
+context below, 290 ms (2.9 us a quantity, 2.1x the former). Intake parses a handful per pod, so no fast path
+is kept: it would earn its place past about 3x.
+"""
 
 from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Context, Decimal, localcontext
+
+from kubernetes.utils import parse_quantity as kubernetes_quantity
 
 from phalanx.model.objects import Resources
 
-_SUFFIX: dict[str, Decimal] = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+# The API server's grammar (k8s.io/apimachinery resource.Quantity). The library checks only that the number
+# reads as a Decimal, so it takes text the API server refuses: "1K", "2 Gi", "1e3Ki", "NaN", "1_000", and
+# non-ASCII digits; those stay refused here, hence [0-9] rather than \d.
+_QUANTITY = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?")
+# The library multiplies in the current decimal context, whose 28 digits would round a 31-digit "1.00…01m" down
+# to 1m, and whose exponent range would flush a long "0.00…01n" to zero. 96 digits keep every quantity of up to
+# 64 characters (intake's limit) exact; anything longer rounds up, so a request is never under-counted.
+_EXACT = Context(prec=96, rounding=ROUND_CEILING, Emin=MIN_EMIN, Emax=MAX_EMAX)
+_MAX_MILLI = 2**63 - 1  # quantities travel as int64 milli-units (numpy, protobuf)
+_MAX_AMOUNT = Decimal(_MAX_MILLI).scaleb(-3)
 
 
 class QuantityError(ValueError):
     pass
-
-
-_MAX_MILLI = 2**63 - 1  # quantities travel as int64 milli-units (numpy, protobuf)
-
-
-def _checked(value: object, milli: int) -> int:
-    if milli < 0:
-        raise QuantityError(f"{value!r} is negative")
-    if milli > _MAX_MILLI:
-        raise QuantityError(f"{value!r} is too large")
-    return milli
 
 
 def parse_quantity(value: object) -> int:
@@ -38,39 +40,31 @@ def parse_quantity(value: object) -> int:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
-        return _checked(value, value * 1000)
+        if value < 0:
+            raise QuantityError(f"{value!r} is negative")
+        if value * 1000 > _MAX_MILLI:
+            raise QuantityError(f"{value!r} is too large")
+        return value * 1000
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a quantity")
-        return _checked(value, math.ceil(Decimal(repr(value)) * 1000))
-    if not isinstance(value, str):
+        text = repr(value)  # the shortest text of the float: 0.1 reads as 100m, not 100.0000000000000055m
+    elif isinstance(value, str):
+        text = value.strip()  # as the API server's JSON decoding does
+        if not _QUANTITY.fullmatch(text):
+            raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 2Gi, 1.5)")
+    else:
         raise QuantityError(f"{value!r} is not a quantity")
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 2Gi, 1.5)")
-    number, exponent, suffix = match.groups()
-    try:
-        amount = Decimal(number) * (Decimal(f"1{exponent}") if exponent else _SUFFIX[suffix or ""])
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid decimals
-        raise QuantityError(f"{value!r} is not a quantity") from exc
-    if amount < 0:
-        raise QuantityError(f"{value!r} is negative")
-    return _checked(value, math.ceil(amount * 1000))
-
-
-def parse_resource_list(raw: object, where: str) -> Resources:
-    """Parse a ResourceList mapping; `where` names the field in error messages."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise QuantityError(f"{where}: expected a mapping of resource name to quantity, got {type(raw).__name__}")
-    out: Resources = {}
-    for name, quantity in raw.items():
+    with localcontext(_EXACT):
         try:
-            out[str(name)] = parse_quantity(quantity)
-        except QuantityError as exc:
-            raise QuantityError(f"{where}.{name}: {exc}") from None
-    return out
+            amount = kubernetes_quantity(text)
+        except ValueError:  # past the grammar, only an exponent beyond Decimal's range ("1e99999999999999999999")
+            raise QuantityError(f"{value!r} is out of range") from None
+        if amount < 0:
+            raise QuantityError(f"{value!r} is negative")
+        if amount > _MAX_AMOUNT:  # before the ceiling, which would build "1e999999999" as an integer
+            raise QuantityError(f"{value!r} is too large")
+        return math.ceil(amount * 1000)
 
 
 def add(into: Resources, other: Resources) -> Resources:
