@@ -1,6 +1,6 @@
 """The gang scheduler in process over a real Redis, for the unit tests of the gang rules: the queue and the
-binder as local objects, the simulated backend recording binds, annotations, conditions and Events in Redis;
-and the model objects those tests feed it (milli-units, as intake produces them)."""
+binder as local objects, the simulated backend recording binds, annotations, conditions and Events in Redis.
+The model objects those tests feed it come from tests/builders.py."""
 
 from __future__ import annotations
 
@@ -9,36 +9,11 @@ import json
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
-from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore, decoded
 from phalanx.testing.in_process import LocalBinder, LocalQueue
-
-GPU = "nvidia.com/gpu"
-
-
-def model_node(name: str, *, gpus: int = 0, cpu: int = 64) -> NodeInfo:
-    """A node of `cpu` cores, 256 GiB, 110 pods and `gpus` whole GPUs, labelled with its hostname."""
-    alloc = {"cpu": cpu * 1000, "memory": 256 * 2**30 * 1000, "pods": 110_000}
-    if gpus:
-        alloc[GPU] = gpus * 1000
-    return NodeInfo(name, alloc, {"kubernetes.io/hostname": name})
-
-
-def model_pod(name: str, gang: str = "", *, gpus: int = 0, ns: str = "default", created: float = 0.0) -> PodInfo:
-    """A one-core pod of gang `ns/gang` (none when empty), asking `gpus` whole GPUs."""
-    req = {"cpu": 1000, "pods": 1000}
-    if gpus:
-        req[GPU] = gpus * 1000
-    return PodInfo(ns, name, uid=name, created_at=created, requests=req, gang=f"{ns}/{gang}" if gang else "",
-                   gang_created_at=created)
-
-
-def gang_spec(name: str, min_available: int, total: int | None = None, mode: GangMode = GangMode.STRICT,
-              wait: float | None = 20.0, groups: tuple[str, ...] = (), ns: str = "default") -> GangSpec:
-    return GangSpec(ns, name, min_available, total or min_available, mode, groups, wait)
 
 
 class LocalScheduler:

@@ -45,14 +45,15 @@ from phalanx.config import (
     usage_error,
 )
 from phalanx.framework.framework import Framework
-from phalanx.framework.profile import ProfileError, check_plugin_names, load_profile
+from phalanx.framework.profile import ProfileError
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
-from phalanx.plugins import default_registries
+from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import redis_check
 from phalanx.rpc.server import ServiceServer, rpc_failure, serve_until_signal, wait_healthy
+from phalanx.scheduling.loop import SchedulingLoop
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
 from phalanx.security.tls import Security
@@ -107,7 +108,8 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
             cannot_start(f"--redis-url: {unreachable}")
     # In Kubernetes mode the API server's watch is the only source of cluster state: the RPCs that feed
     # it (the simulator's) are refused.
-    servicer = SchedulerServicer(scheduler, queue, clock, simulated=args.backend != "kubernetes")
+    loop = SchedulingLoop(scheduler, queue, clock)
+    servicer = SchedulerServicer(scheduler, loop, clock, simulated=args.backend != "kubernetes")
     server = ServiceServer("scheduler", args.listen,
                            lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
                            security=security, health_listen=health_listen_of(args, "scheduler"))
@@ -119,13 +121,10 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
 def framework_of(path: str | None) -> Framework:
     """The profile's framework; a profile that cannot be used ends the service with one line naming the
     file and the field (exit status 2)."""
-    filters, scores = default_registries()
     try:
-        profile = load_profile(path)
-        check_plugin_names(profile, path or "", filters.names(), scores.names())
+        return load_in_tree_framework(path)
     except ProfileError as exc:
         usage_error("scheduler", f"--profile {exc.path}: {exc.where()}")
-    return Framework(profile, (filters, scores))
 
 
 def wait_for(address: str, flag: str, what: str, timeout: float, security: Security, peer: str) -> None:
@@ -198,7 +197,7 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
     from phalanx.kube.client import api_client
 
     scheduler = servicer.scheduler
-    feed = ClusterFeed(scheduler, servicer.lock, servicer.queue, scheduler.binder,
+    feed = ClusterFeed(scheduler, servicer.loop.lock, scheduler.queue, scheduler.binder,
                        collections(api_client(args.kubeconfig)), scheduler_name=args.scheduler_name,
                        reconcile_interval=args.reconcile_interval)
     if server is not None:

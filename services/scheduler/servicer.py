@@ -12,28 +12,28 @@ import grpc
 from phalanx.clock import Clock
 from phalanx.rpc import validation
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
-from phalanx.rpc.health import Heartbeat
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.scheduling.events import SCHEDULER_API, ClusterChange, ClusterEvents, deliver
 from phalanx.scheduling.lookahead import Instant, Lookahead
 from phalanx.scheduling.loop import SchedulingLoop
-from phalanx.scheduling.ports import Carry, Popped, QueuePort
+from phalanx.scheduling.ports import Carry, Popped
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, scheduler: GangScheduler, queue: QueuePort, clock: Clock, *, simulated: bool) -> None:
+    def __init__(self, scheduler: GangScheduler, loop: SchedulingLoop, clock: Clock, *, simulated: bool) -> None:
+        """`loop`: the scheduling loop (phalanx.scheduling.loop), whose lock every call that touches the
+        scheduler's memory takes."""
         self.scheduler = scheduler
         # False (Kubernetes mode): cluster state comes from the API server's watch alone, so the calls that
         # would feed it (ApplyClusterEvents, Step with its pods and events) are refused.
         self.simulated = simulated
         # Why this replica does not schedule ("" when it does): set by leader election.
         self.standby: Callable[[], str] = lambda: ""
-        self.queue = queue
         self.clock = clock
-        self.loop = SchedulingLoop(scheduler, queue, clock)
-        self.lock: threading.Lock = self.loop.lock  # the scheduler's memory is single-threaded by design
+        self.loop = loop
+        self.lock: threading.Lock = loop.lock  # the scheduler's memory is single-threaded by design
         self.events = ClusterEvents(scheduler, SCHEDULER_API)
 
     def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
@@ -42,7 +42,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         validation.abort_if_invalid(context, validation.cluster_events(request, ""))
         with self.lock:
             now = self.clock.now(request.now)
-            deliver(self.events.apply(change_of(request), now), self.queue, now)  # no step follows to carry it
+            deliver(self.events.apply(change_of(request), now), self.scheduler.queue, now)  # no step follows to carry it
         return scheduler_pb2.ApplyClusterEventsResponse()
 
     def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
@@ -86,21 +86,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 first_wait_at=float(g["first_wait_at"]) if g["first_wait_at"] is not None else -1.0,  # type: ignore[arg-type]
                 satisfied_at=float(g["satisfied_at"]) if g["satisfied_at"] is not None else -1.0))  # type: ignore[arg-type]
         return scheduler_pb2.ListGangsResponse(gangs=out)
-
-    # -- the scheduling loop (phalanx.scheduling.loop), as the service's wiring and health read it ------------
-    def run_forever(self, stop: threading.Event, idle_wait: float = 0.2, beat: Heartbeat | None = None) -> None:
-        self.loop.run(stop, idle_wait, beat)
-
-    def step_error(self, grace: float = 10.0) -> str:
-        return self.loop.step_error(grace)
-
-    @property
-    def failing_since(self) -> float | None:
-        return self.loop.failing_since
-
-    @property
-    def last_error(self) -> str:
-        return self.loop.last_error
 
 
 def change_of(ev: scheduler_pb2.ClusterEvents) -> ClusterChange:

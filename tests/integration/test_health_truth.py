@@ -84,7 +84,7 @@ def test_a_check_that_raises_counts_as_not_ready() -> None:
 
 def test_the_scheduler_reports_steps_that_keep_failing() -> None:
     from phalanx.clock import Clock
-    from phalanx_scheduler.servicer import SchedulerServicer
+    from phalanx.scheduling.loop import SchedulingLoop
 
     class Failing:
         needs_resync = False
@@ -94,15 +94,15 @@ def test_the_scheduler_reports_steps_that_keep_failing() -> None:
 
     import threading
 
-    servicer = SchedulerServicer(Failing(), None, Clock(False), simulated=True)  # type: ignore[arg-type]
+    scheduling = SchedulingLoop(Failing(), None, Clock(False))  # type: ignore[arg-type]
     stop = threading.Event()
-    loop = threading.Thread(target=servicer.run_forever, args=(stop,), daemon=True)
+    loop = threading.Thread(target=scheduling.run, args=(stop,), daemon=True)
     loop.start()
     try:
-        wait_for(lambda: servicer.failing_since is not None, 5, "the failure noticed")
-        assert servicer.step_error(grace=60) == ""  # a short failure is not yet a readiness problem
+        wait_for(lambda: scheduling.failing_since is not None, 5, "the failure noticed")
+        assert scheduling.step_error(grace=60) == ""  # a short failure is not yet a readiness problem
         time.sleep(0.2)
-        assert "redis down" in servicer.step_error(grace=0.1)
+        assert "redis down" in scheduling.step_error(grace=0.1)
     finally:
         stop.set()
         loop.join(5)

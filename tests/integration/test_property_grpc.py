@@ -27,6 +27,7 @@ from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer
+from phalanx.scheduling.loop import SchedulingLoop
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security.tls import PLAINTEXT
 from phalanx.state.keys import Keys
@@ -96,7 +97,7 @@ def services(redis_server: RedisServer) -> Iterator[Services]:
     scheduler = GangScheduler(StateStore(client, keys), queue_client, binder_client, load_in_tree_framework(None),
                               SchedulerSettings(default_wait_seconds=600.0))
     scheduler.recover(0.0)
-    scheduler_servicer = SchedulerServicer(scheduler, queue_client, clock, simulated=True)
+    scheduler_servicer = SchedulerServicer(scheduler, SchedulingLoop(scheduler, queue_client, clock), clock, simulated=True)
     sched = ServiceServer("scheduler", "127.0.0.1:0",
                           lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler_servicer, s),
                           security=PLAINTEXT).start()

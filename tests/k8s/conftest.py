@@ -294,7 +294,7 @@ class Phalanx:
         feed = scheduler_main.start_feed(args, servicer)
         assert feed is not None and feed.wait_synced(20), "the cluster feed did not sync"
         stop = threading.Event()
-        loop = threading.Thread(target=servicer.run_forever, args=(stop,), name="schedule-loop", daemon=True)
+        loop = threading.Thread(target=servicer.loop.run, args=(stop,), name="schedule-loop", daemon=True)
         loop.start()
         self.scheduler = (server, servicer, feed, stop, loop)
 

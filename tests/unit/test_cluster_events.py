@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from builders import make_pod, make_podgroup
-from local_scheduler import LocalScheduler, gang_spec, model_node, model_pod
+from builders import gang_spec, make_pod, make_podgroup, model_node, model_pod
+from local_scheduler import LocalScheduler
 
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.intake.errors import IntakeError

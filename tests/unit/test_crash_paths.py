@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from builders import gang_spec as gang
+from builders import model_node as node
+from builders import model_pod as pod
 from local_scheduler import LocalScheduler as Harness
-from local_scheduler import gang_spec as gang
-from local_scheduler import model_node as node
-from local_scheduler import model_pod as pod
 
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue, SubQueue
 from phalanx.state.store import StateStore

@@ -219,8 +219,8 @@ def test_a_deposed_store_refuses_without_asking_redis(store: StateStore, redis_c
 
 
 def test_the_scheduling_loop_stops_on_fenced_out() -> None:
-    """run_forever retries failed steps, but not a FencedOut: another replica leads."""
-    from phalanx_scheduler.servicer import SchedulerServicer
+    """The scheduling loop retries failed steps, but not a FencedOut: another replica leads."""
+    from phalanx.scheduling.loop import SchedulingLoop
 
     calls = []
 
@@ -229,13 +229,13 @@ def test_the_scheduling_loop_stops_on_fenced_out() -> None:
             calls.append(now)
             raise FencedOut("fenced out: leadership term 1 is older than the current leader's 2")
 
-    servicer = SchedulerServicer(Deposed(), None, Clock(False), simulated=False)  # type: ignore[arg-type]
+    scheduling = SchedulingLoop(Deposed(), None, Clock(False))  # type: ignore[arg-type]
     stop = threading.Event()
-    t = threading.Thread(target=servicer.run_forever, args=(stop,), daemon=True)
+    t = threading.Thread(target=scheduling.run, args=(stop,), daemon=True)
     t.start()
     t.join(5)
     assert not t.is_alive() and stop.is_set() and len(calls) == 1
-    assert servicer.last_error.startswith("FencedOut")
+    assert scheduling.last_error.startswith("FencedOut")
 
 
 # --- the election: one Lease, two replicas, an in-memory API server ----------------------------------------------

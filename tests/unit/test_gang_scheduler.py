@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from local_scheduler import GPU, LocalScheduler, gang_spec, model_node, model_pod
+from builders import GPU, gang_spec, model_node, model_pod
+from local_scheduler import LocalScheduler
 
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangMode, PodInfo

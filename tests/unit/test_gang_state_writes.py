@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 import redis
-from local_scheduler import gang_spec, model_node, model_pod
+from builders import gang_spec, model_node, model_pod
 
 from phalanx.gang.manager import GangManager
 from phalanx.gang.ops import BoundPodsFound, TimedOut

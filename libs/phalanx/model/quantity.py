@@ -15,8 +15,6 @@ import math
 import re
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Context, Decimal, localcontext
 
-from kubernetes.utils import parse_quantity as kubernetes_quantity
-
 from phalanx.model.objects import Resources
 
 # The API server's grammar (k8s.io/apimachinery resource.Quantity). The library checks only that the number
@@ -55,6 +53,10 @@ def parse_quantity(value: object) -> int:
             raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 2Gi, 1.5)")
     else:
         raise QuantityError(f"{value!r} is not a quantity")
+    # Imported here: `kubernetes.utils` loads the whole client (0.2 s), which the CLI and the simulator
+    # would otherwise pay at start-up for every command; after the first call this is a dict lookup.
+    from kubernetes.utils import parse_quantity as kubernetes_quantity
+
     with localcontext(_EXACT):
         try:
             amount = kubernetes_quantity(text)
