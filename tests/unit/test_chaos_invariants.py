@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from phalanx.chaos import invariants as inv
 from phalanx.chaos.invariants import GangWatch
-from phalanx.chaos.snapshot import GPU, NodeView, PodView, Snapshot, pod_view
+from phalanx.chaos.snapshot import NodeView, PodView, Snapshot, pod_view
+from phalanx.model.gpu import GPU
 
 CPU1 = {"cpu": 1000}
 GPU1 = {"cpu": 500, GPU: 1000}

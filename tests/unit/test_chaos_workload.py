@@ -6,10 +6,11 @@ import pytest
 
 from phalanx.chaos.cli import parse_targets, trial_order
 from phalanx.chaos.kubelet import DELETE, RUN, SUCCEED, Kubelet, finished_gangs
-from phalanx.chaos.snapshot import GPU, NodeView, PodView, Snapshot
+from phalanx.chaos.snapshot import NodeView, PodView, Snapshot
 from phalanx.chaos.soak import fitting_pods
 from phalanx.chaos.trials import target_process
 from phalanx.chaos.workload import GangPlan, WorkloadShape, make_workload, pod_body
+from phalanx.model.gpu import GPU
 
 
 def test_the_same_seed_gives_the_same_workload_and_another_seed_another() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from phalanx.sim.series import GPU, SeriesRecorder
+from phalanx.model.gpu import GPU
+from phalanx.sim.series import SeriesRecorder
 
 GIB = 2**30 * 1000  # memory in milli-units, as the simulator records requests
 

@@ -42,9 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.model.gpu import GPU
+
 REPO = Path(__file__).resolve().parents[3]
 PEER_MODDIR = REPO / "hack" / "peer-scheduler"
-GPU = "nvidia.com/gpu"
 PG_GROUP, PG_VERSION = "scheduling.x-k8s.io", "v1alpha1"
 PG_LABEL = "scheduling.x-k8s.io/pod-group"
 NAMESPACE = "bench"

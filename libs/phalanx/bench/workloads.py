@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from phalanx.model.gpu import GPU
 from phalanx.model.objects import GangMode, GangSpec, NodeInfo, PodInfo, Resources
 
 NAMESPACE = "bench"
 MI = 2**20 * 1000  # 1Mi of memory in milli-units
 GI = 2**30 * 1000
 POD_SLOT = 1000
-GPU = "nvidia.com/gpu"
 
 # scheduler_perf's node and pod templates.
 PERF_NODE: Resources = {"cpu": 4000, "memory": 32 * GI, "pods": 110 * POD_SLOT}

@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
-from phalanx.chaos.snapshot import GPU, TRIAL_LABEL
+from phalanx.chaos.snapshot import TRIAL_LABEL
 from phalanx.chaos.workload import PodPlan, Workload, pod_body
+from phalanx.model.gpu import GPU
 from phalanx.testing.apiserver import LocalApiServer
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from phalanx.chaos.snapshot import GPU, Snapshot
+from phalanx.chaos.snapshot import Snapshot
+from phalanx.model.gpu import GPU
 
 PARTIAL_GANG = "partial-gang"
 OVERCOMMIT = "overcommit"

@@ -14,7 +14,6 @@ from phalanx.model.quantity import QuantityError, parse_quantity
 from phalanx.model.status import TERMINAL_POD_PHASES
 
 TRIAL_LABEL = "chaos.phalanx.dev/trial"
-GPU = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)

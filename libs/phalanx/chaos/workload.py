@@ -12,7 +12,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.chaos.snapshot import GPU, TRIAL_LABEL
+from phalanx.chaos.snapshot import TRIAL_LABEL
+from phalanx.model.gpu import GPU
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 
 GANG_LABEL = "chaos.phalanx.dev/gang"

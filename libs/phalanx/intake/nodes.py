@@ -8,6 +8,7 @@ from typing import Any
 from phalanx.intake import fields
 from phalanx.intake.errors import Subject, quoted
 from phalanx.intake.placement import TAINT_EFFECTS
+from phalanx.model.gpu import GPU
 from phalanx.model.objects import NodeInfo, Taint
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -35,8 +36,8 @@ def _allocatable(obj: Mapping[str, Any], subject: Subject) -> dict[str, int]:
     # Allocatable is capacity minus system reservations; only nodes written by hand lack it.
     where = "status.allocatable" if fields.get(status, "allocatable") else "status.capacity"
     allocatable = fields.resource_list(fields.get(status, where.partition(".")[2]), subject, where)
-    if allocatable.get(fields.GPU, 0) > fields.MAX_NODE_GPUS * 1000:
-        raise subject.error(f"{where}.{fields.GPU}", f"{allocatable[fields.GPU] / 1000:g} GPUs is more than a node "
+    if allocatable.get(GPU, 0) > fields.MAX_NODE_GPUS * 1000:
+        raise subject.error(f"{where}.{GPU}", f"{allocatable[GPU] / 1000:g} GPUs is more than a node "
                                                      f"can have (at most {fields.MAX_NODE_GPUS})")
     allocatable.setdefault("pods", DEFAULT_MAX_PODS)
     return allocatable

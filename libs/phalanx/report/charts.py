@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from phalanx.model.gpu import GPU
 from phalanx.report import units
 from phalanx.report.plot import Line, Marker, chart
 from phalanx.report.scales import Scale, count_scale, ratio_scale, time_scale
 
-GPU = "nvidia.com/gpu"
 RESOURCE_ORDER = (GPU, "cpu", "memory")
 RESOURCE_NAMES = {GPU: "GPU", "cpu": "CPU", "memory": "memory"}
 RESOURCE_COLORS = {GPU: "#e8590c", "cpu": "#1c7ed6", "memory": "#2f9e44"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from phalanx.model.gpu import GPU
 from phalanx.report import units
 from phalanx.report.charts import RESOURCE_COLORS, RESOURCE_NAMES, reserved_resources, resources, series_of
 from phalanx.report.outputs import extra_missing
@@ -52,7 +53,7 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
         for r in res:
             ys = [float(v) for v in s["allocatedRatio"][r]]
             y_max = max([y_max] + ys)
-            ax.step(xs, ys, where="post", color=RESOURCE_COLORS.get(r), linewidth=2.2 if r == "nvidia.com/gpu" else 1.6,
+            ax.step(xs, ys, where="post", color=RESOURCE_COLORS.get(r), linewidth=2.2 if r == GPU else 1.6,
                     linestyle="--" if r == "memory" else "-", label=f"{RESOURCE_NAMES.get(r, r)} allocated")
         for r in reserved_resources(report):  # held by waiting gangs, next to what is bound: what others wait for
             ys = [float(v) for v in s["reservedRatio"][r]]

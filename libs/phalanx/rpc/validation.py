@@ -18,7 +18,8 @@ from typing import Any, NoReturn
 import grpc
 
 from phalanx.intake import names
-from phalanx.intake.fields import GPU, MAX_AMOUNT, MAX_NODE_GPUS
+from phalanx.intake.fields import MAX_AMOUNT, MAX_NODE_GPUS
+from phalanx.model.gpu import GPU
 from phalanx.v1 import binder_pb2, objects_pb2, queue_pb2, scheduler_pb2
 
 # Pods, nodes, keys... in one request (and its lists together, for a step): a gang of 10,000 pods fits one

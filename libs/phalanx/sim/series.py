@@ -17,9 +17,10 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-GPU = "nvidia.com/gpu"
+from phalanx.model.gpu import GPU
+
 GPU_SHARE = "phalanx.dev/gpu-share"
-TRACKED = ("nvidia.com/gpu", "cpu", "memory")
+TRACKED = (GPU, "cpu", "memory")
 
 
 def _gpu_milli(requests: dict[str, int]) -> int:
@@ -28,7 +29,7 @@ def _gpu_milli(requests: dict[str, int]) -> int:
 
 
 def _tracked(requests: dict[str, int]) -> dict[str, int]:
-    return {"nvidia.com/gpu": _gpu_milli(requests), "cpu": requests.get("cpu", 0),
+    return {GPU: _gpu_milli(requests), "cpu": requests.get("cpu", 0),
             "memory": requests.get("memory", 0)}
 MAX_POINTS = 2000  # reports stay small on long traces; the last value of each bucket is kept
 DEMAND_LEVELS = (0.9, 1.0, 1.1, 1.3)  # arrived GPU demand, as a share of the GPUs, where the FGD metric is read

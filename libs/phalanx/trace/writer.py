@@ -29,11 +29,11 @@ from typing import Any, TextIO
 import yaml
 
 from phalanx.model import keys
+from phalanx.model.gpu import GPU
 
 # Fixed, documented origin of generated timestamps: trace second t is BASE_TIME + t.
 BASE_TIME = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARE_RESOURCE = "phalanx.dev/gpu-share"  # a share of one GPU; see libs/phalanx/plugins/gpu_share.py
 GPU_MODEL_LABEL = "phalanx.dev/gpu-model"
 DEFAULT_MAX_PODS = 110
@@ -163,7 +163,7 @@ def format_duration(seconds: float) -> str:
 def node_object(node: NodeShape) -> dict[str, Any]:
     resources: dict[str, str] = {"cpu": node.cpu, "memory": node.memory}
     if node.gpus:
-        resources[GPU_RESOURCE] = str(node.gpus)
+        resources[GPU] = str(node.gpus)
     resources["pods"] = str(node.max_pods)
     labels = {"kubernetes.io/hostname": node.name, **node.labels}
     spec: dict[str, Any] = {}
@@ -195,9 +195,9 @@ def pod_object(pod: PodShape) -> dict[str, Any]:
     requests: dict[str, str] = {"cpu": pod.cpu, "memory": pod.memory}
     container: dict[str, Any] = {"name": "main", "image": PAUSE_IMAGE, "resources": {"requests": requests}}
     if pod.gpus:
-        requests[GPU_RESOURCE] = str(pod.gpus)
+        requests[GPU] = str(pod.gpus)
         # Extended resources must have limits equal to requests in a valid Pod.
-        container["resources"]["limits"] = {GPU_RESOURCE: str(pod.gpus)}
+        container["resources"]["limits"] = {GPU: str(pod.gpus)}
     elif pod.gpu_share_milli:
         share = f"{pod.gpu_share_milli}m"
         requests[GPU_SHARE_RESOURCE] = share
