@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo images test verify test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -46,11 +46,16 @@ images: $(STAMP)
 test: $(STAMP) tools images
 	PHALANX_IMAGE_TESTS=1 PHALANX_NO_SKIPS=1 $(PY) -m pytest -q
 
+## Formats the Python code as `make verify` checks it.
+format: $(STAMP)
+	$(VENV)/bin/ruff format libs services tests
+
 ## Static checks (CI runs them before the tests): lint (ruff: unused and undefined names, import order),
-## the import contracts in pyproject.toml (import-linter), types (mypy), generated protobuf code up to date,
-## the Helm chart (helm lint).
+## formatting (ruff format; `make format` applies it), the import contracts in pyproject.toml (import-linter),
+## types (mypy), generated protobuf code up to date, the Helm chart (helm lint).
 verify: $(STAMP) tools
 	$(VENV)/bin/ruff check libs services tests
+	$(VENV)/bin/ruff format --check libs services tests
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
 	PYTHON=$(PY) scripts/check-protos.sh

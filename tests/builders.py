@@ -62,11 +62,14 @@ class _Builder:
 
 class PodBuilder(_Builder):
     def __init__(self, name: str, namespace: str) -> None:
-        super().__init__({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"containers": []},
-        })
+        super().__init__(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"containers": []},
+            }
+        )
 
     @property
     def _spec(self) -> dict[str, Any]:
@@ -89,14 +92,19 @@ class PodBuilder(_Builder):
         return self
 
     def container(
-        self, requests: dict[str, QuantityLike] | None = None, limits: dict[str, QuantityLike] | None = None,
+        self,
+        requests: dict[str, QuantityLike] | None = None,
+        limits: dict[str, QuantityLike] | None = None,
     ) -> Self:
         self._spec["containers"].append(_container(f"c{len(self._spec['containers'])}", requests, limits))
         return self
 
     def init_container(
-        self, requests: dict[str, QuantityLike] | None = None, limits: dict[str, QuantityLike] | None = None,
-        *, sidecar: bool = False,
+        self,
+        requests: dict[str, QuantityLike] | None = None,
+        limits: dict[str, QuantityLike] | None = None,
+        *,
+        sidecar: bool = False,
     ) -> Self:
         inits = self._spec.setdefault("initContainers", [])
         container = _container(f"init{len(inits)}", requests, limits)
@@ -132,17 +140,24 @@ class PodBuilder(_Builder):
         self._spec.setdefault("nodeSelector", {})[key] = value
         return self
 
-    def toleration(self, key: str = "", operator: str | None = None, value: str | None = None,
-                   effect: str | None = None) -> Self:
-        item = {name: v for name, v in (("key", key), ("operator", operator), ("value", value), ("effect", effect))
-                if v is not None}
+    def toleration(
+        self, key: str = "", operator: str | None = None, value: str | None = None, effect: str | None = None
+    ) -> Self:
+        item = {
+            name: v
+            for name, v in (("key", key), ("operator", operator), ("value", value), ("effect", effect))
+            if v is not None
+        }
         self._spec.setdefault("tolerations", []).append(item)
         return self
 
     def affinity_term(self, *expressions: dict[str, Any], fields: list[dict[str, Any]] | None = None) -> Self:
         """Add one required nodeSelectorTerm; build its requirements with `requirement(...)`."""
-        required = (self._spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-                    .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}))
+        required = (
+            self._spec.setdefault("affinity", {})
+            .setdefault("nodeAffinity", {})
+            .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+        )
         term: dict[str, Any] = {}
         if expressions:
             term["matchExpressions"] = list(expressions)
@@ -159,8 +174,9 @@ class PodBuilder(_Builder):
 
 class NodeBuilder(_Builder):
     def __init__(self, name: str) -> None:
-        super().__init__({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {},
-                          "status": {"allocatable": {}}})
+        super().__init__(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}, "status": {"allocatable": {}}}
+        )
 
     def resource(self, name: str, quantity: QuantityLike) -> Self:
         self._obj["status"].setdefault("allocatable", {})[name] = quantity
@@ -193,8 +209,14 @@ class NodeBuilder(_Builder):
 
 class PodGroupBuilder(_Builder):
     def __init__(self, name: str, namespace: str, api_version: str) -> None:
-        super().__init__({"apiVersion": api_version, "kind": "PodGroup",
-                          "metadata": {"name": name, "namespace": namespace}, "spec": {}})
+        super().__init__(
+            {
+                "apiVersion": api_version,
+                "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {},
+            }
+        )
 
     def min_member(self, value: Any) -> Self:
         self._obj["spec"]["minMember"] = value
@@ -211,8 +233,9 @@ class PodGroupBuilder(_Builder):
 
 class ConfigMapBuilder(_Builder):
     def __init__(self, name: str, namespace: str) -> None:
-        super().__init__({"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": name, "namespace": namespace}, "data": {}})
+        super().__init__(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": {}}
+        )
 
     def data(self, key: str, value: Any) -> Self:
         self._obj["data"][key] = value
@@ -227,8 +250,9 @@ def make_node(name: str) -> NodeBuilder:
     return NodeBuilder(name)
 
 
-def make_podgroup(name: str, namespace: str = "default", *,
-                  api_version: str = "scheduling.x-k8s.io/v1alpha1") -> PodGroupBuilder:
+def make_podgroup(
+    name: str, namespace: str = "default", *, api_version: str = "scheduling.x-k8s.io/v1alpha1"
+) -> PodGroupBuilder:
     return PodGroupBuilder(name, namespace, api_version)
 
 
@@ -244,8 +268,9 @@ def requirement(key: str, operator: str, *values: Any) -> dict[str, Any]:
     return item
 
 
-def _container(name: str, requests: dict[str, QuantityLike] | None,
-               limits: dict[str, QuantityLike] | None) -> dict[str, Any]:
+def _container(
+    name: str, requests: dict[str, QuantityLike] | None, limits: dict[str, QuantityLike] | None
+) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = dict(requests)
@@ -256,32 +281,69 @@ def _container(name: str, requests: dict[str, QuantityLike] | None,
 
 # -- model objects, as intake produces them -------------------------------------------------------------------
 
-def model_node(name: str, *, gpus: int = 0, cpu: float = 64, memory_gib: float = 256, pods: int = 110,
-               labels: dict[str, str] | None = None, taints: tuple[Taint, ...] = ()) -> NodeInfo:
+
+def model_node(
+    name: str,
+    *,
+    gpus: int = 0,
+    cpu: float = 64,
+    memory_gib: float = 256,
+    pods: int = 110,
+    labels: dict[str, str] | None = None,
+    taints: tuple[Taint, ...] = (),
+) -> NodeInfo:
     """A node of `cpu` cores, `memory_gib` GiB, `pods` pod slots and `gpus` whole GPUs (0 leaves a resource
     out), labelled with its hostname."""
     allocatable = _milli_units(cpu=cpu, memory_gib=memory_gib, pods=pods, gpus=gpus)
     return NodeInfo(name, allocatable, {"kubernetes.io/hostname": name, **(labels or {})}, taints)
 
 
-def model_pod(name: str, gang: str = "", *, gpus: int = 0, cpu: float = 1, memory_gib: float = 0, pods: int = 1,
-              requests: Resources | None = None, ns: str = "default", created: float = 0.0, priority: int = 0,
-              placement: Placement | None = None) -> PodInfo:
+def model_pod(
+    name: str,
+    gang: str = "",
+    *,
+    gpus: int = 0,
+    cpu: float = 1,
+    memory_gib: float = 0,
+    pods: int = 1,
+    requests: Resources | None = None,
+    ns: str = "default",
+    created: float = 0.0,
+    priority: int = 0,
+    placement: Placement | None = None,
+) -> PodInfo:
     """A pod of gang `ns/gang` (none when empty) asking `cpu` cores, `memory_gib` GiB, `pods` pod slots and
     `gpus` whole GPUs (0 asks none of it), and `requests` in milli-units besides (they win for a resource named
     in both). Its uid is its name, and its gang is taken to be as old as the pod."""
     asked = {**_milli_units(cpu=cpu, memory_gib=memory_gib, pods=pods, gpus=gpus), **(requests or {})}
-    return PodInfo(ns, name, uid=name, priority=priority, created_at=created, requests=asked,
-                   placement=placement or Placement(), gang=f"{ns}/{gang}" if gang else "", gang_created_at=created)
+    return PodInfo(
+        ns,
+        name,
+        uid=name,
+        priority=priority,
+        created_at=created,
+        requests=asked,
+        placement=placement or Placement(),
+        gang=f"{ns}/{gang}" if gang else "",
+        gang_created_at=created,
+    )
 
 
-def gang_spec(name: str, min_available: int, total: int | None = None, mode: GangMode = GangMode.STRICT,
-              wait: float | None = 20.0, groups: tuple[str, ...] = (), ns: str = "default", *, source: str = "",
-              invalid: str = "") -> GangSpec:
+def gang_spec(
+    name: str,
+    min_available: int,
+    total: int | None = None,
+    mode: GangMode = GangMode.STRICT,
+    wait: float | None = 20.0,
+    groups: tuple[str, ...] = (),
+    ns: str = "default",
+    *,
+    source: str = "",
+    invalid: str = "",
+) -> GangSpec:
     """A gang of `total` pods (`min_available` when not given) waiting `wait` seconds (None: the scheduler's
     default)."""
-    return GangSpec(ns, name, min_available, total or min_available, mode, groups, wait, source=source,
-                    invalid=invalid)
+    return GangSpec(ns, name, min_available, total or min_available, mode, groups, wait, source=source, invalid=invalid)
 
 
 def _milli_units(*, cpu: float, memory_gib: float, pods: int, gpus: int) -> Resources:

@@ -19,18 +19,23 @@ from phalanx.testing.in_process import LocalBinder, LocalQueue
 class LocalScheduler:
     """`sched` with its `queue` and `binder`; `binder_type` lets a test record what the binder is told."""
 
-    def __init__(self, store: StateStore, binder_type: type[LocalBinder] = LocalBinder,
-                 default_wait: float = 60) -> None:
+    def __init__(
+        self, store: StateStore, binder_type: type[LocalBinder] = LocalBinder, default_wait: float = 60
+    ) -> None:
         self.store = store
         self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
         backend = SimulatedBackend(store.redis, store.keys)
         self.binder = binder_type(BatchBinder(store, backend, FencedLock(store.redis, store.keys)), backend)
-        self.sched = GangScheduler(store, self.queue, self.binder, in_tree_framework(),
-                                   SchedulerSettings(default_wait_seconds=default_wait))
+        self.sched = GangScheduler(
+            store, self.queue, self.binder, in_tree_framework(), SchedulerSettings(default_wait_seconds=default_wait)
+        )
 
     def bound(self) -> dict[str, str]:
         """pod -> node, as the simulated cluster recorded the bindings."""
-        return {json.loads(x)["pod"]: json.loads(x)["node"] for x in self.store.redis.lrange(self.store.keys.sim_binds, 0, -1)}
+        return {
+            json.loads(x)["pod"]: json.loads(x)["node"]
+            for x in self.store.redis.lrange(self.store.keys.sim_binds, 0, -1)
+        }
 
     def annotations(self) -> dict[str, dict[str, str]]:
         return {k: json.loads(v) for k, v in self.store.redis.hgetall(self.store.keys.sim_annotations).items()}

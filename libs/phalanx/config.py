@@ -40,8 +40,17 @@ class _Flags(Protocol):
     def add_argument(self, *names: str, **options: Any) -> argparse.Action: ...
 
 
-def env_flag(flags: _Flags, flag: str, variable: str, default: str, help: str = "", *,
-             parse: Callable[[str], Any] = str, shown: str | None = None, **options: Any) -> argparse.Action:
+def env_flag(
+    flags: _Flags,
+    flag: str,
+    variable: str,
+    default: str,
+    help: str = "",
+    *,
+    parse: Callable[[str], Any] = str,
+    shown: str | None = None,
+    **options: Any,
+) -> argparse.Action:
     """A flag whose default is the environment variable `variable` (PHALANX_...) if set, else `default`; its
     --help line ends with "(env VARIABLE; default: ...)". `parse` turns the variable's text (or `default`)
     into the default value, as `type=` does a flag's value (a bad value fails when the parser is built, as
@@ -50,32 +59,60 @@ def env_flag(flags: _Flags, flag: str, variable: str, default: str, help: str = 
         raise ValueError(f"{variable}: the services' environment variables start with {ENV_PREFIX}")
     described = shown if shown is not None else (default if default else "empty")
     note = f"env {variable}; default: {described.replace('%', '%%')}"  # argparse %-formats help
-    return flags.add_argument(flag, default=parse(os.environ.get(variable, default)),
-                              help=f"{help} ({note})" if help else note, **options)
+    return flags.add_argument(
+        flag, default=parse(os.environ.get(variable, default)), help=f"{help} ({note})" if help else note, **options
+    )
 
 
 def common_parser(service: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"phalanx-{service}", description=description)
     p.add_argument("--version", action="version", version=f"phalanx-{service} {package_version()}")
     env_flag(p, "--listen", "PHALANX_LISTEN", f"0.0.0.0:{DEFAULT_PORTS[service]}", "address to serve gRPC on")
-    env_flag(p, "--clock", "PHALANX_CLOCK", "real",
-             "real: wall clock; virtual: the `now` each request carries is the time (simulation)",
-             choices=["real", "virtual"])
+    env_flag(
+        p,
+        "--clock",
+        "PHALANX_CLOCK",
+        "real",
+        "real: wall clock; virtual: the `now` each request carries is the time (simulation)",
+        choices=["real", "virtual"],
+    )
     env_flag(p, "--log-level", "PHALANX_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
-    env_flag(p, "--tls-dir", "PHALANX_TLS_DIR", DEFAULT_TLS_DIR,
-             "directory holding this service's ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret with ca.crt, "
-             "as cert-manager writes it); re-read when the files change")
-    env_flag(p, "--plaintext", "PHALANX_PLAINTEXT", "",
-             "no TLS and no caller authorization: only for loopback addresses (the embedded simulator, tests); "
-             "refused for any other --listen",
-             parse=lambda raw: bool(opt_bool(raw)), shown="false; the variable: true or false", action="store_true")
-    env_flag(p, "--health-listen", "PHALANX_HEALTH_LISTEN", "",
-             "plaintext address serving only the gRPC health service, for kubelet probes",
-             shown=f"with TLS, the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext, none: "
-                   "health is on --listen")
-    env_flag(p, "--metrics-listen", "PHALANX_METRICS_LISTEN", f"0.0.0.0:{DEFAULT_METRICS_PORTS[service]}",
-             "address of the Prometheus /metrics endpoint: plain HTTP, read-only (it serves counters and gauges, "
-             "and accepts no change); empty or 'off' turns it off")
+    env_flag(
+        p,
+        "--tls-dir",
+        "PHALANX_TLS_DIR",
+        DEFAULT_TLS_DIR,
+        "directory holding this service's ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret with ca.crt, "
+        "as cert-manager writes it); re-read when the files change",
+    )
+    env_flag(
+        p,
+        "--plaintext",
+        "PHALANX_PLAINTEXT",
+        "",
+        "no TLS and no caller authorization: only for loopback addresses (the embedded simulator, tests); "
+        "refused for any other --listen",
+        parse=lambda raw: bool(opt_bool(raw)),
+        shown="false; the variable: true or false",
+        action="store_true",
+    )
+    env_flag(
+        p,
+        "--health-listen",
+        "PHALANX_HEALTH_LISTEN",
+        "",
+        "plaintext address serving only the gRPC health service, for kubelet probes",
+        shown=f"with TLS, the --listen host, port {DEFAULT_HEALTH_PORTS[service]}; with --plaintext, none: "
+        "health is on --listen",
+    )
+    env_flag(
+        p,
+        "--metrics-listen",
+        "PHALANX_METRICS_LISTEN",
+        f"0.0.0.0:{DEFAULT_METRICS_PORTS[service]}",
+        "address of the Prometheus /metrics endpoint: plain HTTP, read-only (it serves counters and gauges, "
+        "and accepts no change); empty or 'off' turns it off",
+    )
     return p
 
 
@@ -130,8 +167,10 @@ def security_of(args: argparse.Namespace) -> Security:
     certificates cannot be read."""
     if args.plaintext:
         if not is_loopback(args.listen):
-            raise SystemExit(f"--listen {args.listen}: --plaintext is allowed on loopback addresses only "
-                             "(127.0.0.1, ::1); give certificates with --tls-dir for any other address")
+            raise SystemExit(
+                f"--listen {args.listen}: --plaintext is allowed on loopback addresses only "
+                "(127.0.0.1, ::1); give certificates with --tls-dir for any other address"
+            )
         return PLAINTEXT
     try:
         return Security.tls(args.tls_dir)
@@ -149,10 +188,20 @@ def health_listen_of(args: argparse.Namespace, service: str) -> str:
 def redis_args(p: argparse.ArgumentParser) -> None:
     env_flag(p, "--redis-url", "PHALANX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis holding Phalanx's state")
     env_flag(p, "--redis-prefix", "PHALANX_REDIS_PREFIX", "phalanx", "prefix of every Redis key")
-    env_flag(p, "--redis-password-file", "PHALANX_REDIS_PASSWORD_FILE", "",
-             "file holding Redis' password (AUTH); the password is never taken from a flag or logged")
-    env_flag(p, "--redis-ca-file", "PHALANX_REDIS_CA_FILE", "",
-             "CA certificate to verify Redis with, for a rediss:// (TLS) URL")
+    env_flag(
+        p,
+        "--redis-password-file",
+        "PHALANX_REDIS_PASSWORD_FILE",
+        "",
+        "file holding Redis' password (AUTH); the password is never taken from a flag or logged",
+    )
+    env_flag(
+        p,
+        "--redis-ca-file",
+        "PHALANX_REDIS_CA_FILE",
+        "",
+        "CA certificate to verify Redis with, for a rediss:// (TLS) URL",
+    )
 
 
 def redis_client(args: argparse.Namespace) -> "redis.Redis":

@@ -45,12 +45,18 @@ def build(args: argparse.Namespace) -> ServiceServer:
         from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
 
         backend = KubernetesBackend.from_args(args)
-    binder = BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease,
-                                                                                 owner=binder_identity(args)))
+    binder = BatchBinder(
+        StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease, owner=binder_identity(args))
+    )
     clock = Clock(args.clock == "virtual")
     servicer = BinderServicer(binder, backend, clock)
-    server = ServiceServer("binder", args.listen, lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s),
-                           security=security_of(args), health_listen=health_listen_of(args, "binder"))
+    server = ServiceServer(
+        "binder",
+        args.listen,
+        lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s),
+        security=security_of(args),
+        health_listen=health_listen_of(args, "binder"),
+    )
     server.monitor.add_check("redis", redis_check(client))
     close = getattr(backend, "close", None)
     if close is not None:
@@ -71,8 +77,9 @@ def binder_identity(args: argparse.Namespace) -> str:
 class RollForward:
     """Finishes bindings a crashed (or fenced-out) binder started: at start-up, then periodically."""
 
-    def __init__(self, binder: BatchBinder, clock: Clock, interval: float, beat: Heartbeat,
-                 stop: threading.Event) -> None:
+    def __init__(
+        self, binder: BatchBinder, clock: Clock, interval: float, beat: Heartbeat, stop: threading.Event
+    ) -> None:
         self.binder, self.clock, self.interval, self.beat, self.stop = binder, clock, interval, beat, stop
 
     def run(self) -> None:
@@ -88,20 +95,57 @@ class RollForward:
 def parser() -> argparse.ArgumentParser:
     p = common_parser("binder", __doc__ or "")
     redis_args(p)
-    env_flag(p, "--backend", "PHALANX_BACKEND", "kubernetes", "where bindings are written",
-             choices=["simulated", "kubernetes"])
-    env_flag(p, "--kubeconfig", "PHALANX_KUBECONFIG", "", "kubeconfig file of the API server",
-             shown="empty: in-cluster configuration")
-    env_flag(p, "--scheduler-name", "PHALANX_SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME,
-             "the spec.schedulerName of the pods Phalanx schedules; the binder binds and reports on no other pod")
-    env_flag(p, "--lock-lease", "PHALANX_LOCK_LEASE", "30",
-             "seconds a binder holds the bind mutex before another may take it over", parse=float, type=float)
-    env_flag(p, "--identity", "PHALANX_BINDER_IDENTITY", "",
-             "this replica's name, the same after a restart: a restarted binder takes over the bind mutex its "
-             "crashed predecessor held", shown="host:port")
-    env_flag(p, "--finish-interval", "PHALANX_FINISH_INTERVAL", "2",
-             "seconds between looks for bindings a crashed binder started and did not record, which are then "
-             "rolled forward (0: never)", parse=float, type=float)
+    env_flag(
+        p,
+        "--backend",
+        "PHALANX_BACKEND",
+        "kubernetes",
+        "where bindings are written",
+        choices=["simulated", "kubernetes"],
+    )
+    env_flag(
+        p,
+        "--kubeconfig",
+        "PHALANX_KUBECONFIG",
+        "",
+        "kubeconfig file of the API server",
+        shown="empty: in-cluster configuration",
+    )
+    env_flag(
+        p,
+        "--scheduler-name",
+        "PHALANX_SCHEDULER_NAME",
+        DEFAULT_SCHEDULER_NAME,
+        "the spec.schedulerName of the pods Phalanx schedules; the binder binds and reports on no other pod",
+    )
+    env_flag(
+        p,
+        "--lock-lease",
+        "PHALANX_LOCK_LEASE",
+        "30",
+        "seconds a binder holds the bind mutex before another may take it over",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--identity",
+        "PHALANX_BINDER_IDENTITY",
+        "",
+        "this replica's name, the same after a restart: a restarted binder takes over the bind mutex its "
+        "crashed predecessor held",
+        shown="host:port",
+    )
+    env_flag(
+        p,
+        "--finish-interval",
+        "PHALANX_FINISH_INTERVAL",
+        "2",
+        "seconds between looks for bindings a crashed binder started and did not record, which are then "
+        "rolled forward (0: never)",
+        parse=float,
+        type=float,
+    )
     return p
 
 

@@ -49,36 +49,48 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     def Bind(self, request: binder_pb2.BindRequest, context: grpc.ServicerContext) -> binder_pb2.BindResponse:
         validation.abort_if_invalid(context, validation.bind_request(request))
-        return self._bind([assignment_from_pb(a) for a in request.assignments], request.all_or_nothing, request.now,
-                          request.trace_parent, context)
+        return self._bind(
+            [assignment_from_pb(a) for a in request.assignments],
+            request.all_or_nothing,
+            request.now,
+            request.trace_parent,
+            context,
+        )
 
-    def BindManyStream(self, requests: Iterator[binder_pb2.BindManyRequest],
-                       context: grpc.ServicerContext) -> Iterator[binder_pb2.BindManyResponse]:
+    def BindManyStream(
+        self, requests: Iterator[binder_pb2.BindManyRequest], context: grpc.ServicerContext
+    ) -> Iterator[binder_pb2.BindManyResponse]:
         return serve_stream(self._bind_many)(requests, context)
 
-    def _bind_many(self, request: binder_pb2.BindManyRequest,
-                   context: grpc.ServicerContext) -> binder_pb2.BindManyResponse:
+    def _bind_many(
+        self, request: binder_pb2.BindManyRequest, context: grpc.ServicerContext
+    ) -> binder_pb2.BindManyResponse:
         validation.abort_if_invalid(context, validation.bind_many_request(request))
-        batches = [([assignment_from_pb(a) for a in b.assignments], b.all_or_nothing, b.trace_parent)
-                   for b in request.batches]
+        batches = [
+            ([assignment_from_pb(a) for a in b.assignments], b.all_or_nothing, b.trace_parent) for b in request.batches
+        ]
         try:
             done = self._with_redis(context, lambda: self.binder.bind_many(batches, self.clock.now(request.now)))
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        return binder_pb2.BindManyResponse(batches=[
-            binder_pb2.BindResponse(results=[bind_result_to_pb(x) for x in r], fence=f) for r, f in done])
+        return binder_pb2.BindManyResponse(
+            batches=[binder_pb2.BindResponse(results=[bind_result_to_pb(x) for x in r], fence=f) for r, f in done]
+        )
 
-    def _bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str,
-              context: grpc.ServicerContext) -> binder_pb2.BindResponse:
+    def _bind(
+        self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str, context: grpc.ServicerContext
+    ) -> binder_pb2.BindResponse:
         try:
-            results, fence = self._with_redis(context, lambda: self.binder.bind(assignments, all_or_nothing,
-                                                                                self.clock.now(now), trace))
+            results, fence = self._with_redis(
+                context, lambda: self.binder.bind(assignments, all_or_nothing, self.clock.now(now), trace)
+            )
         except LockTimeout as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return binder_pb2.BindResponse(results=[bind_result_to_pb(r) for r in results], fence=fence)
 
-    def BindStream(self, requests: Iterator[binder_pb2.BindRequest],
-                   context: grpc.ServicerContext) -> Iterator[binder_pb2.BindResponse]:
+    def BindStream(
+        self, requests: Iterator[binder_pb2.BindRequest], context: grpc.ServicerContext
+    ) -> Iterator[binder_pb2.BindResponse]:
         return serve_stream(self.Bind)(requests, context)
 
     def Report(self, request: binder_pb2.ReportRequest, context: grpc.ServicerContext) -> binder_pb2.ReportResponse:

@@ -17,11 +17,20 @@ from phalanx_queue.servicer import QueueServicer
 
 
 def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> ServiceServer:
-    settings = QueueSettings(initial_backoff=args.initial_backoff, max_backoff=args.max_backoff,
-                             unschedulable_flush=args.unschedulable_flush, lease_seconds=args.lease)
+    settings = QueueSettings(
+        initial_backoff=args.initial_backoff,
+        max_backoff=args.max_backoff,
+        unschedulable_flush=args.unschedulable_flush,
+        lease_seconds=args.lease,
+    )
     servicer = QueueServicer(SchedulingQueue(settings), Clock(args.clock == "virtual"))
-    server = ServiceServer("queue", args.listen, lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s),
-                           security=security_of(args), health_listen=health_listen_of(args, "queue"))
+    server = ServiceServer(
+        "queue",
+        args.listen,
+        lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s),
+        security=security_of(args),
+        health_listen=health_listen_of(args, "queue"),
+    )
     if metrics is not None:
         metrics.registry.register(QueueCollector(servicer.queue))  # pending pods, counted when scraped
         server.add_cleanup(metrics.stop)
@@ -30,16 +39,42 @@ def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> S
 
 def parser() -> argparse.ArgumentParser:
     p = common_parser("queue", __doc__ or "")
-    env_flag(p, "--initial-backoff", "PHALANX_INITIAL_BACKOFF", "1",
-             "seconds a pod waits before its first retry; each retry doubles it", parse=float, type=float)
-    env_flag(p, "--max-backoff", "PHALANX_MAX_BACKOFF", "10", "the longest a pod waits between retries, in seconds",
-             parse=float, type=float)
-    env_flag(p, "--unschedulable-flush", "PHALANX_UNSCHEDULABLE_FLUSH", "300",
-             "retry unschedulable pods after this many seconds without a cluster event (0: never)",
-             parse=float, type=float)
-    env_flag(p, "--lease", "PHALANX_LEASE", "60",
-             "seconds a scheduler may stay silent before the pods it popped return to the queue (0: never)",
-             parse=float, type=float)
+    env_flag(
+        p,
+        "--initial-backoff",
+        "PHALANX_INITIAL_BACKOFF",
+        "1",
+        "seconds a pod waits before its first retry; each retry doubles it",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--max-backoff",
+        "PHALANX_MAX_BACKOFF",
+        "10",
+        "the longest a pod waits between retries, in seconds",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--unschedulable-flush",
+        "PHALANX_UNSCHEDULABLE_FLUSH",
+        "300",
+        "retry unschedulable pods after this many seconds without a cluster event (0: never)",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--lease",
+        "PHALANX_LEASE",
+        "60",
+        "seconds a scheduler may stay silent before the pods it popped return to the queue (0: never)",
+        parse=float,
+        type=float,
+    )
     return p
 
 

@@ -53,9 +53,16 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
                 rejected.append(problem)
                 continue
             pod.trace_parent = self._trace_for(pod)
-            added += self.queue.add(f"{pod.namespace}/{pod.name}", priority=pod.priority, created_at=pod.created_at,
-                                    gang=pod.gang, gang_created_at=pod.gang_created_at, payload=pod, now=now,
-                                    only_missing=request.only_missing)
+            added += self.queue.add(
+                f"{pod.namespace}/{pod.name}",
+                priority=pod.priority,
+                created_at=pod.created_at,
+                gang=pod.gang,
+                gang_created_at=pod.gang_created_at,
+                payload=pod,
+                now=now,
+                only_missing=request.only_missing,
+            )
         return queue_pb2.AddResponse(added=added, rejected=rejected, incarnation=self.incarnation)
 
     def Pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
@@ -72,14 +79,25 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             self.queue.move_all(now)
         elif request.freed:
             self.queue.move_all(now, freed_from_pb(request.freed))
-        entries = self.queue.pop(request.max_pods or 256, now, wait_seconds=min(request.wait_seconds, 30.0),
-                                 consumer=request.consumer, incarnation=request.consumer_incarnation)
+        entries = self.queue.pop(
+            request.max_pods or 256,
+            now,
+            wait_seconds=min(request.wait_seconds, 30.0),
+            consumer=request.consumer,
+            incarnation=request.consumer_incarnation,
+        )
         nxt = self.queue.next_ready_at()
-        return queue_pb2.PopResponse(pods=[e.payload for e in entries], next_ready_at=nxt if nxt is not None else 0.0,
-                                     pending=len(self.queue), rejected=rejected, incarnation=self.incarnation)
+        return queue_pb2.PopResponse(
+            pods=[e.payload for e in entries],
+            next_ready_at=nxt if nxt is not None else 0.0,
+            pending=len(self.queue),
+            rejected=rejected,
+            incarnation=self.incarnation,
+        )
 
-    def PopStream(self, requests: Iterator[queue_pb2.PopRequest],
-                  context: grpc.ServicerContext) -> Iterator[queue_pb2.PopResponse]:
+    def PopStream(
+        self, requests: Iterator[queue_pb2.PopRequest], context: grpc.ServicerContext
+    ) -> Iterator[queue_pb2.PopResponse]:
         return serve_stream(self.Pop)(requests, context)
 
     def Done(self, request: queue_pb2.DoneRequest, context: grpc.ServicerContext) -> queue_pb2.DoneResponse:
@@ -90,8 +108,13 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         # Validate the whole request first: a refused request must change nothing.
         validation.abort_if_invalid(context, validation.done_request(request))
         hint_of = HintDecoder()
-        apply_verdicts(self.queue, (verdict_from_pb(res, hint_of) for res in request.results),
-                       request.activate_gangs, request.failed_gangs, now)
+        apply_verdicts(
+            self.queue,
+            (verdict_from_pb(res, hint_of) for res in request.results),
+            request.activate_gangs,
+            request.failed_gangs,
+            now,
+        )
 
     def Remove(self, request: queue_pb2.RemoveRequest, context: grpc.ServicerContext) -> queue_pb2.RemoveResponse:
         validation.abort_if_invalid(context, validation.remove_request(request))
@@ -99,15 +122,22 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
 
     def MoveAll(self, request: queue_pb2.MoveAllRequest, context: grpc.ServicerContext) -> queue_pb2.MoveAllResponse:
         validation.abort_if_invalid(context, validation.move_all_request(request))
-        return queue_pb2.MoveAllResponse(moved=self.queue.move_all(self.clock.now(request.now),
-                                                                   freed_from_pb(request.freed) or None))
+        return queue_pb2.MoveAllResponse(
+            moved=self.queue.move_all(self.clock.now(request.now), freed_from_pb(request.freed) or None)
+        )
 
-    def ReleaseInFlight(self, request: queue_pb2.ReleaseInFlightRequest,
-                        context: grpc.ServicerContext) -> queue_pb2.ReleaseInFlightResponse:
+    def ReleaseInFlight(
+        self, request: queue_pb2.ReleaseInFlightRequest, context: grpc.ServicerContext
+    ) -> queue_pb2.ReleaseInFlightResponse:
         return queue_pb2.ReleaseInFlightResponse(released=self.queue.release_in_flight(self.clock.now()))
 
     def Stats(self, request: queue_pb2.StatsRequest, context: grpc.ServicerContext) -> queue_pb2.StatsResponse:
         validation.abort_if_invalid(context, validation.stats_request(request))
         s = self.queue.stats(self.clock.now(request.now))
-        return queue_pb2.StatsResponse(active=s.active, backoff=s.backoff, unschedulable=s.unschedulable,
-                                       in_flight=s.in_flight, next_ready_at=s.next_ready_at or 0.0)
+        return queue_pb2.StatsResponse(
+            active=s.active,
+            backoff=s.backoff,
+            unschedulable=s.unschedulable,
+            in_flight=s.in_flight,
+            next_ready_at=s.next_ready_at or 0.0,
+        )

@@ -93,8 +93,9 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
     wait_for(args.binder, "--binder", "binder", args.dependency_timeout, security, tls.BINDER)
     consumer = SHARED_CONSUMER if election_enabled(args) else ""
     queue, binder = QueueClient(args.queue, security, consumer=consumer), BinderClient(args.binder, security)
-    settings = SchedulerSettings(default_wait_seconds=args.default_wait, pop_batch=args.pop_batch,
-                                 profile=args.scheduler_name)
+    settings = SchedulerSettings(
+        default_wait_seconds=args.default_wait, pop_batch=args.pop_batch, profile=args.scheduler_name
+    )
     scheduler = GangScheduler(store, queue, binder, framework, settings)
     if not standby:
         try:
@@ -110,9 +111,13 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
     # it (the simulator's) are refused.
     loop = SchedulingLoop(scheduler, queue, clock)
     servicer = SchedulerServicer(scheduler, loop, clock, simulated=args.backend != "kubernetes")
-    server = ServiceServer("scheduler", args.listen,
-                           lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-                           security=security, health_listen=health_listen_of(args, "scheduler"))
+    server = ServiceServer(
+        "scheduler",
+        args.listen,
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+        security=security,
+        health_listen=health_listen_of(args, "scheduler"),
+    )
     server.monitor.add_check("redis", redis_check(store.redis))
     server.monitor.add_check("scheduling", servicer.loop.step_error)
     return server, servicer
@@ -132,8 +137,9 @@ def wait_for(address: str, flag: str, what: str, timeout: float, security: Secur
     try:
         wait_healthy(address, timeout=timeout, security=security, peer=peer)
     except TimeoutError:
-        cannot_start(f"{flag} {address}: the {what} is not serving (no healthy answer within {timeout:g}s; "
-                     "--dependency-timeout)")
+        cannot_start(
+            f"{flag} {address}: the {what} is not serving (no healthy answer within {timeout:g}s; --dependency-timeout)"
+        )
 
 
 def cannot_start(reason: str) -> NoReturn:
@@ -145,51 +151,148 @@ def parser() -> argparse.ArgumentParser:
     redis_args(p)
     env_flag(p, "--queue", "PHALANX_QUEUE_ADDR", "127.0.0.1:50051", "queue service")
     env_flag(p, "--binder", "PHALANX_BINDER_ADDR", "127.0.0.1:50053", "binder service")
-    env_flag(p, "--profile", "PHALANX_PROFILE", "", "scheduling profile YAML", parse=lambda raw: raw or None,
-             shown="empty: the built-in profile")
-    env_flag(p, "--default-wait", "PHALANX_DEFAULT_WAIT", "600",
-             "seconds a gang waits for its minimum when it declares no waiting time", parse=float, type=float)
-    env_flag(p, "--pop-batch", "PHALANX_POP_BATCH", "256", "pods popped from the queue at most per pop",
-             parse=int, type=int)
-    p.add_argument("--dependency-timeout", type=float, default=60.0,
-                   help="seconds to wait at start for the queue and the binder to serve before giving up")
-    env_flag(p, "--backend", "PHALANX_BACKEND", "kubernetes",
-             "kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: cluster "
-             "events arrive through the Scheduler API", choices=["simulated", "kubernetes"])
-    env_flag(p, "--kubeconfig", "PHALANX_KUBECONFIG", "", "kubeconfig file of the API server",
-             shown="empty: in-cluster configuration")
-    env_flag(p, "--reconcile-interval", "PHALANX_RECONCILE_INTERVAL", "10",
-             "seconds between comparisons of the scheduler's view, Redis and the API server, which repair any drift",
-             parse=float, type=float)
-    env_flag(p, "--liveness-timeout", "PHALANX_LIVENESS_TIMEOUT", "120",
-             "seconds the scheduling loop may go without an iteration before liveness fails", parse=float, type=float)
-    env_flag(p, "--scheduler-name", "PHALANX_SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME,
-             "the spec.schedulerName of the pods Phalanx schedules")
-    g = p.add_argument_group("leader election", "several replicas: one leads (schedules), the others wait "
-                             "(kube-scheduler's flags and defaults)")
-    env_flag(g, "--leader-elect", "PHALANX_LEADER_ELECT", "",
-             "elect a leader on a coordination.k8s.io Lease before scheduling", parse=opt_bool,
-             shown="true with --backend kubernetes and --clock real, else false",
-             type=bool_arg, nargs="?", const=True)
-    env_flag(g, "--leader-elect-lease-name", "PHALANX_LEADER_ELECT_LEASE_NAME", "", "the Lease's name",
-             shown="<scheduler-name>-scheduler, i.e. phalanx-scheduler")
-    env_flag(g, "--leader-elect-namespace", "PHALANX_LEADER_ELECT_NAMESPACE", "", "the Lease's namespace",
-             shown="POD_NAMESPACE, else the service account's namespace, else default")
-    env_flag(g, "--leader-elect-identity", "PHALANX_LEADER_ELECT_IDENTITY", "",
-             "this replica's name in the Lease (a random suffix per process is appended); replicas need distinct "
-             "names", shown="POD_NAME, else the host name")
-    env_flag(g, "--leader-elect-lease-duration", "PHALANX_LEADER_ELECT_LEASE_DURATION", f"{DEFAULT_LEASE_DURATION:g}",
-             "seconds a standby waits, after the Lease last changed, before taking it over", parse=float, type=float)
-    env_flag(g, "--leader-elect-renew-deadline", "PHALANX_LEADER_ELECT_RENEW_DEADLINE", f"{DEFAULT_RENEW_DEADLINE:g}",
-             "seconds the leader keeps trying to renew before it gives up leadership (and exits)",
-             parse=float, type=float)
-    env_flag(g, "--leader-elect-retry-period", "PHALANX_LEADER_ELECT_RETRY_PERIOD", f"{DEFAULT_RETRY_PERIOD:g}",
-             "seconds between attempts to acquire or renew the Lease", parse=float, type=float)
+    env_flag(
+        p,
+        "--profile",
+        "PHALANX_PROFILE",
+        "",
+        "scheduling profile YAML",
+        parse=lambda raw: raw or None,
+        shown="empty: the built-in profile",
+    )
+    env_flag(
+        p,
+        "--default-wait",
+        "PHALANX_DEFAULT_WAIT",
+        "600",
+        "seconds a gang waits for its minimum when it declares no waiting time",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p, "--pop-batch", "PHALANX_POP_BATCH", "256", "pods popped from the queue at most per pop", parse=int, type=int
+    )
+    p.add_argument(
+        "--dependency-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait at start for the queue and the binder to serve before giving up",
+    )
+    env_flag(
+        p,
+        "--backend",
+        "PHALANX_BACKEND",
+        "kubernetes",
+        "kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: cluster "
+        "events arrive through the Scheduler API",
+        choices=["simulated", "kubernetes"],
+    )
+    env_flag(
+        p,
+        "--kubeconfig",
+        "PHALANX_KUBECONFIG",
+        "",
+        "kubeconfig file of the API server",
+        shown="empty: in-cluster configuration",
+    )
+    env_flag(
+        p,
+        "--reconcile-interval",
+        "PHALANX_RECONCILE_INTERVAL",
+        "10",
+        "seconds between comparisons of the scheduler's view, Redis and the API server, which repair any drift",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--liveness-timeout",
+        "PHALANX_LIVENESS_TIMEOUT",
+        "120",
+        "seconds the scheduling loop may go without an iteration before liveness fails",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--scheduler-name",
+        "PHALANX_SCHEDULER_NAME",
+        DEFAULT_SCHEDULER_NAME,
+        "the spec.schedulerName of the pods Phalanx schedules",
+    )
+    g = p.add_argument_group(
+        "leader election",
+        "several replicas: one leads (schedules), the others wait (kube-scheduler's flags and defaults)",
+    )
+    env_flag(
+        g,
+        "--leader-elect",
+        "PHALANX_LEADER_ELECT",
+        "",
+        "elect a leader on a coordination.k8s.io Lease before scheduling",
+        parse=opt_bool,
+        shown="true with --backend kubernetes and --clock real, else false",
+        type=bool_arg,
+        nargs="?",
+        const=True,
+    )
+    env_flag(
+        g,
+        "--leader-elect-lease-name",
+        "PHALANX_LEADER_ELECT_LEASE_NAME",
+        "",
+        "the Lease's name",
+        shown="<scheduler-name>-scheduler, i.e. phalanx-scheduler",
+    )
+    env_flag(
+        g,
+        "--leader-elect-namespace",
+        "PHALANX_LEADER_ELECT_NAMESPACE",
+        "",
+        "the Lease's namespace",
+        shown="POD_NAMESPACE, else the service account's namespace, else default",
+    )
+    env_flag(
+        g,
+        "--leader-elect-identity",
+        "PHALANX_LEADER_ELECT_IDENTITY",
+        "",
+        "this replica's name in the Lease (a random suffix per process is appended); replicas need distinct names",
+        shown="POD_NAME, else the host name",
+    )
+    env_flag(
+        g,
+        "--leader-elect-lease-duration",
+        "PHALANX_LEADER_ELECT_LEASE_DURATION",
+        f"{DEFAULT_LEASE_DURATION:g}",
+        "seconds a standby waits, after the Lease last changed, before taking it over",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        g,
+        "--leader-elect-renew-deadline",
+        "PHALANX_LEADER_ELECT_RENEW_DEADLINE",
+        f"{DEFAULT_RENEW_DEADLINE:g}",
+        "seconds the leader keeps trying to renew before it gives up leadership (and exits)",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        g,
+        "--leader-elect-retry-period",
+        "PHALANX_LEADER_ELECT_RETRY_PERIOD",
+        f"{DEFAULT_RETRY_PERIOD:g}",
+        "seconds between attempts to acquire or renew the Lease",
+        parse=float,
+        type=float,
+    )
     return p
 
 
-def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
-               server: ServiceServer | None = None) -> ClusterFeed | None:
+def start_feed(
+    args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer | None = None
+) -> ClusterFeed | None:
     """Kubernetes mode on the wall clock: watch the cluster, after recover() has loaded Redis."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
@@ -197,9 +300,15 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
     from phalanx.kube.client import api_client
 
     scheduler = servicer.scheduler
-    feed = ClusterFeed(scheduler, servicer.loop.lock, scheduler.queue, scheduler.binder,
-                       collections(api_client(args.kubeconfig)), scheduler_name=args.scheduler_name,
-                       reconcile_interval=args.reconcile_interval)
+    feed = ClusterFeed(
+        scheduler,
+        servicer.loop.lock,
+        scheduler.queue,
+        scheduler.binder,
+        collections(api_client(args.kubeconfig)),
+        scheduler_name=args.scheduler_name,
+        reconcile_interval=args.reconcile_interval,
+    )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
     return feed.start()
@@ -207,23 +316,36 @@ def start_feed(args: argparse.Namespace, servicer: SchedulerServicer,
 
 def duties_of(args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer) -> SchedulingDuties:
     """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock)."""
-    return SchedulingDuties(servicer.loop, server.monitor, start_feed=lambda: start_feed(args, servicer, server),
-                            run_loop=args.clock == "real", liveness_timeout=args.liveness_timeout,
-                            sync_timeout=args.dependency_timeout)
+    return SchedulingDuties(
+        servicer.loop,
+        server.monitor,
+        start_feed=lambda: start_feed(args, servicer, server),
+        run_loop=args.clock == "real",
+        liveness_timeout=args.liveness_timeout,
+        sync_timeout=args.dependency_timeout,
+    )
 
 
 class Leadership(leader_election.Leadership):
     """The library's leader election wired from this service's flags (main(), and the tests that run replicas
     as main() does)."""
 
-    def __init__(self, args: argparse.Namespace, server: ServiceServer, servicer: SchedulerServicer, *,
-                 api_client: Any = None, on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        server: ServiceServer,
+        servicer: SchedulerServicer,
+        *,
+        api_client: Any = None,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
         from phalanx.kube.client import api_client as make_api_client
 
         config = election_config(args)
         api = api_client if api_client is not None else make_api_client(args.kubeconfig)
-        super().__init__(api, config, servicer.loop, server.monitor, lambda: duties_of(args, servicer, server),
-                         on_lost=on_lost)
+        super().__init__(
+            api, config, servicer.loop, server.monitor, lambda: duties_of(args, servicer, server), on_lost=on_lost
+        )
         servicer.standby = self.standby_reason  # a standby's ListGangs says so instead of an empty list
 
 
@@ -232,8 +354,10 @@ def election_config(args: argparse.Namespace) -> ElectionConfig:
         namespace=args.leader_elect_namespace or pod_namespace(),
         name=args.leader_elect_lease_name or f"{args.scheduler_name}-scheduler",
         identity=new_identity(args.leader_elect_identity or pod_name()),
-        lease_duration=args.leader_elect_lease_duration, renew_deadline=args.leader_elect_renew_deadline,
-        retry_period=args.leader_elect_retry_period)
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+    )
     try:
         config.validate()
     except ValueError as exc:
@@ -256,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         server.add_cleanup(metrics.stop)
     server.start()
     if elect:
+
         def on_lost(reason: str) -> None:  # through the graceful path: in-flight calls finish, then exit 1
             os.kill(os.getpid(), signal.SIGTERM)
 

@@ -36,13 +36,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.lock: threading.Lock = loop.lock  # the scheduler's memory is single-threaded by design
         self.events = ClusterEvents(scheduler, SCHEDULER_API)
 
-    def ApplyClusterEvents(self, request: scheduler_pb2.ClusterEvents,
-                           context: grpc.ServicerContext) -> scheduler_pb2.ApplyClusterEventsResponse:
+    def ApplyClusterEvents(
+        self, request: scheduler_pb2.ClusterEvents, context: grpc.ServicerContext
+    ) -> scheduler_pb2.ApplyClusterEventsResponse:
         self._refuse_unless_simulated(context, "ApplyClusterEvents")
         validation.abort_if_invalid(context, validation.cluster_events(request, ""))
         with self.lock:
             now = self.clock.now(request.now)
-            deliver(self.events.apply(change_of(request), now), self.scheduler.queue, now)  # no step follows to carry it
+            deliver(
+                self.events.apply(change_of(request), now), self.scheduler.queue, now
+            )  # no step follows to carry it
         return scheduler_pb2.ApplyClusterEventsResponse()
 
     def Step(self, request: scheduler_pb2.StepRequest, context: grpc.ServicerContext) -> scheduler_pb2.StepResponse:
@@ -52,46 +55,70 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         with self.lock:
             carry = self.events.apply(change_of(request.events), now) if request.HasField("events") else Carry()
             carry.add = [Popped(pod_from_pb(p), p.trace_parent) for p in request.pods_added]
-            later = Lookahead(Instant(self.clock.now(i.now), [Popped(pod_from_pb(p), p.trace_parent) for p in i.pods_added],
-                                      list(i.pods_finished)) for i in request.later)
+            later = Lookahead(
+                Instant(
+                    self.clock.now(i.now),
+                    [Popped(pod_from_pb(p), p.trace_parent) for p in i.pods_added],
+                    list(i.pods_finished),
+                )
+                for i in request.later
+            )
             r = self.scheduler.step(now, carry, lookahead=later)
-        return scheduler_pb2.StepResponse(pods_attempted=r.attempted, pods_bound=r.bound,
-                                          next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0,
-                                          queue_pending=r.queue_pending, instants_done=r.instants_done, now=r.now)
+        return scheduler_pb2.StepResponse(
+            pods_attempted=r.attempted,
+            pods_bound=r.bound,
+            next_wakeup=r.next_wakeup if r.next_wakeup is not None else 0.0,
+            queue_pending=r.queue_pending,
+            instants_done=r.instants_done,
+            now=r.now,
+        )
 
-    def StepStream(self, requests: Iterator[scheduler_pb2.StepRequest],
-                   context: grpc.ServicerContext) -> Iterator[scheduler_pb2.StepResponse]:
+    def StepStream(
+        self, requests: Iterator[scheduler_pb2.StepRequest], context: grpc.ServicerContext
+    ) -> Iterator[scheduler_pb2.StepResponse]:
         return serve_stream(self.Step)(requests, context)
 
     def _refuse_unless_simulated(self, context: grpc.ServicerContext, method: str) -> None:
         if not self.simulated:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{method}: this scheduler runs against the Kubernetes API server (--backend kubernetes), "
-                          "the only source of its cluster state; the calls that feed cluster state are served "
-                          "to the simulator (--backend simulated) only")
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{method}: this scheduler runs against the Kubernetes API server (--backend kubernetes), "
+                "the only source of its cluster state; the calls that feed cluster state are served "
+                "to the simulator (--backend simulated) only",
+            )
 
-    def ListGangs(self, request: scheduler_pb2.ListGangsRequest,
-                  context: grpc.ServicerContext) -> scheduler_pb2.ListGangsResponse:
+    def ListGangs(
+        self, request: scheduler_pb2.ListGangsRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.ListGangsResponse:
         standby = self.standby()
         if standby:  # its memory is empty: an empty list would read as "no gangs"
             context.abort(grpc.StatusCode.UNAVAILABLE, standby)
         with self.lock:
             statuses = self.scheduler.gang_statuses()
-        out = []
-        for g in statuses:
-            out.append(scheduler_pb2.GangStatus(
-                key=str(g["key"]), min_available=int(g["min_available"]) if isinstance(g["min_available"], int) else 0,
-                assumed=int(g["assumed"]), bound=int(g["bound"]), satisfied=bool(g["satisfied"]),  # type: ignore[call-overload]
-                timed_out=bool(g["timed_out"]),
-                first_wait_at=float(g["first_wait_at"]) if g["first_wait_at"] is not None else -1.0,  # type: ignore[arg-type]
-                satisfied_at=float(g["satisfied_at"]) if g["satisfied_at"] is not None else -1.0))  # type: ignore[arg-type]
+        out = [
+            scheduler_pb2.GangStatus(
+                key=g.key,
+                min_available=g.min_available or 0,
+                assumed=g.assumed,
+                bound=g.bound,
+                satisfied=g.satisfied,
+                timed_out=g.timed_out,
+                first_wait_at=g.first_wait_at if g.first_wait_at is not None else -1.0,
+                satisfied_at=g.satisfied_at if g.satisfied_at is not None else -1.0,
+            )
+            for g in statuses
+        ]
         return scheduler_pb2.ListGangsResponse(gangs=out)
 
 
 def change_of(ev: scheduler_pb2.ClusterEvents) -> ClusterChange:
     """The Scheduler API's cluster events in the model's terms: a deleted pod also leaves the queue."""
     return ClusterChange(
-        nodes=[node_from_pb(n) for n in ev.nodes_upserted], nodes_removed=list(ev.nodes_removed),
-        gangs=[gang_from_pb(g) for g in ev.gangs_upserted], gangs_removed=list(ev.gangs_removed),
-        released=list(ev.pods_finished) + list(ev.pods_deleted), unqueued=list(ev.pods_deleted),
-        bound=[pod_from_pb(p) for p in ev.pods_bound])
+        nodes=[node_from_pb(n) for n in ev.nodes_upserted],
+        nodes_removed=list(ev.nodes_removed),
+        gangs=[gang_from_pb(g) for g in ev.gangs_upserted],
+        gangs_removed=list(ev.gangs_removed),
+        released=list(ev.pods_finished) + list(ev.pods_deleted),
+        unqueued=list(ev.pods_deleted),
+        bound=[pod_from_pb(p) for p in ev.pods_bound],
+    )

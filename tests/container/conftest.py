@@ -25,7 +25,9 @@ def podman_available() -> None:
     # PHALANX_E2E=1; a bare `pytest` skips them: building the image takes minutes on a cold machine.
     required = os.environ.get("PHALANX_IMAGE_TESTS", "") == "1"
     if not required and os.environ.get("PHALANX_E2E", "") != "1":
-        pytest.skip("container image tests run with PHALANX_IMAGE_TESTS=1 (make test) or PHALANX_E2E=1 (make e2e-image)")
+        pytest.skip(
+            "container image tests run with PHALANX_IMAGE_TESTS=1 (make test) or PHALANX_E2E=1 (make e2e-image)"
+        )
     problem = podman_problem()
     if problem and required:
         pytest.fail(f"make test runs the image tests, but podman cannot run containers here: {problem}")
@@ -43,8 +45,10 @@ def base_image(podman_available: None) -> str:
     if podman("image", "exists", DEFAULT_BASE, check=False).returncode == 0:
         return DEFAULT_BASE
     if shutil.which("debootstrap") is None or os.geteuid() != 0:
-        why = (f"{DEFAULT_BASE} is missing and cannot be built here (hack/build-base-image.sh needs root and "
-               "debootstrap); or set PHALANX_TEST_BASE_IMAGE to a pullable Python 3.11 image")
+        why = (
+            f"{DEFAULT_BASE} is missing and cannot be built here (hack/build-base-image.sh needs root and "
+            "debootstrap); or set PHALANX_TEST_BASE_IMAGE to a pullable Python 3.11 image"
+        )
         if os.environ.get("PHALANX_IMAGE_TESTS", "") == "1":
             pytest.fail(why)  # `make test` promised these tests
         pytest.skip(why)

@@ -33,7 +33,9 @@ from podman_env import MEASURED, REPO, podman
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("podman_available")]
 
 IMAGE_REPO = "localhost/phalanx"
-SIZE_BUDGET_MB = 340  # measured 320 MB on the Debian base (688 MB before the report extra left and the image was slimmed)
+SIZE_BUDGET_MB = (
+    340  # measured 320 MB on the Debian base (688 MB before the report extra left and the image was slimmed)
+)
 STOP_GRACE_S = 10
 START_TIMEOUT_S = 120.0
 SERVICES = ("queue", "binder", "scheduler")  # start order: the scheduler waits for the other two
@@ -55,10 +57,14 @@ def context_digest(base_id: str) -> str:
     h = hashlib.sha256(base_id.encode())
     files = [REPO / f for f in CONTEXT_FILES]
     for top in CONTEXT_DIRS:
-        files += sorted(p for p in (REPO / top).rglob("*") if p.is_file()
-                        and not GENERATED_PARTS & set(p.parts)
-                        and not any(part.endswith(GENERATED_SUFFIXES) for part in p.relative_to(REPO).parts)
-                        and p.name != ".DS_Store")
+        files += sorted(
+            p
+            for p in (REPO / top).rglob("*")
+            if p.is_file()
+            and not GENERATED_PARTS & set(p.parts)
+            and not any(part.endswith(GENERATED_SUFFIXES) for part in p.relative_to(REPO).parts)
+            and p.name != ".DS_Store"
+        )
     for path in files:
         h.update(b"\0" + str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
@@ -126,8 +132,15 @@ class Stack:
 
 def remove_orphans() -> None:
     """Containers and networks of earlier runs whose pytest process is gone (killed before its teardown)."""
-    listed = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", '{{.ID}} {{index .Labels "phalanx.test.pid"}}',
-                    check=False).stdout.split("\n")
+    listed = podman(
+        "ps",
+        "-a",
+        "--filter",
+        f"label={LABEL}",
+        "--format",
+        '{{.ID}} {{index .Labels "phalanx.test.pid"}}',
+        check=False,
+    ).stdout.split("\n")
     for line in listed:
         cid, _, pid = line.strip().partition(" ")
         if cid and pid.isdigit() and not Path(f"/proc/{pid}").exists():
@@ -140,8 +153,13 @@ def remove_orphans() -> None:
 
 def make_certs(directory: Path) -> None:
     """A CA, one certificate per identity and Redis' password, readable by the containers' user only."""
-    proc = subprocess.run([sys.executable, "-m", "phalanx.cli.main", "certs", "--out", str(directory),
-                           "--redis-password"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "certs", "--out", str(directory), "--redis-password"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     # Rootless podman maps user 65532 elsewhere: `podman unshare` chowns in the containers' user namespace.
     chown = ["chown", "-R", f"{UID}:{UID}", str(directory)]
@@ -155,7 +173,9 @@ def logs(container: str) -> str:
 
 def health_status(addr: str, timeout: float = 2.0) -> int:
     with grpc.insecure_channel(addr) as ch:
-        return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout).status)
+        return int(
+            health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout).status
+        )
 
 
 def wait_serving(stack: Stack, service: str, started: float) -> None:
@@ -184,10 +204,27 @@ def wait_redis(container: str, timeout: float = 30.0) -> None:
 
 def hardened(stack: Stack, name: str) -> list[str]:
     """`podman run` options every container gets: the deployment's hardening, and labels for clean-up."""
-    return ["--name", stack.container(name), "--network", f"{stack.prefix}-net", "--network-alias", name,
-            "--label", LABEL, "--label", f"phalanx.test.pid={os.getpid()}",
-            "--user", f"{UID}:{UID}", "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges"]
+    return [
+        "--name",
+        stack.container(name),
+        "--network",
+        f"{stack.prefix}-net",
+        "--network-alias",
+        name,
+        "--label",
+        LABEL,
+        "--label",
+        f"phalanx.test.pid={os.getpid()}",
+        "--user",
+        f"{UID}:{UID}",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -200,23 +237,47 @@ def stack(image: str, redis_image: str, tmp_path_factory: pytest.TempPathFactory
     try:
         # Redis as docker-compose.yml runs it: the password through a config file, never on a command line.
         # (Not under /etc/redis: Debian's package makes that directory readable by its redis user only.)
-        podman("run", "-d", *hardened(stack, "redis"), "-v", f"{certs / 'redis'}:/run/redis-auth:ro", redis_image,
-               "sh", "-c", 'set -e; umask 077; pw="$(cat /run/redis-auth/password)"; test -n "$pw"; '
-               'printf \'requirepass "%s"\\nprotected-mode yes\\n\' "$pw" > /tmp/redis.conf; '
-               'exec redis-server /tmp/redis.conf --save "" --appendonly no --dir /tmp')
+        podman(
+            "run",
+            "-d",
+            *hardened(stack, "redis"),
+            "-v",
+            f"{certs / 'redis'}:/run/redis-auth:ro",
+            redis_image,
+            "sh",
+            "-c",
+            'set -e; umask 077; pw="$(cat /run/redis-auth/password)"; test -n "$pw"; '
+            'printf \'requirepass "%s"\\nprotected-mode yes\\n\' "$pw" > /tmp/redis.conf; '
+            'exec redis-server /tmp/redis.conf --save "" --appendonly no --dir /tmp',
+        )
         wait_redis(stack.container("redis"))
         for service in SERVICES:
-            env = {"PHALANX_LISTEN": f"0.0.0.0:{PORT[service]}", "PHALANX_HEALTH_LISTEN": f"0.0.0.0:{HEALTH_PORT[service]}",
-                   "PHALANX_TLS_DIR": "/etc/phalanx/tls", "PHALANX_BACKEND": "simulated", "PHALANX_CLOCK": "real",
-                   "PHALANX_QUEUE_ADDR": f"queue:{PORT['queue']}", "PHALANX_BINDER_ADDR": f"binder:{PORT['binder']}",
-                   "PHALANX_REDIS_URL": "redis://redis:6379/0",
-                   "PHALANX_REDIS_PASSWORD_FILE": "/etc/phalanx/redis-auth/password"}
+            env = {
+                "PHALANX_LISTEN": f"0.0.0.0:{PORT[service]}",
+                "PHALANX_HEALTH_LISTEN": f"0.0.0.0:{HEALTH_PORT[service]}",
+                "PHALANX_TLS_DIR": "/etc/phalanx/tls",
+                "PHALANX_BACKEND": "simulated",
+                "PHALANX_CLOCK": "real",
+                "PHALANX_QUEUE_ADDR": f"queue:{PORT['queue']}",
+                "PHALANX_BINDER_ADDR": f"binder:{PORT['binder']}",
+                "PHALANX_REDIS_URL": "redis://redis:6379/0",
+                "PHALANX_REDIS_PASSWORD_FILE": "/etc/phalanx/redis-auth/password",
+            }
             mounts = ["-v", f"{certs / f'phalanx-{service}'}:/etc/phalanx/tls:ro"]
             if service in NEEDS_REDIS:
                 mounts += ["-v", f"{certs / 'redis'}:/etc/phalanx/redis-auth:ro"]
             started = time.monotonic()
-            podman("run", "-d", *hardened(stack, service), *mounts, *(f"--env={k}={v}" for k, v in env.items()),
-                   "-p", f"127.0.0.1::{HEALTH_PORT[service]}", image, f"phalanx-{service}")
+            podman(
+                "run",
+                "-d",
+                *hardened(stack, service),
+                *mounts,
+                *(f"--env={k}={v}" for k, v in env.items()),
+                "-p",
+                f"127.0.0.1::{HEALTH_PORT[service]}",
+                image,
+                f"phalanx-{service}",
+            )
             port = podman("port", stack.container(service), f"{HEALTH_PORT[service]}/tcp").stdout.strip()
             stack.health_addr[service] = port.splitlines()[0]
             wait_serving(stack, service, started)
@@ -236,10 +297,12 @@ def test_image_size_within_budget(image: str) -> None:
 
 def test_image_leaves_report_and_build_tools_out(image: str) -> None:
     # The `report` extra is not installed, nor pip; the Kubernetes client the services use still imports.
-    code = ("import importlib.util as u, sys\n"
-            f"present = [m for m in {(*REPORT_ONLY, 'pip', 'pytest')!r} if u.find_spec(m)]\n"
-            "import kubernetes.client, phalanx.backends.kubernetes, phalanx.cluster.feed\n"
-            "print(sys.version_info[:2], present)\n")
+    code = (
+        "import importlib.util as u, sys\n"
+        f"present = [m for m in {(*REPORT_ONLY, 'pip', 'pytest')!r} if u.find_spec(m)]\n"
+        "import kubernetes.client, phalanx.backends.kubernetes, phalanx.cluster.feed\n"
+        "print(sys.version_info[:2], present)\n"
+    )
     out = podman("run", "--rm", "--user", f"{UID}:{UID}", "--read-only", image, "python", "-c", code).stdout
     assert out.strip() == "(3, 11) []", out
 
@@ -270,8 +333,9 @@ def test_service_answers_health_from_the_host(stack: Stack, service: str) -> Non
             reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
             rtts.append(time.perf_counter() - t0)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    MEASURED[f"{service}: health Check round trip"] = (f"median {statistics.median(rtts) * 1e3:.1f} ms, "
-                                                       f"max {max(rtts) * 1e3:.1f} ms (20 calls)")
+    MEASURED[f"{service}: health Check round trip"] = (
+        f"median {statistics.median(rtts) * 1e3:.1f} ms, max {max(rtts) * 1e3:.1f} ms (20 calls)"
+    )
 
 
 def test_services_stop_gracefully_on_sigterm(stack: Stack) -> None:

@@ -16,8 +16,17 @@ import pytest
 from podman_env import REPO
 
 # matplotlib and the packages only it needs: none may be loaded by a service.
-REPORT_ONLY = ("matplotlib", "PIL", "fontTools", "kiwisolver", "contourpy", "cycler", "pyparsing", "jinja2",
-               "markupsafe")
+REPORT_ONLY = (
+    "matplotlib",
+    "PIL",
+    "fontTools",
+    "kiwisolver",
+    "contourpy",
+    "cycler",
+    "pyparsing",
+    "jinja2",
+    "markupsafe",
+)
 # psutil is left out: opentelemetry-sdk imports it when it is installed (for process resource attributes) and
 # does without it otherwise, as in the image.
 BENCH_ONLY = ("tabulate",)
@@ -53,13 +62,16 @@ def test_cli_start_does_not_import_matplotlib() -> None:
 
 def test_report_dependencies_are_an_extra() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    names = {dep.split("=")[0].split("<")[0].split(">")[0].split("[")[0].strip().lower()
-             for dep in project["dependencies"]}
+    names = {
+        dep.split("=")[0].split("<")[0].split(">")[0].split("[")[0].strip().lower() for dep in project["dependencies"]
+    }
     assert "matplotlib" not in names, "matplotlib is report-only: it belongs in the `report` extra"
     assert any(dep.startswith("matplotlib") for dep in project["optional-dependencies"]["report"])
     # `make setup` installs .[dev]: the tests and `make demo` draw PNGs, so dev must bring the report extra.
-    assert any(dep.replace(" ", "").startswith("phalanx[") and "report" in dep
-               for dep in project["optional-dependencies"]["dev"])
+    assert any(
+        dep.replace(" ", "").startswith("phalanx[") and "report" in dep
+        for dep in project["optional-dependencies"]["dev"]
+    )
 
 
 def test_png_report_without_matplotlib_names_the_extra(tmp_path: object) -> None:
@@ -112,12 +124,7 @@ def test_simulate_html_without_the_report_extra_fails_before_the_run(tmp_path: o
 
 @pytest.mark.parametrize("command", [["bench", "--quick"], ["replay-bench", "--quick"]])
 def test_benchmarks_without_the_bench_extra_name_it(command: list[str]) -> None:
-    code = (
-        "import sys\n"
-        "sys.modules['psutil'] = None\n"
-        "from phalanx.cli.main import main\n"
-        f"main({command!r})\n"
-    )
+    code = f"import sys\nsys.modules['psutil'] = None\nfrom phalanx.cli.main import main\nmain({command!r})\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"phalanx {command[0]}: psutil") and "phalanx[bench]" in proc.stderr, proc.stderr

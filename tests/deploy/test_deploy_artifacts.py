@@ -48,9 +48,12 @@ CERT_MANAGER_API = "cert-manager.io/v1"
 
 # The second values set: an external Redis over TLS with a password Secret, two binders, tracing on.
 SECOND_VALUES = {
-    "redis": {"enabled": False, "url": "rediss://redis.data.svc.cluster.local:6380/3",
-              "auth": {"existingSecret": "redis-password", "existingSecretKey": "pw"},
-              "tls": {"enabled": True, "caSecret": {"name": "redis-ca", "key": "ca.crt"}}},
+    "redis": {
+        "enabled": False,
+        "url": "rediss://redis.data.svc.cluster.local:6380/3",
+        "auth": {"existingSecret": "redis-password", "existingSecretKey": "pw"},
+        "tls": {"enabled": True, "caSecret": {"name": "redis-ca", "key": "ca.crt"}},
+    },
     "binder": {"replicas": 2},
     "otel": {"enabled": True, "endpoint": "http://otel-collector.observability.svc:4317"},
 }
@@ -61,11 +64,15 @@ CERT_MANAGER_VALUES = {
     "redis": {"tls": {"enabled": True}},
     "networkPolicy": {"enabled": False},
 }
-VALUE_SETS = {"default": None, "external-redis-2-binders-otel": SECOND_VALUES,
-              "cert-manager-redis-tls": CERT_MANAGER_VALUES}
+VALUE_SETS = {
+    "default": None,
+    "external-redis-2-binders-otel": SECOND_VALUES,
+    "cert-manager-redis-tls": CERT_MANAGER_VALUES,
+}
 
 
 # --- tools --------------------------------------------------------------------------------------------
+
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
@@ -88,8 +95,10 @@ def find_helm() -> str | None:
     return None
 
 
-HELM_MISSING = (f"no helm v3 binary: run hack/build-helm.sh (builds {HELM_VERSION} into "
-                "${PHALANX_TOOLS_CACHE:-~/.cache/phalanx/tools}), or put helm on PATH")
+HELM_MISSING = (
+    f"no helm v3 binary: run hack/build-helm.sh (builds {HELM_VERSION} into "
+    "${PHALANX_TOOLS_CACHE:-~/.cache/phalanx/tools}), or put helm on PATH"
+)
 
 
 @lru_cache(maxsize=None)
@@ -119,11 +128,14 @@ def find_compose() -> tuple[list[str] | None, str]:
             return cmd, ""
     if not docker and not standalone and not explicit:
         return None, "the docker CLI is not installed"
-    return None, ("no Docker Compose v2: the docker CLI has no compose plugin (`docker compose`) and no "
-                  "standalone docker-compose v2 is on PATH (or in $PHALANX_DOCKER_COMPOSE)")
+    return None, (
+        "no Docker Compose v2: the docker CLI has no compose plugin (`docker compose`) and no "
+        "standalone docker-compose v2 is on PATH (or in $PHALANX_DOCKER_COMPOSE)"
+    )
 
 
 # --- YAML helpers -------------------------------------------------------------------------------------
+
 
 def load_docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
@@ -146,6 +158,7 @@ def component(obj: dict[str, Any]) -> str:
 
 # --- helm ---------------------------------------------------------------------------------------------
 
+
 def helm_values_args(values: dict[str, Any] | None, tmp: Path) -> list[str]:
     if values is None:
         return []
@@ -154,12 +167,14 @@ def helm_values_args(values: dict[str, Any] | None, tmp: Path) -> list[str]:
     return ["-f", str(f)]
 
 
-def helm_template(tmp: Path, values: dict[str, Any] | None = None, *extra: str,
-                  namespace: str = "phalanx-system") -> list[dict[str, Any]]:
+def helm_template(
+    tmp: Path, values: dict[str, Any] | None = None, *extra: str, namespace: str = "phalanx-system"
+) -> list[dict[str, Any]]:
     helm = find_helm()
     assert helm
-    out = _run([helm, "template", "phalanx", str(CHART), "--namespace", namespace,
-                *helm_values_args(values, tmp), *extra])
+    out = _run(
+        [helm, "template", "phalanx", str(CHART), "--namespace", namespace, *helm_values_args(values, tmp), *extra]
+    )
     assert out.returncode == 0, f"helm template failed:\n{out.stderr}"
     return load_docs(out.stdout)
 
@@ -175,6 +190,7 @@ def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 
 # --- every YAML file parses ---------------------------------------------------------------------------
+
 
 def yaml_files() -> list[Path]:
     files = [p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml")]
@@ -215,8 +231,10 @@ COSCHED_STATUS = {"phase", "occupiedBy", "scheduled", "running", "succeeded", "f
 FIELDS = {
     "scheduling.x-k8s.io": (COSCHED_SPEC, COSCHED_STATUS),
     "scheduling.sigs.k8s.io": (COSCHED_SPEC, COSCHED_STATUS),
-    "scheduling.volcano.sh": ({"minMember", "minResources", "minTaskMember", "queue", "priorityClassName"},
-                              {"phase", "conditions", "running", "succeeded", "failed"}),
+    "scheduling.volcano.sh": (
+        {"minMember", "minResources", "minTaskMember", "queue", "priorityClassName"},
+        {"phase", "conditions", "running", "succeeded", "failed"},
+    ),
 }
 VOLCANO_CONDITION = {"type", "status", "reason", "message", "lastTransitionTime", "transitionID"}
 
@@ -260,8 +278,12 @@ def test_crd_is_sane(group: str) -> None:
     spec = crd["spec"]
     assert spec["group"] == group and spec["scope"] == "Namespaced"
     names = spec["names"]
-    assert (names["kind"], names["plural"], names["singular"], names["listKind"]) == \
-        ("PodGroup", "podgroups", "podgroup", "PodGroupList")
+    assert (names["kind"], names["plural"], names["singular"], names["listKind"]) == (
+        "PodGroup",
+        "podgroups",
+        "podgroup",
+        "PodGroupList",
+    )
     assert names.get("shortNames"), "shortNames are set"
     assert [v["name"] for v in spec["versions"]] == [CRDS[group]]
     version = spec["versions"][0]
@@ -305,21 +327,28 @@ def test_chart_crd_copies_match_deploy_crds() -> None:
     for name in ours:
         assert (CRD_DIR / name).read_bytes() == (CHART / "files" / "crds" / name).read_bytes(), (
             f"deploy/helm/phalanx/files/crds/{name} differs from deploy/crds/{name}: "
-            "cp deploy/crds/*_podgroups.yaml deploy/helm/phalanx/files/crds/")
+            "cp deploy/crds/*_podgroups.yaml deploy/helm/phalanx/files/crds/"
+        )
 
 
 # --- RBAC: structure (the exact rights: test_rbac_allowlist.py) ------------------------------------------
 
+
 def check_rbac(docs: list[dict[str, Any]]) -> None:
     roles = {component(r): r for r in of_kind(docs, "ClusterRole")}
     # The queue never talks to the API server: no role, no binding, no token.
-    assert set(roles) == {"scheduler", "binder"}, f"ClusterRoles of the scheduler and the binder only, got {sorted(roles)}"
+    assert set(roles) == {"scheduler", "binder"}, (
+        f"ClusterRoles of the scheduler and the binder only, got {sorted(roles)}"
+    )
     check_lease_role(docs)
     accounts = {}
     for b in of_kind(docs, "ClusterRoleBinding"):
         svc = component(b)
-        assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                "name": roles[svc]["metadata"]["name"]}
+        assert b["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": roles[svc]["metadata"]["name"],
+        }
         [subject] = b["subjects"]
         assert subject["kind"] == "ServiceAccount"
         accounts[svc] = (subject["namespace"], subject["name"])
@@ -357,11 +386,17 @@ def check_lease_role(docs: list[dict[str, Any]]) -> None:
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
     assert env["PHALANX_LEADER_ELECT_NAMESPACE"]["value"] == namespace
     lease = env["PHALANX_LEADER_ELECT_LEASE_NAME"]["value"]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
     [subject] = binding["subjects"]
-    assert subject == {"kind": "ServiceAccount", "name": d["spec"]["template"]["spec"]["serviceAccountName"],
-                       "namespace": namespace}
+    assert subject == {
+        "kind": "ServiceAccount",
+        "name": d["spec"]["template"]["spec"]["serviceAccountName"],
+        "namespace": namespace,
+    }
     by_name = {tuple(r.get("resourceNames", [])): r for r in role["rules"]}
     assert set(by_name) == {(), (lease,)}, role["rules"]
     assert by_name[()] == {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}
@@ -371,11 +406,14 @@ def check_lease_role(docs: list[dict[str, Any]]) -> None:
 
 # --- workloads: probes, hardening ---------------------------------------------------------------------
 
+
 def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
-def secret_volume_at(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def secret_volume_at(
+    pod: dict[str, Any], container: dict[str, Any], path: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The volume mounted at the directory `path` and its mount; it must be a Secret's, read-only."""
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == path]
     [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
@@ -421,8 +459,11 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
         assert {"name": "metrics", "containerPort": metrics, "protocol": "TCP"} in c["ports"]
         # Native gRPC probes, on the plaintext health port (the kubelet cannot do TLS), on the health
         # service names that separate "restart me" from "route no work to me".
-        for probe, service in (("readinessProbe", "readiness"), ("livenessProbe", "liveness"),
-                               ("startupProbe", "liveness")):
+        for probe, service in (
+            ("readinessProbe", "readiness"),
+            ("livenessProbe", "liveness"),
+            ("startupProbe", "liveness"),
+        ):
             assert c[probe]["grpc"] == {"port": health, "service": service}, f"{name}: {probe}"
         env = env_of(c)
         # Listening on the pod IP (downward API), TLS on the gRPC port, never --plaintext.
@@ -456,8 +497,10 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             assert d["spec"]["strategy"]["type"] == "RollingUpdate"
             assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
             assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-            timing = [float(env[f"PHALANX_LEADER_ELECT_{k}"]["value"])
-                      for k in ("LEASE_DURATION", "RENEW_DEADLINE", "RETRY_PERIOD")]
+            timing = [
+                float(env[f"PHALANX_LEADER_ELECT_{k}"]["value"])
+                for k in ("LEASE_DURATION", "RENEW_DEADLINE", "RETRY_PERIOD")
+            ]
             assert timing[0] > timing[1] > 1.2 * timing[2], timing
         elif name == "scheduler":
             assert d["spec"]["replicas"] <= 1 and d["spec"]["strategy"]["type"] == "Recreate"
@@ -522,20 +565,24 @@ def reachability(docs: list[dict[str, Any]], redis_port: int = 6379) -> dict[tup
     for target, port in ports:
         applying = [p for p in policies if _selects(p["spec"]["podSelector"], pods[target])]
         assert applying and all(p["spec"]["policyTypes"] == ["Ingress"] for p in applying), (
-            f"{target}: not isolated for ingress")
+            f"{target}: not isolated for ingress"
+        )
         allowed: set[str] = set()
         for policy in applying:
             for rule in policy["spec"].get("ingress", []):
                 rule_ports = rule.get("ports")
-                if rule_ports is not None and not any(rp["port"] == port and rp.get("protocol", "TCP") == "TCP"
-                                                      for rp in rule_ports):
+                if rule_ports is not None and not any(
+                    rp["port"] == port and rp.get("protocol", "TCP") == "TCP" for rp in rule_ports
+                ):
                     continue
                 if "from" not in rule:
                     allowed.add(ANYWHERE)
                     continue
                 for peer in rule["from"]:
                     if set(peer) == {"namespaceSelector"}:  # another namespace's pods (metrics.from): by name
-                        allowed.add(f"namespace {peer['namespaceSelector']['matchLabels']['kubernetes.io/metadata.name']}")
+                        allowed.add(
+                            f"namespace {peer['namespaceSelector']['matchLabels']['kubernetes.io/metadata.name']}"
+                        )
                         continue
                     assert set(peer) == {"podSelector"}, f"only same-namespace pod peers expected: {peer}"
                     allowed |= {src for src, labels in pods.items() if _selects(peer["podSelector"], labels)}
@@ -544,11 +591,16 @@ def reachability(docs: list[dict[str, Any]], redis_port: int = 6379) -> dict[tup
 
 
 EXPECTED_REACHABILITY = {
-    ("queue", 50051): {"scheduler"}, ("queue", 50061): {ANYWHERE},
-    ("scheduler", 50052): set(), ("scheduler", 50062): {ANYWHERE},
-    ("binder", 50053): {"scheduler"}, ("binder", 50063): {ANYWHERE},
+    ("queue", 50051): {"scheduler"},
+    ("queue", 50061): {ANYWHERE},
+    ("scheduler", 50052): set(),
+    ("scheduler", 50062): {ANYWHERE},
+    ("binder", 50053): {"scheduler"},
+    ("binder", 50063): {ANYWHERE},
     # /metrics (read-only numbers): Prometheus, wherever it runs.
-    ("queue", 9091): {ANYWHERE}, ("scheduler", 9092): {ANYWHERE}, ("binder", 9093): {ANYWHERE},
+    ("queue", 9091): {ANYWHERE},
+    ("scheduler", 9092): {ANYWHERE},
+    ("binder", 9093): {ANYWHERE},
 }
 
 
@@ -564,6 +616,7 @@ def check_network_policies(docs: list[dict[str, Any]], metrics_from: set[str] | 
 
 
 # --- certificates -------------------------------------------------------------------------------------
+
 
 def tls_secret_names(docs: list[dict[str, Any]]) -> dict[str, str]:
     """service -> the Secret mounted at /etc/phalanx/tls."""
@@ -613,7 +666,9 @@ def check_generated_certificates(docs: list[dict[str, Any]], identities: set[str
     for identity in identities:
         cert = x509.load_pem_x509_certificate(pairs[identity]["tls.crt"])
         cert.verify_directly_issued_by(ca)
-        dns = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+        dns = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
         assert dns[0] == identity, f"{identity}: clients check the identity as the server's name"
         assert len(dns) == len(set(dns))
         eku = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
@@ -626,7 +681,8 @@ def check_generated_certificates(docs: list[dict[str, Any]], identities: set[str
 
 def check_cert_manager_objects(docs: list[dict[str, Any]], identities: set[str]) -> None:
     assert not [s for s in of_kind(docs, "Secret") if s.get("type") == "kubernetes.io/tls"], (
-        "cert-manager writes the certificates' Secrets")
+        "cert-manager writes the certificates' Secrets"
+    )
     certs = {c["metadata"]["name"]: c for c in of_kind(docs, "Certificate")}
     issuers = {i["metadata"]["name"]: i for i in of_kind(docs, "Issuer")}
     for d in of_kind(docs, "Certificate") + of_kind(docs, "Issuer"):
@@ -644,7 +700,11 @@ def check_cert_manager_objects(docs: list[dict[str, Any]], identities: set[str])
         assert {"server auth", "client auth"} <= set(spec["usages"])
         assert spec["privateKey"]["algorithm"] == "ECDSA" and spec["privateKey"]["size"] == 256
         assert spec["duration"] and spec["renewBefore"], "cert-manager renews before expiry"
-        assert spec["issuerRef"] == {"name": ca_issuer["metadata"]["name"], "kind": "Issuer", "group": "cert-manager.io"}
+        assert spec["issuerRef"] == {
+            "name": ca_issuer["metadata"]["name"],
+            "kind": "Issuer",
+            "group": "cert-manager.io",
+        }
     mounted = tls_secret_names(docs)
     assert {svc: leaves[f"phalanx-{svc}"]["spec"]["secretName"] for svc in SERVICES} == mounted
 
@@ -668,8 +728,12 @@ def test_manifests_workloads() -> None:
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "phalanx-system", f"{d['kind']} {d['metadata']['name']}"
     assert scheduler_env(docs)["PHALANX_LEADER_ELECT_LEASE_NAME"]["value"] == "phalanx-scheduler"
-    env = {e["name"]: e.get("value") for e in next(
-        d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in next(d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
     redis_svc = next(s for s in of_kind(docs, "Service") if component(s) == "redis")
     assert env["PHALANX_REDIS_URL"] == f"redis://{redis_svc['metadata']['name']}:6379/0"
     # The Secrets are made by the operator (keys do not belong in the repository): none is here.
@@ -690,6 +754,7 @@ def test_manifests_cert_manager_certificates() -> None:
 
 
 # --- Helm chart ---------------------------------------------------------------------------------------
+
 
 @needs_helm
 @pytest.mark.parametrize("values", list(VALUE_SETS))
@@ -754,7 +819,9 @@ def test_helm_second_values(tmp_path: Path) -> None:
     assert deployments["binder"]["spec"]["strategy"]["type"] == "RollingUpdate"
     [pdb] = of_kind(docs, "PodDisruptionBudget")
     assert pdb["spec"]["selector"] == deployments["binder"]["spec"]["selector"]
-    assert not [s for s in of_kind(docs, "Secret") if s.get("type") == "Opaque"], "no password generated for an external Redis"
+    assert not [s for s in of_kind(docs, "Secret") if s.get("type") == "Opaque"], (
+        "no password generated for an external Redis"
+    )
     for svc in SERVICES:
         pod = deployments[svc]["spec"]["template"]["spec"]
         env = env_of(pod["containers"][0])
@@ -805,8 +872,12 @@ def test_helm_cert_manager(tmp_path: Path) -> None:
 @needs_helm
 def test_helm_existing_secrets(tmp_path: Path) -> None:
     names = {"queue": "q-tls", "scheduler": "s-tls", "binder": "b-tls"}
-    docs = helm_template(tmp_path, {"tls": {"existingSecrets": names}, "redis": {"auth": {"existingSecret": "my-redis"}}},
-                         "--api-versions", CERT_MANAGER_API)
+    docs = helm_template(
+        tmp_path,
+        {"tls": {"existingSecrets": names}, "redis": {"auth": {"existingSecret": "my-redis"}}},
+        "--api-versions",
+        CERT_MANAGER_API,
+    )
     assert tls_secret_names(docs) == names
     assert not of_kind(docs, "Certificate") and not of_kind(docs, "Issuer")
     assert not of_kind(docs, "Secret"), "neither certificates nor a Redis password are generated"
@@ -826,20 +897,26 @@ def test_helm_generated_certificates_do_mutual_tls(tmp_path: Path) -> None:
     queue, scheduler, binder = (pairs[f"phalanx-{s}"] for s in SERVICES)
     server = grpc.server(ThreadPoolExecutor(2))
     health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
-    creds = grpc.ssl_server_credentials([(queue["tls.key"], queue["tls.crt"])], root_certificates=queue["ca.crt"],
-                                        require_client_auth=True)
+    creds = grpc.ssl_server_credentials(
+        [(queue["tls.key"], queue["tls.crt"])], root_certificates=queue["ca.crt"], require_client_auth=True
+    )
     port = server.add_secure_port("127.0.0.1:0", creds)
     server.start()
     try:
+
         def check(client: dict[str, bytes] | None, name: str) -> bool:
             channel_creds = grpc.ssl_channel_credentials(
                 root_certificates=scheduler["ca.crt"],
                 private_key=client["tls.key"] if client else None,
-                certificate_chain=client["tls.crt"] if client else None)
-            with grpc.secure_channel(f"127.0.0.1:{port}", channel_creds,
-                                     options=[("grpc.ssl_target_name_override", name)]) as channel:
+                certificate_chain=client["tls.crt"] if client else None,
+            )
+            with grpc.secure_channel(
+                f"127.0.0.1:{port}", channel_creds, options=[("grpc.ssl_target_name_override", name)]
+            ) as channel:
                 try:
-                    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                    reply = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service=""), timeout=5
+                    )
                 except grpc.RpcError:
                     return False
                 return reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -859,21 +936,34 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     assert not of_kind(docs, "CustomResourceDefinition")
     docs = helm_template(tmp_path, None, "--set", "crds.groups.schedulingVolcanoSh=false")
     assert {c["spec"]["group"] for c in of_kind(docs, "CustomResourceDefinition")} == {
-        "scheduling.x-k8s.io", "scheduling.sigs.k8s.io"}
+        "scheduling.x-k8s.io",
+        "scheduling.sigs.k8s.io",
+    }
     docs = helm_template(tmp_path, {"redis": {"enabled": False, "existingSecret": {"name": "phalanx-redis-url"}}})
-    binder_env = env_of(next(
-        d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"]["containers"][0])
+    binder_env = env_of(
+        next(d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+    )
     assert binder_env["PHALANX_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "phalanx-redis-url", "key": "url"}
     assert "PHALANX_REDIS_PASSWORD_FILE" not in binder_env, "no password Secret given for the external Redis"
     # Helm merges maps: a default score plugin is dropped by setting it to null.
-    docs = helm_template(tmp_path, {"profile": {"filters": ["NodeResourcesFit"],
-                                                "scores": {"MostAllocated": 2, "LeastAllocated": None}}})
+    docs = helm_template(
+        tmp_path, {"profile": {"filters": ["NodeResourcesFit"], "scores": {"MostAllocated": 2, "LeastAllocated": None}}}
+    )
     [cm] = [c for c in of_kind(docs, "ConfigMap") if "profile" in c["metadata"]["name"]]
     assert yaml.safe_load(cm["data"]["profile.yaml"]) == {
-        "filters": ["NodeResourcesFit"], "scores": {"MostAllocated": 2}, "percentageOfNodesToScore": 100}
+        "filters": ["NodeResourcesFit"],
+        "scores": {"MostAllocated": 2},
+        "percentageOfNodesToScore": 100,
+    }
     # IPv6 clusters bracket the pod IP.
     docs = helm_template(tmp_path, {"listenHost": "[$(POD_IP)]"})
-    queue_env = env_of(next(d for d in of_kind(docs, "Deployment") if component(d) == "queue")["spec"]["template"]["spec"]["containers"][0])
+    queue_env = env_of(
+        next(d for d in of_kind(docs, "Deployment") if component(d) == "queue")["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+    )
     assert queue_env["PHALANX_LISTEN"]["value"] == "[$(POD_IP)]:50051"
     assert queue_env["PHALANX_HEALTH_LISTEN"]["value"] == "[$(POD_IP)]:50061"
     docs = helm_template(tmp_path, {"networkPolicy": {"enabled": False}})
@@ -892,20 +982,25 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
     check_rbac(docs)
     check_workloads(docs)
-    for bad in (["--set", "redis.enabled=false"],            # Redis is required
-                ["--set", "scheduler.replicas=2,scheduler.leaderElection.enabled=false"],  # one may schedule
-                ["--set", "scheduler.leaderElection.renewDeadline=15"],  # leaseDuration > renewDeadline
-                ["--set", "scheduler.leaderElection.retryPeriod=9"],     # renewDeadline > 1.2 x retryPeriod
-                ["--set", "scheduler.leaderElection.leaseName=Bad_Name"],
-                ["--set", "otel.enabled=true"],              # an endpoint is required
-                ["--set", "queue.replicas=2"],               # the queue is a singleton
-                ["--set", "profile.scores.NoSuchPlugin=1"],  # unknown plugin
-                ["--set", "tls.existingSecrets.queue=q"],    # all three or none: one CA
-                ["--set", "tls.existingSecrets.redis=r"],    # redis only with the three services'
-                ["--set", "tls.certManager.enabled=maybe"],  # auto, true or false
-                ["--set", "tls.existingSecrets.queue=q,tls.existingSecrets.scheduler=s,tls.existingSecrets.binder=b,"
-                          "redis.tls.enabled=true"],         # the bundled Redis over TLS needs its certificate too
-                ["--kube-version", "1.29.0"]):               # Kubernetes 1.30+
+    for bad in (
+        ["--set", "redis.enabled=false"],  # Redis is required
+        ["--set", "scheduler.replicas=2,scheduler.leaderElection.enabled=false"],  # one may schedule
+        ["--set", "scheduler.leaderElection.renewDeadline=15"],  # leaseDuration > renewDeadline
+        ["--set", "scheduler.leaderElection.retryPeriod=9"],  # renewDeadline > 1.2 x retryPeriod
+        ["--set", "scheduler.leaderElection.leaseName=Bad_Name"],
+        ["--set", "otel.enabled=true"],  # an endpoint is required
+        ["--set", "queue.replicas=2"],  # the queue is a singleton
+        ["--set", "profile.scores.NoSuchPlugin=1"],  # unknown plugin
+        ["--set", "tls.existingSecrets.queue=q"],  # all three or none: one CA
+        ["--set", "tls.existingSecrets.redis=r"],  # redis only with the three services'
+        ["--set", "tls.certManager.enabled=maybe"],  # auto, true or false
+        [
+            "--set",
+            "tls.existingSecrets.queue=q,tls.existingSecrets.scheduler=s,tls.existingSecrets.binder=b,"
+            "redis.tls.enabled=true",
+        ],  # the bundled Redis over TLS needs its certificate too
+        ["--kube-version", "1.29.0"],
+    ):  # Kubernetes 1.30+
         out = _run([helm, "template", "phalanx", str(CHART), *bad])
         assert out.returncode != 0, f"helm template {' '.join(bad)} should fail"
     out = _run([helm, "template", "phalanx", str(CHART), "--kube-version", "1.30.0"])
@@ -932,28 +1027,40 @@ def test_helm_metrics(tmp_path: Path) -> None:
         assert "prometheus.io/scrape" not in template["metadata"].get("annotations", {}), name
 
     monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
-    docs = helm_template(tmp_path, {"metrics": {"podAnnotations": True, "from": monitoring,
-                                                "serviceMonitor": {"enabled": True, "interval": "15s",
-                                                                   "labels": {"release": "prometheus"}}}})
+    docs = helm_template(
+        tmp_path,
+        {
+            "metrics": {
+                "podAnnotations": True,
+                "from": monitoring,
+                "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
+            }
+        },
+    )
     check_workloads(docs)
     check_network_policies(docs, metrics_from={"namespace monitoring"})
     for name, (template, _) in _service_containers(docs).items():
         annotations = template["metadata"]["annotations"]
-        assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"],
-                annotations["prometheus.io/path"]) == ("true", str(METRICS_PORTS[name]), "/metrics")
+        assert (
+            annotations["prometheus.io/scrape"],
+            annotations["prometheus.io/port"],
+            annotations["prometheus.io/path"],
+        ) == ("true", str(METRICS_PORTS[name]), "/metrics")
     [monitor] = of_kind(docs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["phalanx-system"]}
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http",
-                                             "interval": "15s", "scrapeTimeout": "10s"}]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
     # It selects exactly the three services' Services, and each has the port it names.
     selector = monitor["spec"]["selector"]
     picked = []
     for svc in of_kind(docs, "Service"):
         labels = svc["metadata"]["labels"]
         if selector["matchLabels"].items() <= labels.items() and all(
-                labels.get(e["key"]) in e["values"] for e in selector["matchExpressions"]):
+            labels.get(e["key"]) in e["values"] for e in selector["matchExpressions"]
+        ):
             picked.append(component(svc))
             assert "metrics" in {p["name"] for p in svc["spec"]["ports"]}
     assert sorted(picked) == sorted(SERVICES)
@@ -969,13 +1076,17 @@ def test_helm_metrics(tmp_path: Path) -> None:
         for rule in policy["spec"].get("ingress", []):
             assert not {p["port"] for p in rule.get("ports", [])} & set(METRICS_PORTS.values())
 
-    for bad in (["--set", "metrics.serviceMonitor.interval=often"], ["--set", "metrics.enabled=maybe"],
-                ["--set", "metrics.scrape=true"]):
+    for bad in (
+        ["--set", "metrics.serviceMonitor.interval=often"],
+        ["--set", "metrics.enabled=maybe"],
+        ["--set", "metrics.scrape=true"],
+    ):
         out = _run([helm, "template", "phalanx", str(CHART), *bad])
         assert out.returncode != 0, f"helm template {' '.join(bad)} should fail"
 
 
 # --- the bundled Redis' start script and probes, run against a local redis-server ------------------------
+
 
 def _free_port() -> int:
     import socket
@@ -1004,9 +1115,13 @@ def run_redis_script(script: str, probes: list[str], tmp: Path, tls: dict[str, b
         cli += ["--tls", "--cacert", str(tmp / "tls" / "ca.crt")]
 
     def local(text: str) -> str:
-        return (text.replace("/etc/redis/auth", str(tmp / "auth")).replace("/tmp/redis.conf", str(tmp / "redis.conf"))
-                .replace("/etc/redis/tls", str(tmp / "tls")).replace("--dir /data", f"--dir {tmp / 'data'}")
-                .replace("6379", port))
+        return (
+            text.replace("/etc/redis/auth", str(tmp / "auth"))
+            .replace("/tmp/redis.conf", str(tmp / "redis.conf"))
+            .replace("/etc/redis/tls", str(tmp / "tls"))
+            .replace("--dir /data", f"--dir {tmp / 'data'}")
+            .replace("6379", port)
+        )
 
     proc = subprocess.Popen(["sh", "-c", local(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -1051,12 +1166,16 @@ def test_helm_redis_tls_script_runs(tmp_path: Path) -> None:
 
 # --- docker compose -----------------------------------------------------------------------------------
 
+
 def compose_config(*files: str) -> dict[str, Any]:
     cmd, reason = find_compose()
     if cmd is None:
         pytest.skip(reason)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PHALANX_", "OTEL", "OTLP_", "COMPOSE_", "REDIS_", "JAEGER_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PHALANX_", "OTEL", "OTLP_", "COMPOSE_", "REDIS_", "JAEGER_"))
+    }
     args = [a for f in files for a in ("-f", str(REPO / f))]
     out = _run([*cmd, "--project-directory", str(REPO), *args, "config", "--format", "json"], env=env, cwd=REPO)
     assert out.returncode == 0, f"docker compose config failed:\n{out.stderr}"
@@ -1075,8 +1194,10 @@ def test_compose_config_base() -> None:
     assert certs["command"][:2] == ["sh", "-c"] and "phalanx certs --out /certs --redis-password" in certs["command"][2]
     # Each identity the services use is a volume of its own, mounted where `phalanx certs` writes it.
     assert {t: m["source"] for t, m in _volume_mounts(certs).items()} == {
-        "/certs": "certs", "/certs/redis": "redis-auth",
-        **{f"/certs/phalanx-{svc}": f"tls-{svc}" for svc in SERVICES}}
+        "/certs": "certs",
+        "/certs/redis": "redis-auth",
+        **{f"/certs/phalanx-{svc}": f"tls-{svc}" for svc in SERVICES},
+    }
     assert certs["read_only"] is True and certs["cap_drop"] == ["ALL"]
     for svc in SERVICES:
         s = services[svc]
@@ -1109,8 +1230,11 @@ def test_compose_config_base() -> None:
             assert not any(k.startswith("PHALANX_REDIS") for k in env)
     deps = services["scheduler"]["depends_on"]
     assert {k: v["condition"] for k, v in deps.items()} == {
-        "certs": "service_completed_successfully", "redis": "service_healthy", "queue": "service_healthy",
-        "binder": "service_healthy"}
+        "certs": "service_completed_successfully",
+        "redis": "service_healthy",
+        "queue": "service_healthy",
+        "binder": "service_healthy",
+    }
     redis = services["redis"]
     assert redis["depends_on"]["certs"]["condition"] == "service_completed_successfully"
     script = " ".join(redis["command"])
@@ -1152,6 +1276,7 @@ def test_collector_config_pipeline() -> None:
 
 # --- image --------------------------------------------------------------------------------------------
 
+
 def test_dockerfile_and_dockerignore() -> None:
     text = (DEPLOY / "docker" / "Dockerfile").read_text()
     froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.M)
@@ -1159,9 +1284,14 @@ def test_dockerfile_and_dockerignore() -> None:
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
     assert re.search(r"^USER 65532:65532$", text, re.M)
     assert "pip wheel" in text and "venv" in text
-    assert "ENTRYPOINT" not in [line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    assert "ENTRYPOINT" not in [
+        line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")
+    ]
     copied = set(re.findall(r"^COPY\s+(?!--from)(\S+)", text, re.M))
-    ignored = {line.strip().rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip().rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert copied and not copied & ignored, f".dockerignore excludes what the Dockerfile copies: {copied & ignored}"
     assert {".git", ".venv", "tests"} <= ignored

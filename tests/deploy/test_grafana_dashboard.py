@@ -43,9 +43,11 @@ def dashboard() -> dict[str, Any]:
 def exported() -> set[str]:
     """Every sample name the three services can export (histogram and counter suffixes included)."""
     AttemptTally("phalanx")
-    registries = [registry_for("queue", QueueCollector(SchedulingQueue())),
-                  registry_for("scheduler", GangCollector(lambda: GangManager(600.0)), LeaderCollector("l", lambda: True)),
-                  registry_for("binder")]
+    registries = [
+        registry_for("queue", QueueCollector(SchedulingQueue())),
+        registry_for("scheduler", GangCollector(lambda: GangManager(600.0)), LeaderCollector("l", lambda: True)),
+        registry_for("binder"),
+    ]
     names = {s.name for r in registries for metric in r.collect() for s in metric.samples}
     return names | {"phalanx_reconcile_repairs_total"}  # labelled by kind: no sample before the first repair
 

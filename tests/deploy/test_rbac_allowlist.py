@@ -43,9 +43,11 @@ ALLOWLIST: frozenset[tuple[str, str, str, str]] = frozenset(
     + [("scheduler", group, "podgroups", verb) for group in PODGROUP_GROUPS for verb in READ]
     + [("binder", "", "nodes", verb) for verb in READ]
     + [("binder", "", "pods", verb) for verb in (*READ, "patch")]
-    + [("binder", "", "pods/binding", "create"),
-       ("binder", "", "pods/status", "patch"),
-       ("binder", "", "events", "create")]
+    + [
+        ("binder", "", "pods/binding", "create"),
+        ("binder", "", "pods/status", "patch"),
+        ("binder", "", "events", "create"),
+    ]
     + [("binder", group, "podgroups/status", "patch") for group in PODGROUP_GROUPS]
 )
 BINDER_PATCH_PODS = ("binder", "", "pods", "patch")
@@ -86,8 +88,11 @@ def namespaced_rights(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, st
         [subject] = b["subjects"]
         pod = deployments[name]
         assert pod["metadata"]["namespace"] == namespace
-        assert subject == {"kind": "ServiceAccount", "namespace": namespace,
-                           "name": pod["spec"]["template"]["spec"]["serviceAccountName"]}
+        assert subject == {
+            "kind": "ServiceAccount",
+            "namespace": namespace,
+            "name": pod["spec"]["template"]["spec"]["serviceAccountName"],
+        }
         bound.add((namespace, b["roleRef"]["name"]))
     assert bound == set(roles), "every Role is bound, once"
     out: set[tuple[str, str, str, str, str]] = set()
@@ -95,8 +100,13 @@ def namespaced_rights(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, st
         name = component(role)
         for rule in role.get("rules", []):
             assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, f"{name}: {rule}"
-            out |= {(name, g, r, v, n) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
-                    for n in rule.get("resourceNames", [""])}
+            out |= {
+                (name, g, r, v, n)
+                for g in rule["apiGroups"]
+                for r in rule["resources"]
+                for v in rule["verbs"]
+                for n in rule.get("resourceNames", [""])
+            }
     return out
 
 
@@ -112,13 +122,18 @@ def bindings(docs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def check(docs: list[dict[str, Any]], allowed: frozenset[tuple[str, str, str, str]] = ALLOWLIST,
-          namespaced: frozenset[tuple[str, str, str, str, str]] = NAMESPACED_ALLOWLIST) -> None:
+def check(
+    docs: list[dict[str, Any]],
+    allowed: frozenset[tuple[str, str, str, str]] = ALLOWLIST,
+    namespaced: frozenset[tuple[str, str, str, str, str]] = NAMESPACED_ALLOWLIST,
+) -> None:
     got = rights(docs)
     assert not got - allowed, f"rights beyond the allow-list: {sorted(got - allowed)}"
     assert not allowed - got, f"allow-listed rights missing: {sorted(allowed - got)}"
     got_ns = namespaced_rights(docs)
-    assert got_ns == namespaced, f"namespaced rights: beyond {sorted(got_ns - namespaced)}, missing {sorted(namespaced - got_ns)}"
+    assert got_ns == namespaced, (
+        f"namespaced rights: beyond {sorted(got_ns - namespaced)}, missing {sorted(namespaced - got_ns)}"
+    )
     check_lease_role(docs)  # the Lease named is the one the scheduler uses, in its namespace
     accounts = bindings(docs)
     assert set(accounts) == {"scheduler", "binder"}, "the queue has no binding"
@@ -178,4 +193,7 @@ def test_helm_lease_name_follows_the_release(tmp_path: Path) -> None:
     want = frozenset((r, g, res, v, "acme-scheduler" if n else "") for r, g, res, v, n in NAMESPACED_ALLOWLIST)
     check(docs, namespaced=want)
     docs = helm_template(tmp_path, {"scheduler": {"leaderElection": {"leaseName": "sched-lock"}}})
-    check(docs, namespaced=frozenset((r, g, res, v, "sched-lock" if n else "") for r, g, res, v, n in NAMESPACED_ALLOWLIST))
+    check(
+        docs,
+        namespaced=frozenset((r, g, res, v, "sched-lock" if n else "") for r, g, res, v, n in NAMESPACED_ALLOWLIST),
+    )

@@ -33,13 +33,17 @@ TIMINGS: dict[str, float] = {}
 def problem() -> str | None:
     """Why the compose stack cannot come up here, or None."""
     if os.environ.get(OPT_IN) != "1":
-        return (f"opt-in ({OPT_IN}=1, or `make e2e-compose`): builds the stack's images and brings it up "
-                "with podman (minutes the first time)")
+        return (
+            f"opt-in ({OPT_IN}=1, or `make e2e-compose`): builds the stack's images and brings it up "
+            "with podman (minutes the first time)"
+        )
     for tool, package in (("podman", "podman"), ("runc", "runc"), ("curl", "curl")):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install podman runc netavark aardvark-dns curl)"
     if not Path("/usr/lib/podman/netavark").exists() or not Path("/usr/lib/podman/aardvark-dns").exists():
-        return "netavark and aardvark-dns are needed for DNS between the services (apt-get install netavark aardvark-dns)"
+        return (
+            "netavark and aardvark-dns are needed for DNS between the services (apt-get install netavark aardvark-dns)"
+        )
     if shutil.which("go") is None:
         return "Go is needed to build Compose, the collector and Jaeger from their modules"
     if os.geteuid() != 0:
@@ -47,12 +51,14 @@ def problem() -> str | None:
     return None
 
 
-def run(cmd: list[str], *, timeout: float, env: dict[str, str] | None = None, check: bool = True,
-        what: str = "") -> subprocess.CompletedProcess[str]:
+def run(
+    cmd: list[str], *, timeout: float, env: dict[str, str] | None = None, check: bool = True, what: str = ""
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{what or ' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}\n"
-                             f"{proc.stdout[-2000:]}")
+        raise AssertionError(
+            f"{what or ' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}"
+        )
     return proc
 
 
@@ -83,8 +89,13 @@ class Stack:
 
     def compose(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         files = [a for f in COMPOSE_FILES for a in ("-f", str(REPO / f))]
-        return run([*self.compose_cmd, "--project-directory", str(REPO), "-p", PROJECT, *files, *args],
-                   timeout=timeout, env=self.env, check=check, what=f"compose {' '.join(args)}")
+        return run(
+            [*self.compose_cmd, "--project-directory", str(REPO), "-p", PROJECT, *files, *args],
+            timeout=timeout,
+            env=self.env,
+            check=check,
+            what=f"compose {' '.join(args)}",
+        )
 
     def copy_out(self, src: str, name: str) -> Path:
         """`compose cp SERVICE:PATH` into the work directory."""
@@ -93,18 +104,33 @@ class Stack:
         return dest
 
 
-HOST_PORTS = ("PHALANX_QUEUE_HOST_PORT", "PHALANX_SCHEDULER_HOST_PORT", "PHALANX_BINDER_HOST_PORT",
-              "PHALANX_QUEUE_METRICS_HOST_PORT", "PHALANX_SCHEDULER_METRICS_HOST_PORT", "PHALANX_BINDER_METRICS_HOST_PORT",
-              "REDIS_HOST_PORT", "OTLP_GRPC_HOST_PORT", "OTLP_HTTP_HOST_PORT", "OTELCOL_HEALTH_HOST_PORT",
-              "JAEGER_HOST_PORT")
+HOST_PORTS = (
+    "PHALANX_QUEUE_HOST_PORT",
+    "PHALANX_SCHEDULER_HOST_PORT",
+    "PHALANX_BINDER_HOST_PORT",
+    "PHALANX_QUEUE_METRICS_HOST_PORT",
+    "PHALANX_SCHEDULER_METRICS_HOST_PORT",
+    "PHALANX_BINDER_METRICS_HOST_PORT",
+    "REDIS_HOST_PORT",
+    "OTLP_GRPC_HOST_PORT",
+    "OTLP_HTTP_HOST_PORT",
+    "OTELCOL_HEALTH_HOST_PORT",
+    "JAEGER_HOST_PORT",
+)
 
 
 def prepare(workdir: Path) -> Stack:
     """Tools and images (built when missing), podman's API service; returns the stack, not yet up."""
-    compose_bin = timed("compose binary", ["bash", str(HACK / "build-compose.sh")], timeout=1800).strip().splitlines()[-1]
-    images = key_values(timed("images (base, collector, Jaeger, Redis, Phalanx)",
-                              ["bash", str(HACK / "build-otel-images.sh"), "--phalanx-image", PHALANX_IMAGE],
-                              timeout=3600))
+    compose_bin = (
+        timed("compose binary", ["bash", str(HACK / "build-compose.sh")], timeout=1800).strip().splitlines()[-1]
+    )
+    images = key_values(
+        timed(
+            "images (base, collector, Jaeger, Redis, Phalanx)",
+            ["bash", str(HACK / "build-otel-images.sh"), "--phalanx-image", PHALANX_IMAGE],
+            timeout=3600,
+        )
+    )
     api = run(["bash", str(HACK / "podman-api.sh"), "start"], timeout=120)
     started_api = "API service started" in api.stderr
     docker_host = key_values(api.stdout)["DOCKER_HOST"]

@@ -56,11 +56,27 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
 
 
 def gang(name: str, size: int, cpu: int, now: float) -> tuple[GangSpec, list[PodInfo]]:
-    spec = GangSpec(namespace=NS, name=name, min_available=size, total_number=size, mode=GangMode.STRICT,
-                    created_at=now, source="e2e")
-    pods = [PodInfo(namespace=NS, name=f"{name}-{i}", uid=f"uid-{name}-{i}", created_at=now,
-                    requests={"cpu": cpu, "memory": 512 * MI, "pods": SLOT}, gang=spec.key, gang_created_at=now)
-            for i in range(size)]
+    spec = GangSpec(
+        namespace=NS,
+        name=name,
+        min_available=size,
+        total_number=size,
+        mode=GangMode.STRICT,
+        created_at=now,
+        source="e2e",
+    )
+    pods = [
+        PodInfo(
+            namespace=NS,
+            name=f"{name}-{i}",
+            uid=f"uid-{name}-{i}",
+            created_at=now,
+            requests={"cpu": cpu, "memory": 512 * MI, "pods": SLOT},
+            gang=spec.key,
+            gang_created_at=now,
+        )
+        for i in range(size)
+    ]
     return spec, pods
 
 
@@ -72,8 +88,9 @@ def run(stack: Stack) -> Iterator[dict[str, Any]]:
     security = Security.tls(sim_tls)
     queue = QueueClient(f"127.0.0.1:{stack.ports['PHALANX_QUEUE_HOST_PORT']}", security, timeout=30)
     scheduler = SchedulerClient(f"127.0.0.1:{stack.ports['PHALANX_SCHEDULER_HOST_PORT']}", security, timeout=30)
-    client = redis.Redis(host="127.0.0.1", port=stack.ports["REDIS_HOST_PORT"], password=password,
-                         decode_responses=True)
+    client = redis.Redis(
+        host="127.0.0.1", port=stack.ports["REDIS_HOST_PORT"], password=password, decode_responses=True
+    )
     now = time.time()
     nodes = [NodeInfo("node-a", dict(NODE)), NodeInfo("node-b", dict(NODE))]
     # 4 x 1.5 CPU needs both 4-CPU nodes; 3 x 3 CPU never fits (one per node at most).
@@ -94,8 +111,14 @@ def run(stack: Stack) -> Iterator[dict[str, Any]]:
         bound_after = time.monotonic() - start
         time.sleep(3)  # a bind of the other gang, which must not happen, would have had time to show
         binds = [json.loads(b) for b in client.lrange(binds_key, 0, -1)]
-        yield {"binds": binds, "bound_after": bound_after, "train": train_pods, "big": big_pods,
-               "scheduler": scheduler, "stack": stack}
+        yield {
+            "binds": binds,
+            "bound_after": bound_after,
+            "train": train_pods,
+            "big": big_pods,
+            "scheduler": scheduler,
+            "stack": stack,
+        }
     finally:
         queue.close()
         scheduler.close()
@@ -116,8 +139,10 @@ def test_gang_bound_all_or_nothing(run: dict[str, Any]) -> None:
         per_node[by_pod[pod.key]] = per_node.get(by_pod[pod.key], 0) + pod.requests["cpu"]
     assert set(per_node) == {"node-a", "node-b"}
     assert all(cpu <= NODE["cpu"] for cpu in per_node.values()), per_node
-    print(f"\ngang of 4 bound {run['bound_after']:.1f}s after its pods were added: "
-          + ", ".join(f"{k} -> {v}" for k, v in sorted(by_pod.items())))
+    print(
+        f"\ngang of 4 bound {run['bound_after']:.1f}s after its pods were added: "
+        + ", ".join(f"{k} -> {v}" for k, v in sorted(by_pod.items()))
+    )
 
 
 def test_services_report_the_gang(run: dict[str, Any]) -> None:
@@ -132,16 +157,24 @@ def test_services_report_the_gang(run: dict[str, Any]) -> None:
 def test_each_service_reads_only_its_own_key(stack: Stack, service: str) -> None:
     """The certificate volumes as deployed: a service's container holds its own key (and Redis' password when
     it talks to Redis), no other identity's key and not the CA's."""
-    find = ("find / \\( -path /proc -o -path /sys -o -path /dev -o -path /opt \\) -prune -o "
-            "\\( -name '*.key' -o -path '*auth*/password' \\) -print 2>/dev/null || true")
+    find = (
+        "find / \\( -path /proc -o -path /sys -o -path /dev -o -path /opt \\) -prune -o "
+        "\\( -name '*.key' -o -path '*auth*/password' \\) -print 2>/dev/null || true"
+    )
     found = sorted(stack.compose("exec", "-T", service, "sh", "-c", find).stdout.split())
     expected = ["/etc/phalanx/tls/tls.key"]
     if service != "queue":
         expected.insert(0, "/etc/phalanx/redis-auth/password")
     assert found == expected
-    subject = stack.compose("exec", "-T", service, "/opt/phalanx/bin/python", "-c",
-                            "from cryptography import x509; print(x509.load_pem_x509_certificate("
-                            "open('/etc/phalanx/tls/tls.crt', 'rb').read()).subject.rfc4514_string())").stdout
+    subject = stack.compose(
+        "exec",
+        "-T",
+        service,
+        "/opt/phalanx/bin/python",
+        "-c",
+        "from cryptography import x509; print(x509.load_pem_x509_certificate("
+        "open('/etc/phalanx/tls/tls.crt', 'rb').read()).subject.rfc4514_string())",
+    ).stdout
     assert subject.strip() == f"CN=phalanx-{service}"
 
 
@@ -219,5 +252,7 @@ def test_gang_trace_spans_three_services(run: dict[str, Any]) -> None:
         chain.append((service_of(span), span["operationName"]))
     assert ("phalanx-scheduler", "phalanx.scheduler.dispatch_bind") in chain, chain
     assert chain[-1] == ("phalanx-queue", "phalanx.queue.enqueue"), chain
-    print(f"\nJaeger trace {trace['traceID']}: {len(spans)} spans from {', '.join(sorted(services))}; "
-          f"bind path: {' <- '.join(name for _, name in [(service_of(bind), bind['operationName']), *chain])}")
+    print(
+        f"\nJaeger trace {trace['traceID']}: {len(spans)} spans from {', '.join(sorted(services))}; "
+        f"bind path: {' <- '.join(name for _, name in [(service_of(bind), bind['operationName']), *chain])}"
+    )

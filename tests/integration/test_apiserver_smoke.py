@@ -39,33 +39,44 @@ def test_create_node_pod_and_bind(core) -> None:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
-        name=NODE, labels={"kubernetes.io/hostname": NODE})))
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE, labels={"kubernetes.io/hostname": NODE})))
     # A kubelet reports capacity through the status subresource; the main resource ignores status updates.
     resources = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}
-    core.patch_node_status(NODE, {"status": {
-        "capacity": resources,
-        "allocatable": resources,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}],
-    }})
+    core.patch_node_status(
+        NODE,
+        {
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}],
+            }
+        },
+    )
     node = core.read_node(NODE)
     assert node.status.allocatable["nvidia.com/gpu"] == "4"
     assert node.status.allocatable["cpu"] == "8"
     assert not node.spec.taints  # TaintNodesByCondition is off: no not-ready taint nothing would lift
 
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    core.create_namespaced_pod(NAMESPACE, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="worker-0", labels={"app": "smoke"}),
-        spec=client.V1PodSpec(
-            scheduler_name="phalanx",
-            containers=[client.V1Container(
-                name="main", image="registry.k8s.io/pause:3.10",
-                resources=client.V1ResourceRequirements(
-                    requests={"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                    limits={"nvidia.com/gpu": "1"}),
-            )],
+    core.create_namespaced_pod(
+        NAMESPACE,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="worker-0", labels={"app": "smoke"}),
+            spec=client.V1PodSpec(
+                scheduler_name="phalanx",
+                containers=[
+                    client.V1Container(
+                        name="main",
+                        image="registry.k8s.io/pause:3.10",
+                        resources=client.V1ResourceRequirements(
+                            requests={"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                            limits={"nvidia.com/gpu": "1"},
+                        ),
+                    )
+                ],
+            ),
         ),
-    ))
+    )
     pod = core.read_namespaced_pod("worker-0", NAMESPACE)
     assert pod.spec.scheduler_name == "phalanx"
     assert pod.spec.node_name is None
@@ -103,15 +114,19 @@ def test_rbac_is_enforced(apiserver: LocalApiServer) -> None:
     assert forbidden.value.status == 403
 
     rbac = client.RbacAuthorizationV1Api(apiserver.api_client())
-    rbac.create_cluster_role(client.V1ClusterRole(
-        metadata=client.V1ObjectMeta(name="node-reader"),
-        rules=[client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "list"])],
-    ))
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name="nobody-reads-nodes"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="node-reader"),
-        subjects=[client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name="nobody")],
-    ))
+    rbac.create_cluster_role(
+        client.V1ClusterRole(
+            metadata=client.V1ObjectMeta(name="node-reader"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "list"])],
+        )
+    )
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name="nobody-reads-nodes"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="node-reader"),
+            subjects=[client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name="nobody")],
+        )
+    )
     # The RBAC authorizer reads through an informer cache: allow it a moment to see the new binding.
     deadline = time.monotonic() + 10
     while True:

@@ -25,7 +25,9 @@ def test_restarting_a_service_while_grpc_threads_are_busy_never_hangs(tmp_path: 
     """The simulation restarts a crashed scheduler from a process full of gRPC client threads. Forking such
     a process and running Python before exec (a preexec_fn) could deadlock the child before it exec'd,
     and the starter waited on it forever."""
-    service = ServiceProcess("queue", "phalanx_queue", ["--clock", "virtual", "--plaintext"], free_port(), tmp_path / "q.log")
+    service = ServiceProcess(
+        "queue", "phalanx_queue", ["--clock", "virtual", "--plaintext"], free_port(), tmp_path / "q.log"
+    )
     service.start()
     stop = threading.Event()
 
@@ -54,14 +56,24 @@ def test_restarting_a_service_while_grpc_threads_are_busy_never_hangs(tmp_path: 
 
 def test_a_service_told_its_parent_is_gone_exits_at_once() -> None:
     env = {**os.environ, "PHALANX_PARENT_PID": "1", "OTEL_SDK_DISABLED": "true"}
-    done = subprocess.run([sys.executable, "-m", "phalanx_queue", "--listen", f"127.0.0.1:{free_port()}"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "phalanx_queue", "--listen", f"127.0.0.1:{free_port()}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "PHALANX_PARENT_PID=1" in done.stderr and "already exited" in done.stderr
 
 
 def test_a_malformed_parent_pid_is_named() -> None:
     env = {**os.environ, "PHALANX_PARENT_PID": "abc", "OTEL_SDK_DISABLED": "true"}
-    done = subprocess.run([sys.executable, "-m", "phalanx_queue", "--listen", f"127.0.0.1:{free_port()}"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "phalanx_queue", "--listen", f"127.0.0.1:{free_port()}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "PHALANX_PARENT_PID='abc'" in done.stderr

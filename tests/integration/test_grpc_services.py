@@ -71,8 +71,11 @@ def invalid(call: grpc.UnaryUnaryMultiCallable, request: object) -> str:
 
 # -- health -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, service", [
-    ("queue", "phalanx.v1.Queue"), ("binder", "phalanx.v1.Binder"), ("scheduler", "phalanx.v1.Scheduler")])
+
+@pytest.mark.parametrize(
+    "name, service",
+    [("queue", "phalanx.v1.Queue"), ("binder", "phalanx.v1.Binder"), ("scheduler", "phalanx.v1.Scheduler")],
+)
 def test_health_reports_serving(channels: dict[str, grpc.Channel], name: str, service: str) -> None:
     stub = health_pb2_grpc.HealthStub(channels[name])
     for svc in ("", service):
@@ -85,39 +88,53 @@ def test_health_reports_serving(channels: dict[str, grpc.Channel], name: str, se
 
 # -- the binder -------------------------------------------------------------------------------------
 
+
 def assignment(pod_key: str, node: str = "n1") -> binder_pb2.Assignment:
     return binder_pb2.Assignment(pod_key=pod_key, node=node)
 
 
-@pytest.mark.parametrize("assignments, field, detail", [
-    ([assignment("nonsense")], "assignments[0]", "pod_key='nonsense'"),
-    ([assignment("a/b/c")], "assignments[0]", "pod_key='a/b/c'"),
-    ([assignment("ns/ok"), assignment("ns/p", node="")], "assignments[1]", "node=''"),
-    ([assignment("ns/p"), assignment("ns/q"), assignment("ns/p", node="n2")], "assignments[2]",
-     "pod ns/p appears twice"),
-])
-def test_binder_rejects_bad_assignments(binder: binder_pb2_grpc.BinderStub, assignments: list, field: str,
-                                        detail: str) -> None:
+@pytest.mark.parametrize(
+    "assignments, field, detail",
+    [
+        ([assignment("nonsense")], "assignments[0]", "pod_key='nonsense'"),
+        ([assignment("a/b/c")], "assignments[0]", "pod_key='a/b/c'"),
+        ([assignment("ns/ok"), assignment("ns/p", node="")], "assignments[1]", "node=''"),
+        (
+            [assignment("ns/p"), assignment("ns/q"), assignment("ns/p", node="n2")],
+            "assignments[2]",
+            "pod ns/p appears twice",
+        ),
+    ],
+)
+def test_binder_rejects_bad_assignments(
+    binder: binder_pb2_grpc.BinderStub, assignments: list, field: str, detail: str
+) -> None:
     message = invalid(binder.Bind, binder_pb2.BindRequest(assignments=assignments, now=1.0))
     assert message.startswith(f"{field}:") and detail in message
     # Still serving: a valid call goes through (a pod never reserved fails, to be placed again: only the
     # cluster says a pod is gone).
-    resp = binder.Bind(binder_pb2.BindRequest(assignments=[assignment("ns/never-reserved")], now=1.0),
-                       timeout=TIMEOUT)
+    resp = binder.Bind(binder_pb2.BindRequest(assignments=[assignment("ns/never-reserved")], now=1.0), timeout=TIMEOUT)
     assert [r.status for r in resp.results] == [binder_pb2.BIND_STATUS_FAILED]
     assert resp.fence >= 1
 
 
 # -- the queue --------------------------------------------------------------------------------------
 
+
 def test_queue_add_reports_pods_without_a_name(queue: queue_pb2_grpc.QueueStub) -> None:
     before = queue.Stats(queue_pb2.StatsRequest(now=1.0), timeout=TIMEOUT)
-    resp = queue.Add(queue_pb2.AddRequest(pods=[
-        objects_pb2.Pod(namespace="add", name="ok"),
-        objects_pb2.Pod(namespace="add"),
-        objects_pb2.Pod(name="no-namespace"),
-        objects_pb2.Pod(namespace="add", name="bad-gang", gang="nogang"),
-    ], now=1.0), timeout=TIMEOUT)
+    resp = queue.Add(
+        queue_pb2.AddRequest(
+            pods=[
+                objects_pb2.Pod(namespace="add", name="ok"),
+                objects_pb2.Pod(namespace="add"),
+                objects_pb2.Pod(name="no-namespace"),
+                objects_pb2.Pod(namespace="add", name="bad-gang", gang="nogang"),
+            ],
+            now=1.0,
+        ),
+        timeout=TIMEOUT,
+    )
     assert resp.added == 1
     assert len(resp.rejected) == 3
     assert resp.rejected[0].startswith("pods[1]:") and "name" in resp.rejected[0]
@@ -137,8 +154,10 @@ def test_queue_done_with_an_unknown_outcome_changes_nothing(queue: queue_pb2_grp
     for bad, field in (
         (queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done", name="x"), outcome=42), "results[1].outcome"),
         (queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done", name="x")), "results[1].outcome"),
-        (queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done"), outcome=queue_pb2.OUTCOME_BACKOFF),
-         "results[1].pod"),
+        (
+            queue_pb2.PodResult(pod=objects_pb2.Pod(namespace="done"), outcome=queue_pb2.OUTCOME_BACKOFF),
+            "results[1].pod",
+        ),
     ):
         message = invalid(queue.Done, queue_pb2.DoneRequest(results=[ok, bad], now=2.0))
         assert message.startswith(f"{field}:")
@@ -150,8 +169,10 @@ def test_queue_done_with_an_unknown_outcome_changes_nothing(queue: queue_pb2_grp
 
 def test_queue_pop_hands_out_whole_gangs(queue: queue_pb2_grpc.QueueStub) -> None:
     queue.Pop(queue_pb2.PopRequest(max_pods=10_000, now=3.0), timeout=TIMEOUT)  # drain other tests' pods
-    pods = [objects_pb2.Pod(namespace="pop", name=f"w{i}", gang="pop/g", created_at=3.0, gang_created_at=3.0)
-            for i in range(4)]
+    pods = [
+        objects_pb2.Pod(namespace="pop", name=f"w{i}", gang="pop/g", created_at=3.0, gang_created_at=3.0)
+        for i in range(4)
+    ]
     queue.Add(queue_pb2.AddRequest(pods=pods, now=3.0), timeout=TIMEOUT)
     resp = queue.Pop(queue_pb2.PopRequest(max_pods=1, now=3.0), timeout=TIMEOUT)
     assert [p.name for p in resp.pods] == ["w0", "w1", "w2", "w3"]
@@ -159,41 +180,64 @@ def test_queue_pop_hands_out_whole_gangs(queue: queue_pb2_grpc.QueueStub) -> Non
 
 # -- the scheduler ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("events, field", [
-    (scheduler_pb2.ClusterEvents(nodes_upserted=[objects_pb2.Node(name="n1"), objects_pb2.Node()]),
-     "nodes_upserted[1].name"),
-    (scheduler_pb2.ClusterEvents(gangs_upserted=[objects_pb2.Gang(namespace="ns", name="g", min_available=0)]),
-     "gangs_upserted[0] ns/g: min_available"),
-    (scheduler_pb2.ClusterEvents(gangs_upserted=[objects_pb2.Gang(name="g", min_available=1)]),
-     "gangs_upserted[0]: namespace and name"),
-])
-def test_scheduler_rejects_bad_cluster_events(scheduler: scheduler_pb2_grpc.SchedulerStub,
-                                              events: scheduler_pb2.ClusterEvents, field: str) -> None:
+
+@pytest.mark.parametrize(
+    "events, field",
+    [
+        (
+            scheduler_pb2.ClusterEvents(nodes_upserted=[objects_pb2.Node(name="n1"), objects_pb2.Node()]),
+            "nodes_upserted[1].name",
+        ),
+        (
+            scheduler_pb2.ClusterEvents(gangs_upserted=[objects_pb2.Gang(namespace="ns", name="g", min_available=0)]),
+            "gangs_upserted[0] ns/g: min_available",
+        ),
+        (
+            scheduler_pb2.ClusterEvents(gangs_upserted=[objects_pb2.Gang(name="g", min_available=1)]),
+            "gangs_upserted[0]: namespace and name",
+        ),
+    ],
+)
+def test_scheduler_rejects_bad_cluster_events(
+    scheduler: scheduler_pb2_grpc.SchedulerStub, events: scheduler_pb2.ClusterEvents, field: str
+) -> None:
     message = invalid(scheduler.ApplyClusterEvents, events)
     assert message.startswith(field)
     # Nothing of the refused request was applied: n1 of the first case is unknown to the scheduler.
-    scheduler.ApplyClusterEvents(scheduler_pb2.ClusterEvents(
-        gangs_upserted=[objects_pb2.Gang(namespace="ok", name="g", min_available=2, total_number=2)], now=1.0),
-        timeout=TIMEOUT)
+    scheduler.ApplyClusterEvents(
+        scheduler_pb2.ClusterEvents(
+            gangs_upserted=[objects_pb2.Gang(namespace="ok", name="g", min_available=2, total_number=2)], now=1.0
+        ),
+        timeout=TIMEOUT,
+    )
     assert "ok/g" in {g.key for g in scheduler.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=TIMEOUT).gangs}
 
 
-def test_scheduler_step_binds_a_gang_end_to_end(scheduler: scheduler_pb2_grpc.SchedulerStub,
-                                                queue: queue_pb2_grpc.QueueStub) -> None:
+def test_scheduler_step_binds_a_gang_end_to_end(
+    scheduler: scheduler_pb2_grpc.SchedulerStub, queue: queue_pb2_grpc.QueueStub
+) -> None:
     queue.Pop(queue_pb2.PopRequest(max_pods=10_000, now=10.0), timeout=TIMEOUT)  # other tests' pods stay aside
     node = objects_pb2.Node(name="e2e-node", allocatable={"cpu": 8000, "pods": 110_000})
     gang = objects_pb2.Gang(namespace="e2e", name="g", min_available=2, total_number=2, wait_seconds=30)
-    pods = [objects_pb2.Pod(namespace="e2e", name=f"w{i}", gang="e2e/g", requests={"cpu": 1000, "pods": 1000},
-                            duration=-1) for i in range(2)]
-    resp = scheduler.Step(scheduler_pb2.StepRequest(
-        now=10.0, events=scheduler_pb2.ClusterEvents(nodes_upserted=[node], gangs_upserted=[gang], now=10.0),
-        pods_added=pods), timeout=30)
+    pods = [
+        objects_pb2.Pod(namespace="e2e", name=f"w{i}", gang="e2e/g", requests={"cpu": 1000, "pods": 1000}, duration=-1)
+        for i in range(2)
+    ]
+    resp = scheduler.Step(
+        scheduler_pb2.StepRequest(
+            now=10.0,
+            events=scheduler_pb2.ClusterEvents(nodes_upserted=[node], gangs_upserted=[gang], now=10.0),
+            pods_added=pods,
+        ),
+        timeout=30,
+    )
     assert resp.pods_bound == 2
     status = {g.key: g for g in scheduler.ListGangs(scheduler_pb2.ListGangsRequest(), timeout=TIMEOUT).gangs}
     assert status["e2e/g"].satisfied and status["e2e/g"].bound == 2
 
 
 # -- shutdown ---------------------------------------------------------------------------------------
+
 
 def test_sigterm_stops_each_service_gracefully(tmp_path: Path) -> None:
     s = Stack.launch(log_dir=tmp_path)
@@ -240,9 +284,11 @@ def test_service_help(module: str) -> None:
 
 def test_services_and_redis_end_with_an_interrupted_parent() -> None:
     """A simulation killed mid-run (Ctrl-C twice, a CI timeout) leaves no servers behind."""
-    code = ("from phalanx.sim.services import Stack; s = Stack.launch(); "
-            "print(s.queue.proc.pid, s.binder.proc.pid, s.scheduler.proc.pid, s.redis.proc.pid, flush=True); "
-            "import time; time.sleep(120)")
+    code = (
+        "from phalanx.sim.services import Stack; s = Stack.launch(); "
+        "print(s.queue.proc.pid, s.binder.proc.pid, s.scheduler.proc.pid, s.redis.proc.pid, flush=True); "
+        "import time; time.sleep(120)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     pids = [int(x) for x in parent.stdout.readline().split()]
@@ -270,8 +316,9 @@ def test_queue_client_notices_a_restarted_queue() -> None:
     from phalanx_queue import __main__ as queue_main
 
     def start(listen: str):  # type: ignore[no-untyped-def]
-        return queue_main.build(queue_main.parser().parse_args(["--listen", listen, "--plaintext", "--clock", "virtual"])
-                               ).start()
+        return queue_main.build(
+            queue_main.parser().parse_args(["--listen", listen, "--plaintext", "--clock", "virtual"])
+        ).start()
 
     server = start("127.0.0.1:0")
     client = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT)
@@ -307,8 +354,9 @@ def test_waiting_for_a_service_notices_it_soon_after_it_starts() -> None:
     waiter.start()
     time.sleep(1.2)  # several refused connections first
     started = time.monotonic()
-    server = queue_main.build(queue_main.parser().parse_args(["--listen", address, "--plaintext", "--clock",
-                                                               "virtual"])).start()
+    server = queue_main.build(
+        queue_main.parser().parse_args(["--listen", address, "--plaintext", "--clock", "virtual"])
+    ).start()
     try:
         waiter.join(timeout=20)
         assert done, "wait_healthy never returned"

@@ -27,9 +27,21 @@ def test_the_binder_is_not_ready_while_redis_is_down_and_ready_again_after() -> 
     from phalanx_binder import __main__ as binder_main
 
     redis = RedisServer().start()
-    server = binder_main.build(binder_main.parser().parse_args([
-        "--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual", "--backend", "simulated",
-        "--redis-url", redis.url])).start()
+    server = binder_main.build(
+        binder_main.parser().parse_args(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--plaintext",
+                "--clock",
+                "virtual",
+                "--backend",
+                "simulated",
+                "--redis-url",
+                redis.url,
+            ]
+        )
+    ).start()
     try:
         assert status(server.address, READINESS) == SERVING
         redis.kill()

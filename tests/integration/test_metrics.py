@@ -30,27 +30,33 @@ GANG_LABEL = "pod-group.scheduling.bdap.com/podgroup-configmap"
 
 
 def _gang(name: str, created: str, min_available: int, timeout: int) -> str:
-    return (f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: jobs, creationTimestamp: "
-            f"'{created}'}}\ndata: {{minAvailable: '{min_available}', scheduleTimeoutSeconds: '{timeout}'}}\n")
+    return (
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: jobs, creationTimestamp: "
+        f"'{created}'}}\ndata: {{minAvailable: '{min_available}', scheduleTimeoutSeconds: '{timeout}'}}\n"
+    )
 
 
 def _pod(name: str, created: str, cpu: int, gang: str = "") -> str:
     labels = f"\n  labels: {{{GANG_LABEL}: {gang}}}" if gang else ""
-    return (f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: jobs\n  creationTimestamp: "
-            f"'{created}'{labels}\nspec:\n  schedulerName: phalanx\n  containers:\n  - name: c\n    image: x\n"
-            f"    resources:\n      requests: {{cpu: '{cpu}'}}\n")
+    return (
+        f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: jobs\n  creationTimestamp: "
+        f"'{created}'{labels}\nspec:\n  schedulerName: phalanx\n  containers:\n  - name: c\n    image: x\n"
+        f"    resources:\n      requests: {{cpu: '{cpu}'}}\n"
+    )
 
 
-WORKLOAD = "---\n".join([
-    "apiVersion: v1\nkind: Node\nmetadata: {name: node-1}\nstatus:\n  allocatable: {cpu: '5', memory: 16Gi, "
-    "pods: '110'}\n",
-    _gang("fits", "2026-01-01T00:00:00Z", 3, 60),
-    _gang("too-big", "2026-01-01T00:00:05Z", 3, 20),
-    *(_pod(f"fits-{i}", "2026-01-01T00:00:01Z", 1, "fits") for i in range(3)),
-    _pod("solo", "2026-01-01T00:00:02Z", 1),
-    _pod("huge", "2026-01-01T00:00:03Z", 100),
-    *(_pod(f"too-big-{i}", "2026-01-01T00:00:06Z", 1, "too-big") for i in range(3)),
-])
+WORKLOAD = "---\n".join(
+    [
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node-1}\nstatus:\n  allocatable: {cpu: '5', memory: 16Gi, "
+        "pods: '110'}\n",
+        _gang("fits", "2026-01-01T00:00:00Z", 3, 60),
+        _gang("too-big", "2026-01-01T00:00:05Z", 3, 20),
+        *(_pod(f"fits-{i}", "2026-01-01T00:00:01Z", 1, "fits") for i in range(3)),
+        _pod("solo", "2026-01-01T00:00:02Z", 1),
+        _pod("huge", "2026-01-01T00:00:03Z", 100),
+        *(_pod(f"too-big-{i}", "2026-01-01T00:00:06Z", 1, "too-big") for i in range(3)),
+    ]
+)
 
 
 class Scrape:
@@ -98,16 +104,20 @@ def test_scheduler_metrics_match_the_run(run: tuple[Stack, dict]) -> None:  # ty
     stack, report = run
     summary = report["summary"]
     m = Scrape(stack.scheduler.metrics_url)
-    attempts = {r: m.value("scheduler_schedule_attempts_total", result=r, profile="phalanx")
-                for r in ("scheduled", "unschedulable", "error")}
+    attempts = {
+        r: m.value("scheduler_schedule_attempts_total", result=r, profile="phalanx")
+        for r in ("scheduled", "unschedulable", "error")
+    }
     assert sum(attempts.values()) == summary["schedulingAttempts"]  # every popped pod, retries included
     assert attempts["scheduled"] == summary["podsBound"]  # nothing placed was given back in this run
     assert attempts["error"] == 0
     assert attempts["unschedulable"] >= summary["podsTotal"] - summary["podsBound"]  # each tried at least once
     for result, n in attempts.items():  # one latency observation per attempt
         assert m.value("scheduler_scheduling_attempt_duration_seconds_count", result=result, profile="phalanx") == n
-        assert m.value("scheduler_scheduling_attempt_duration_seconds_bucket", result=result, profile="phalanx",
-                       le="+Inf") == n
+        assert (
+            m.value("scheduler_scheduling_attempt_duration_seconds_bucket", result=result, profile="phalanx", le="+Inf")
+            == n
+        )
     assert m.value("scheduler_pod_scheduling_sli_duration_seconds_count") == summary["podsBound"]
     assert m.value("phalanx_gang_wait_duration_seconds_count") == summary["gangsBound"]
     # `fits` was created at 0 s and bound when its pods arrived at 1 s (virtual seconds, exactly).
@@ -169,4 +179,3 @@ def test_metrics_are_read_only(run: tuple[Stack, dict]) -> None:  # type: ignore
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code == 405
     assert Scrape(url).value("scheduler_schedule_attempts_total", result="scheduled", profile="phalanx") == before
-

@@ -35,9 +35,20 @@ def tls_dir(tmp_path: Path) -> Path:
 def queue(tls_dir: Path) -> Iterator[ServiceServer]:
     from phalanx_queue import __main__ as queue_main
 
-    server = queue_main.build(queue_main.parser().parse_args([
-        "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0", "--tls-dir", str(tls_dir / tls.QUEUE),
-        "--clock", "virtual"])).start()
+    server = queue_main.build(
+        queue_main.parser().parse_args(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
+                "--tls-dir",
+                str(tls_dir / tls.QUEUE),
+                "--clock",
+                "virtual",
+            ]
+        )
+    ).start()
     yield server
     server.stop(0)
 
@@ -62,8 +73,9 @@ def _code(call) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
     return err.value.code()  # type: ignore[no-any-return]
 
 
-def test_a_caller_without_a_certificate_of_the_ca_never_reaches_a_method(queue: ServiceServer, tls_dir: Path,
-                                                                          tmp_path: Path) -> None:
+def test_a_caller_without_a_certificate_of_the_ca_never_reaches_a_method(
+    queue: ServiceServer, tls_dir: Path, tmp_path: Path
+) -> None:
     with _channel(queue.address, tls_dir, tls.SCHEDULER) as ch:
         assert _add_one(ch).added == 1
     # Plaintext, TLS without a client certificate, and a certificate of another CA naming the scheduler:
@@ -71,12 +83,16 @@ def test_a_caller_without_a_certificate_of_the_ca_never_reaches_a_method(queue: 
     with grpc.insecure_channel(queue.address) as ch:
         assert _code(lambda: _pop(ch)) == grpc.StatusCode.UNAVAILABLE
     ca = (tls_dir / tls.SCHEDULER / "ca.crt").read_bytes()
-    with grpc.secure_channel(queue.address, grpc.ssl_channel_credentials(ca),
-                             options=[("grpc.ssl_target_name_override", tls.QUEUE)]) as ch:
+    with grpc.secure_channel(
+        queue.address, grpc.ssl_channel_credentials(ca), options=[("grpc.ssl_target_name_override", tls.QUEUE)]
+    ) as ch:
         assert _code(lambda: _pop(ch)) == grpc.StatusCode.UNAVAILABLE
     forged = certs.issue(certs.new_ca(), tls.SCHEDULER)
-    with grpc.secure_channel(queue.address, grpc.ssl_channel_credentials(ca, forged.key_pem, forged.cert_pem),
-                             options=[("grpc.ssl_target_name_override", tls.QUEUE)]) as ch:
+    with grpc.secure_channel(
+        queue.address,
+        grpc.ssl_channel_credentials(ca, forged.key_pem, forged.cert_pem),
+        options=[("grpc.ssl_target_name_override", tls.QUEUE)],
+    ) as ch:
         assert _code(lambda: _pop(ch)) == grpc.StatusCode.UNAVAILABLE
     # None of them took the pod out.
     with _channel(queue.address, tls_dir, tls.SCHEDULER) as ch:
@@ -105,9 +121,24 @@ def test_only_the_scheduler_may_bind(tls_dir: Path) -> None:
     from phalanx_binder import __main__ as binder_main
 
     redis = RedisServer().start()
-    server = binder_main.build(binder_main.parser().parse_args([
-        "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0", "--tls-dir", str(tls_dir / tls.BINDER),
-        "--clock", "virtual", "--backend", "simulated", "--redis-url", redis.url])).start()
+    server = binder_main.build(
+        binder_main.parser().parse_args(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
+                "--tls-dir",
+                str(tls_dir / tls.BINDER),
+                "--clock",
+                "virtual",
+                "--backend",
+                "simulated",
+                "--redis-url",
+                redis.url,
+            ]
+        )
+    ).start()
     request = binder_pb2.BindRequest(assignments=[binder_pb2.Assignment(pod_key="ns/p", node="n1")], now=1.0)
     try:
         for identity in (tls.OPERATOR, tls.QUEUE, tls.SIMULATOR):
@@ -133,8 +164,9 @@ def test_kubelet_probes_reach_health_alone_in_plaintext(queue: ServiceServer) ->
         assert _code(lambda: _pop(ch)) == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_renewed_certificates_are_used_without_a_restart(queue: ServiceServer, tls_dir: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_renewed_certificates_are_used_without_a_restart(
+    queue: ServiceServer, tls_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tls, "RECHECK_SECONDS", 0.0)
     scheduler = QueueClient(queue.address, Security.tls(tls_dir / tls.SCHEDULER), timeout=5)
     scheduler.stats(1.0)
@@ -168,8 +200,9 @@ def test_missing_certificates_stop_the_service_with_the_file_named(tmp_path: Pat
     from phalanx_queue import __main__ as queue_main
 
     with pytest.raises(SystemExit, match=r"--tls-dir: TLS file .*nowhere/ca\.crt"):
-        queue_main.build(queue_main.parser().parse_args(["--listen", "127.0.0.1:0",
-                                                         "--tls-dir", str(tmp_path / "nowhere")]))
+        queue_main.build(
+            queue_main.parser().parse_args(["--listen", "127.0.0.1:0", "--tls-dir", str(tmp_path / "nowhere")])
+        )
 
 
 def test_an_oversized_request_is_refused_before_it_is_read(queue: ServiceServer, tls_dir: Path) -> None:

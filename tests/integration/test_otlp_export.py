@@ -44,12 +44,14 @@ class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         self.spans: list[ReceivedSpan] = []
         self.lock = threading.Lock()
 
-    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest,
-               context: grpc.ServicerContext) -> trace_service_pb2.ExportTraceServiceResponse:
+    def Export(
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
         received = []
         for resource_spans in request.resource_spans:
-            service = next((a.value.string_value for a in resource_spans.resource.attributes
-                            if a.key == "service.name"), "")
+            service = next(
+                (a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"), ""
+            )
             for scope in resource_spans.scope_spans:
                 for span in scope.spans:
                     attributes = {a.key: a.value.string_value for a in span.attributes}
@@ -76,31 +78,58 @@ def _gang_group_workload(path: Path) -> None:
     objects: list[dict[str, Any]] = [make_node("n1").cpu("64").memory("256Gi").gpu(4).build()]
     for ns, gang in (("team-a", "trainer"), ("team-b", "evaluator")):
         for i in range(2):
-            objects.append(make_pod(f"{gang}-{i}", ns).scheduler("phalanx").container().gpu(1).cpu("1")
-                           .annotation(KOORD_NAME, gang).annotation(KOORD_MIN_AVAILABLE, "2")
-                           .annotation(KOORD_GROUPS, group).build())
+            objects.append(
+                make_pod(f"{gang}-{i}", ns)
+                .scheduler("phalanx")
+                .container()
+                .gpu(1)
+                .cpu("1")
+                .annotation(KOORD_NAME, gang)
+                .annotation(KOORD_MIN_AVAILABLE, "2")
+                .annotation(KOORD_GROUPS, group)
+                .build()
+            )
     path.write_text(yaml.safe_dump_all(objects))
 
 
 def test_simulate_exports_to_the_configured_endpoint_and_links_a_group_bind(
-        tmp_path: Path, receiver: tuple[str, TraceReceiver]) -> None:
+    tmp_path: Path, receiver: tuple[str, TraceReceiver]
+) -> None:
     endpoint, servicer = receiver
     workload = tmp_path / "group.yaml"
     _gang_group_workload(workload)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     # Only the endpoint, as the README tells users: no OTEL_SDK_DISABLED=false needed.
     env.update(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_INSECURE="true")
-    done = subprocess.run([sys.executable, "-m", "phalanx.cli.main", "simulate", "-f", str(workload),
-                           "-o", str(tmp_path / "report.json")], env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "phalanx.cli.main",
+            "simulate",
+            "-f",
+            str(workload),
+            "-o",
+            str(tmp_path / "report.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "report.json").read_text())["summary"]["podsBound"] == 4
 
     spans = list(servicer.spans)  # the services flushed their batches on exit, before simulate returned
-    assert {s.service for s in spans} >= {"phalanx-queue", "phalanx-scheduler", "phalanx-binder"}, \
-        sorted({s.service for s in spans})
+    assert {s.service for s in spans} >= {"phalanx-queue", "phalanx-scheduler", "phalanx-binder"}, sorted(
+        {s.service for s in spans}
+    )
 
-    roots = {s.attributes["phalanx.gang"]: s.trace_id for s in spans
-             if s.name == "phalanx.queue.enqueue" and "phalanx.gang" in s.attributes}
+    roots = {
+        s.attributes["phalanx.gang"]: s.trace_id
+        for s in spans
+        if s.name == "phalanx.queue.enqueue" and "phalanx.gang" in s.attributes
+    }
     assert set(roots) == {"team-a/trainer", "team-b/evaluator"}
     assert roots["team-a/trainer"] != roots["team-b/evaluator"]  # each gang has its own trace
     dispatch = [s for s in spans if s.name == "phalanx.scheduler.dispatch_bind"]

@@ -52,7 +52,11 @@ TIMEOUT = 10.0
 ACCEPTED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT}
 
 settings.register_profile(
-    "grpc", deadline=None, derandomize=True, max_examples=400, database=None,
+    "grpc",
+    deadline=None,
+    derandomize=True,
+    max_examples=400,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 GRPC = settings.get_profile("grpc")
@@ -85,22 +89,40 @@ def services(redis_server: RedisServer) -> Iterator[Services]:
     keys = Keys("property-grpc")
     clock = Clock(virtual=True)
     queue_servicer = QueueServicer(SchedulingQueue(QueueSettings(unschedulable_flush=0.0)), clock)
-    queue = ServiceServer("queue", "127.0.0.1:0",
-                          lambda s: queue_pb2_grpc.add_QueueServicer_to_server(queue_servicer, s), security=PLAINTEXT).start()
+    queue = ServiceServer(
+        "queue",
+        "127.0.0.1:0",
+        lambda s: queue_pb2_grpc.add_QueueServicer_to_server(queue_servicer, s),
+        security=PLAINTEXT,
+    ).start()
     backend = SimulatedBackend(client, keys)
-    binder_servicer = BinderServicer(BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys)),
-                                     backend, clock)
-    binder = ServiceServer("binder", "127.0.0.1:0",
-                           lambda s: binder_pb2_grpc.add_BinderServicer_to_server(binder_servicer, s),
-                           security=PLAINTEXT).start()
+    binder_servicer = BinderServicer(
+        BatchBinder(StateStore(client, keys), backend, FencedLock(client, keys)), backend, clock
+    )
+    binder = ServiceServer(
+        "binder",
+        "127.0.0.1:0",
+        lambda s: binder_pb2_grpc.add_BinderServicer_to_server(binder_servicer, s),
+        security=PLAINTEXT,
+    ).start()
     queue_client, binder_client = QueueClient(queue.address, PLAINTEXT), BinderClient(binder.address, PLAINTEXT)
-    scheduler = GangScheduler(StateStore(client, keys), queue_client, binder_client, load_in_tree_framework(None),
-                              SchedulerSettings(default_wait_seconds=600.0))
+    scheduler = GangScheduler(
+        StateStore(client, keys),
+        queue_client,
+        binder_client,
+        load_in_tree_framework(None),
+        SchedulerSettings(default_wait_seconds=600.0),
+    )
     scheduler.recover(0.0)
-    scheduler_servicer = SchedulerServicer(scheduler, SchedulingLoop(scheduler, queue_client, clock), clock, simulated=True)
-    sched = ServiceServer("scheduler", "127.0.0.1:0",
-                          lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler_servicer, s),
-                          security=PLAINTEXT).start()
+    scheduler_servicer = SchedulerServicer(
+        scheduler, SchedulingLoop(scheduler, queue_client, clock), clock, simulated=True
+    )
+    sched = ServiceServer(
+        "scheduler",
+        "127.0.0.1:0",
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler_servicer, s),
+        security=PLAINTEXT,
+    ).start()
     servers = [queue, binder, sched]
     channels = {s.name: grpc.insecure_channel(s.address) for s in servers}
     yield Services(servers, channels)
@@ -141,52 +163,119 @@ odd_names = st.sampled_from(["", "ns/p", "a/b/c", "/", "Ns", "p_0", "-p", "x" * 
 names = st.one_of(valid_names, valid_names, odd_names, st.text(max_size=12))
 valid_keys = st.builds(lambda a, b: f"{a}/{b}", valid_names, valid_names)
 keys_ = st.one_of(valid_keys, valid_keys, st.builds(lambda a, b: f"{a}/{b}", names, names), names)
-doubles = st.one_of(st.sampled_from([0.0, 1.0, -1.0, 1e11, 1e12, 1e13, 1e300, -1e300, math.inf, -math.inf, math.nan,
-                                     5e-324]), st.floats(allow_nan=True, allow_infinity=True))
+doubles = st.one_of(
+    st.sampled_from([0.0, 1.0, -1.0, 1e11, 1e12, 1e13, 1e300, -1e300, math.inf, -math.inf, math.nan, 5e-324]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
 times = st.one_of(st.sampled_from([0.0, 1.0, 10.0]), st.floats(0.0, 1e6), doubles)
 int32 = st.one_of(st.sampled_from([0, 1, 2, -1, 2**31 - 1, -(2**31)]), st.integers(-(2**31), 2**31 - 1))
 int64 = st.one_of(st.sampled_from([0, 1000, -1, -1000, 2**62, 2**63 - 1, -(2**63)]), st.integers(-(2**63), 2**63 - 1))
-resources = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "pods", "", "x" * 400]),
-                            st.one_of(st.integers(0, 2**40), int64), max_size=3)
-string_maps = st.dictionaries(st.one_of(st.sampled_from(["zone", "", "k" * 400]), st.text(max_size=5)),
-                              st.one_of(st.text(max_size=5), st.just("v" * 300_000)), max_size=2)
-requirements = st.lists(st.builds(objects_pb2.SelectorRequirement, key=names,
-                                  operator=st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "?"]),
-                                  values=st.lists(st.one_of(names, st.sampled_from(["1", "9" * 40])), max_size=2)),
-                        max_size=2)
-placements = st.builds(
-    objects_pb2.Placement, node_selector=string_maps,
-    affinity_terms=st.lists(st.builds(objects_pb2.SelectorTerm, match_expressions=requirements,
-                                      match_fields=requirements), max_size=2),
-    tolerations=st.lists(st.builds(objects_pb2.Toleration, key=names, operator=st.sampled_from(["Equal", "Exists", ""]),
-                                   value=names, effect=names), max_size=2),
+resources = st.dictionaries(
+    st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "pods", "", "x" * 400]),
+    st.one_of(st.integers(0, 2**40), int64),
+    max_size=3,
 )
-pods = st.builds(objects_pb2.Pod, namespace=names, name=names, uid=names, priority=int32, created_at=times,
-                 requests=resources, placement=placements, gang=keys_, gang_created_at=times, node_name=names,
-                 annotations=string_maps, duration=doubles, invalid=names, trace_parent=names)
-nodes = st.builds(objects_pb2.Node, name=names, allocatable=resources, labels=string_maps,
-                  taints=st.lists(st.builds(objects_pb2.Taint, key=names, value=names, effect=names), max_size=2),
-                  unschedulable=st.booleans())
-gangs = st.builds(objects_pb2.Gang, namespace=names, name=names, min_available=int32, total_number=int32,
-                  mode=st.integers(0, 3), groups=st.lists(keys_, max_size=2), wait_seconds=doubles,
-                  min_resources=resources, created_at=times, source=names, invalid=names)
+string_maps = st.dictionaries(
+    st.one_of(st.sampled_from(["zone", "", "k" * 400]), st.text(max_size=5)),
+    st.one_of(st.text(max_size=5), st.just("v" * 300_000)),
+    max_size=2,
+)
+requirements = st.lists(
+    st.builds(
+        objects_pb2.SelectorRequirement,
+        key=names,
+        operator=st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "?"]),
+        values=st.lists(st.one_of(names, st.sampled_from(["1", "9" * 40])), max_size=2),
+    ),
+    max_size=2,
+)
+placements = st.builds(
+    objects_pb2.Placement,
+    node_selector=string_maps,
+    affinity_terms=st.lists(
+        st.builds(objects_pb2.SelectorTerm, match_expressions=requirements, match_fields=requirements), max_size=2
+    ),
+    tolerations=st.lists(
+        st.builds(
+            objects_pb2.Toleration,
+            key=names,
+            operator=st.sampled_from(["Equal", "Exists", ""]),
+            value=names,
+            effect=names,
+        ),
+        max_size=2,
+    ),
+)
+pods = st.builds(
+    objects_pb2.Pod,
+    namespace=names,
+    name=names,
+    uid=names,
+    priority=int32,
+    created_at=times,
+    requests=resources,
+    placement=placements,
+    gang=keys_,
+    gang_created_at=times,
+    node_name=names,
+    annotations=string_maps,
+    duration=doubles,
+    invalid=names,
+    trace_parent=names,
+)
+nodes = st.builds(
+    objects_pb2.Node,
+    name=names,
+    allocatable=resources,
+    labels=string_maps,
+    taints=st.lists(st.builds(objects_pb2.Taint, key=names, value=names, effect=names), max_size=2),
+    unschedulable=st.booleans(),
+)
+gangs = st.builds(
+    objects_pb2.Gang,
+    namespace=names,
+    name=names,
+    min_available=int32,
+    total_number=int32,
+    mode=st.integers(0, 3),
+    groups=st.lists(keys_, max_size=2),
+    wait_seconds=doubles,
+    min_resources=resources,
+    created_at=times,
+    source=names,
+    invalid=names,
+)
 pod_lists = st.lists(pods, max_size=3)
 key_lists = st.lists(keys_, max_size=3)
 
 done_requests = st.builds(
     queue_pb2.DoneRequest,
     results=st.lists(st.builds(queue_pb2.PodResult, pod=pods, outcome=st.integers(0, 7), reason=names), max_size=3),
-    activate_gangs=key_lists, failed_gangs=key_lists, now=times)
+    activate_gangs=key_lists,
+    failed_gangs=key_lists,
+    now=times,
+)
 queue_requests = st.one_of(
     st.tuples(st.just("Add"), st.builds(queue_pb2.AddRequest, pods=pod_lists, now=times)),
     # Waits are kept short or invalid: a valid long wait would block the test on an empty queue.
-    st.tuples(st.just("Pop"), st.builds(
-        queue_pb2.PopRequest, max_pods=int32, now=times,
-        wait_seconds=st.sampled_from([0.0, 0.001, -1.0, math.nan, math.inf, -math.inf, 1e13]),
-        done=st.one_of(st.none(), done_requests), remove=key_lists, add=pod_lists, move_all=st.booleans())),
+    st.tuples(
+        st.just("Pop"),
+        st.builds(
+            queue_pb2.PopRequest,
+            max_pods=int32,
+            now=times,
+            wait_seconds=st.sampled_from([0.0, 0.001, -1.0, math.nan, math.inf, -math.inf, 1e13]),
+            done=st.one_of(st.none(), done_requests),
+            remove=key_lists,
+            add=pod_lists,
+            move_all=st.booleans(),
+        ),
+    ),
     st.tuples(st.just("Done"), done_requests),
-    st.tuples(st.just("Remove"), st.builds(queue_pb2.RemoveRequest, pod_keys=st.lists(
-        st.one_of(keys_, st.just("k" * 1000)), max_size=3))),
+    st.tuples(
+        st.just("Remove"),
+        st.builds(queue_pb2.RemoveRequest, pod_keys=st.lists(st.one_of(keys_, st.just("k" * 1000)), max_size=3)),
+    ),
     st.tuples(st.just("MoveAll"), st.builds(queue_pb2.MoveAllRequest, event=names, now=times)),
     st.tuples(st.just("Stats"), st.builds(queue_pb2.StatsRequest, now=times)),
 )
@@ -202,56 +291,141 @@ def without_requests(pod: objects_pb2.Pod) -> objects_pb2.Pod:
 
 bound_pods = st.lists(pods.map(without_requests), max_size=3)
 cluster_events = st.builds(
-    scheduler_pb2.ClusterEvents, nodes_upserted=st.lists(nodes, max_size=2), nodes_removed=st.lists(names, max_size=2),
-    gangs_upserted=st.lists(gangs, max_size=2), gangs_removed=key_lists, pods_finished=key_lists,
-    pods_deleted=key_lists, pods_bound=bound_pods, now=times)
+    scheduler_pb2.ClusterEvents,
+    nodes_upserted=st.lists(nodes, max_size=2),
+    nodes_removed=st.lists(names, max_size=2),
+    gangs_upserted=st.lists(gangs, max_size=2),
+    gangs_removed=key_lists,
+    pods_finished=key_lists,
+    pods_deleted=key_lists,
+    pods_bound=bound_pods,
+    now=times,
+)
+
+
 def on_n1(pod: objects_pb2.Pod) -> objects_pb2.Pod:
     pod.node_name = "n1"
     return pod
 
 
 # Requests that pass the checks, so the scheduler itself meets huge amounts, odd times and unknown keys.
-good_amounts = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "pods"]),
-                               st.one_of(st.integers(0, 64_000), st.sampled_from([0, 2**62, 2**63 - 1])), max_size=4)
+good_amounts = st.dictionaries(
+    st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "pods"]),
+    st.one_of(st.integers(0, 64_000), st.sampled_from([0, 2**62, 2**63 - 1])),
+    max_size=4,
+)
 good_times = st.floats(0.0, 1e6)
-good_pods = st.builds(objects_pb2.Pod, namespace=valid_names, name=valid_names, priority=int32, created_at=good_times,
-                      requests=good_amounts, gang=st.one_of(st.just(""), valid_keys), gang_created_at=good_times,
-                      duration=st.floats(-1.0, 1e6))
+good_pods = st.builds(
+    objects_pb2.Pod,
+    namespace=valid_names,
+    name=valid_names,
+    priority=int32,
+    created_at=good_times,
+    requests=good_amounts,
+    gang=st.one_of(st.just(""), valid_keys),
+    gang_created_at=good_times,
+    duration=st.floats(-1.0, 1e6),
+)
 good_nodes = st.builds(objects_pb2.Node, name=valid_names, allocatable=good_amounts, unschedulable=st.booleans())
-good_gangs = st.builds(objects_pb2.Gang, namespace=valid_names, name=valid_names, min_available=st.integers(1, 4),
-                       total_number=st.integers(0, 6), wait_seconds=st.floats(-1.0, 1e6), created_at=good_times,
-                       groups=st.lists(valid_keys, max_size=2))
+good_gangs = st.builds(
+    objects_pb2.Gang,
+    namespace=valid_names,
+    name=valid_names,
+    min_available=st.integers(1, 4),
+    total_number=st.integers(0, 6),
+    wait_seconds=st.floats(-1.0, 1e6),
+    created_at=good_times,
+    groups=st.lists(valid_keys, max_size=2),
+)
 good_events = st.builds(
-    scheduler_pb2.ClusterEvents, nodes_upserted=st.lists(good_nodes, max_size=3),
-    nodes_removed=st.lists(valid_names, max_size=1), gangs_upserted=st.lists(good_gangs, max_size=2),
-    gangs_removed=st.lists(valid_keys, max_size=1), pods_finished=st.lists(valid_keys, max_size=2),
+    scheduler_pb2.ClusterEvents,
+    nodes_upserted=st.lists(good_nodes, max_size=3),
+    nodes_removed=st.lists(valid_names, max_size=1),
+    gangs_upserted=st.lists(good_gangs, max_size=2),
+    gangs_removed=st.lists(valid_keys, max_size=1),
+    pods_finished=st.lists(valid_keys, max_size=2),
     pods_deleted=st.lists(valid_keys, max_size=1),
     pods_bound=st.lists(good_pods.map(on_n1).map(without_requests), max_size=2),
-    now=good_times)
+    now=good_times,
+)
 scheduler_requests = st.one_of(
     st.tuples(st.just("ApplyClusterEvents"), good_events),
-    st.tuples(st.just("Step"), st.builds(scheduler_pb2.StepRequest, now=good_times, events=good_events,
-                                         pods_added=st.lists(good_pods, max_size=4))),
+    st.tuples(
+        st.just("Step"),
+        st.builds(
+            scheduler_pb2.StepRequest, now=good_times, events=good_events, pods_added=st.lists(good_pods, max_size=4)
+        ),
+    ),
     st.tuples(st.just("ApplyClusterEvents"), cluster_events),
-    st.tuples(st.just("Step"), st.builds(
-        scheduler_pb2.StepRequest, now=times, events=st.one_of(st.none(), cluster_events), pods_added=pod_lists,
-        later=st.lists(st.builds(scheduler_pb2.Instant, now=times, pods_added=pod_lists, pods_finished=key_lists),
-                       max_size=2))),
+    st.tuples(
+        st.just("Step"),
+        st.builds(
+            scheduler_pb2.StepRequest,
+            now=times,
+            events=st.one_of(st.none(), cluster_events),
+            pods_added=pod_lists,
+            later=st.lists(
+                st.builds(scheduler_pb2.Instant, now=times, pods_added=pod_lists, pods_finished=key_lists), max_size=2
+            ),
+        ),
+    ),
 )
 assignments = st.lists(st.builds(binder_pb2.Assignment, pod_key=keys_, uid=names, node=names, gang=keys_), max_size=3)
 binder_requests = st.one_of(
-    st.tuples(st.just("Bind"), st.builds(binder_pb2.BindRequest, assignments=assignments,
-                                         all_or_nothing=st.booleans(), now=times, trace_parent=names)),
-    st.tuples(st.just("BindMany"), st.builds(binder_pb2.BindManyRequest, now=times, batches=st.lists(st.builds(
-        binder_pb2.BindBatch, assignments=assignments, all_or_nothing=st.booleans(), trace_parent=names),
-        max_size=2))),
-    st.tuples(st.just("Report"), st.builds(
-        binder_pb2.ReportRequest, now=times,
-        pods=st.lists(st.builds(binder_pb2.PodReport, pod_key=keys_, annotations=string_maps,
-                                unschedulable_message=names, event_reason=names, event_message=names), max_size=2),
-        gangs=st.lists(st.builds(binder_pb2.GangReport, gang_key=keys_, phase=names, scheduled=int32, message=names,
-                                 source=names, event_reason=names, schedule_start_time=doubles, pod_key=keys_,
-                                 running=int32, succeeded=int32, failed=int32), max_size=2))),
+    st.tuples(
+        st.just("Bind"),
+        st.builds(
+            binder_pb2.BindRequest, assignments=assignments, all_or_nothing=st.booleans(), now=times, trace_parent=names
+        ),
+    ),
+    st.tuples(
+        st.just("BindMany"),
+        st.builds(
+            binder_pb2.BindManyRequest,
+            now=times,
+            batches=st.lists(
+                st.builds(
+                    binder_pb2.BindBatch, assignments=assignments, all_or_nothing=st.booleans(), trace_parent=names
+                ),
+                max_size=2,
+            ),
+        ),
+    ),
+    st.tuples(
+        st.just("Report"),
+        st.builds(
+            binder_pb2.ReportRequest,
+            now=times,
+            pods=st.lists(
+                st.builds(
+                    binder_pb2.PodReport,
+                    pod_key=keys_,
+                    annotations=string_maps,
+                    unschedulable_message=names,
+                    event_reason=names,
+                    event_message=names,
+                ),
+                max_size=2,
+            ),
+            gangs=st.lists(
+                st.builds(
+                    binder_pb2.GangReport,
+                    gang_key=keys_,
+                    phase=names,
+                    scheduled=int32,
+                    message=names,
+                    source=names,
+                    event_reason=names,
+                    schedule_start_time=doubles,
+                    pod_key=keys_,
+                    running=int32,
+                    succeeded=int32,
+                    failed=int32,
+                ),
+                max_size=2,
+            ),
+        ),
+    ),
 )
 
 
@@ -305,19 +479,36 @@ def test_every_service_is_still_healthy_afterwards(services: Services) -> None:
 # --- known cases, each once refused with a traceback or silently accepted --------------------------
 
 
-@pytest.mark.parametrize(("method", "request_", "field"), [
-    ("ApplyClusterEvents", scheduler_pb2.ClusterEvents(
-        pods_bound=[objects_pb2.Pod(namespace="ns", name="p", node_name="n1", requests={"cpu": -1000})], now=1.0),
-     "pods_bound[0].requests['cpu']: -1000 is negative"),
-    ("ApplyClusterEvents", scheduler_pb2.ClusterEvents(nodes_upserted=[objects_pb2.Node(name="a/b")], now=1.0),
-     "nodes_upserted[0].name: 'a/b'"),
-    ("ApplyClusterEvents", scheduler_pb2.ClusterEvents(now=math.nan), "now: nan"),
-    ("ApplyClusterEvents", scheduler_pb2.ClusterEvents(
-        gangs_upserted=[objects_pb2.Gang(namespace="ns", name="g", min_available=3, total_number=2)]),
-     "gangs_upserted[0] ns/g: total_number 2 is below min_available 3"),
-    ("Step", scheduler_pb2.StepRequest(pods_added=[objects_pb2.Pod(namespace="team/a", name="p")], now=1.0),
-     "pods_added[0].namespace: 'team/a'"),
-])
+@pytest.mark.parametrize(
+    ("method", "request_", "field"),
+    [
+        (
+            "ApplyClusterEvents",
+            scheduler_pb2.ClusterEvents(
+                pods_bound=[objects_pb2.Pod(namespace="ns", name="p", node_name="n1", requests={"cpu": -1000})], now=1.0
+            ),
+            "pods_bound[0].requests['cpu']: -1000 is negative",
+        ),
+        (
+            "ApplyClusterEvents",
+            scheduler_pb2.ClusterEvents(nodes_upserted=[objects_pb2.Node(name="a/b")], now=1.0),
+            "nodes_upserted[0].name: 'a/b'",
+        ),
+        ("ApplyClusterEvents", scheduler_pb2.ClusterEvents(now=math.nan), "now: nan"),
+        (
+            "ApplyClusterEvents",
+            scheduler_pb2.ClusterEvents(
+                gangs_upserted=[objects_pb2.Gang(namespace="ns", name="g", min_available=3, total_number=2)]
+            ),
+            "gangs_upserted[0] ns/g: total_number 2 is below min_available 3",
+        ),
+        (
+            "Step",
+            scheduler_pb2.StepRequest(pods_added=[objects_pb2.Pod(namespace="team/a", name="p")], now=1.0),
+            "pods_added[0].namespace: 'team/a'",
+        ),
+    ],
+)
 def test_the_scheduler_refuses_naming_the_field(services: Services, method: str, request_: Any, field: str) -> None:
     with pytest.raises(grpc.RpcError) as exc:
         getattr(services.scheduler, method)(request_, timeout=TIMEOUT)
@@ -326,9 +517,11 @@ def test_the_scheduler_refuses_naming_the_field(services: Services, method: str,
 
 
 def test_the_queue_rejects_bad_pods_by_index_and_adds_the_good_ones(services: Services) -> None:
-    pods_ = [objects_pb2.Pod(namespace="ok", name="good", created_at=1.0),
-             objects_pb2.Pod(namespace="ok", name="a/b"),
-             objects_pb2.Pod(namespace="ok", name="neg", requests={"cpu": -1})]
+    pods_ = [
+        objects_pb2.Pod(namespace="ok", name="good", created_at=1.0),
+        objects_pb2.Pod(namespace="ok", name="a/b"),
+        objects_pb2.Pod(namespace="ok", name="neg", requests={"cpu": -1}),
+    ]
     resp = services.queue.Add(queue_pb2.AddRequest(pods=pods_, now=1.0), timeout=TIMEOUT)
     assert resp.added == 1
     assert [r.split(":")[0] for r in resp.rejected] == ["pods[1].name", "pods[2].requests['cpu']"]
@@ -347,10 +540,15 @@ def test_a_bound_pod_beyond_its_nodes_capacity_is_counted_not_refused(services: 
     the whole request with UNKNOWN)."""
     node = objects_pb2.Node(name="tight", allocatable={"cpu": 0, "pods": 110_000})
     pod = objects_pb2.Pod(namespace="full", name="p", node_name="tight", requests={"cpu": 1000})
-    answer(services.scheduler.ApplyClusterEvents, scheduler_pb2.ClusterEvents(nodes_upserted=[node], now=1.0),
-           tally=False)
-    assert answer(services.scheduler.ApplyClusterEvents, scheduler_pb2.ClusterEvents(pods_bound=[pod], now=1.0),
-                  tally=False) == grpc.StatusCode.OK
+    answer(
+        services.scheduler.ApplyClusterEvents, scheduler_pb2.ClusterEvents(nodes_upserted=[node], now=1.0), tally=False
+    )
+    assert (
+        answer(
+            services.scheduler.ApplyClusterEvents, scheduler_pb2.ClusterEvents(pods_bound=[pod], now=1.0), tally=False
+        )
+        == grpc.StatusCode.OK
+    )
 
 
 def test_a_pod_found_bound_twice_in_one_request_is_refused(services: Services) -> None:
@@ -359,7 +557,8 @@ def test_a_pod_found_bound_twice_in_one_request_is_refused(services: Services) -
     pod = objects_pb2.Pod(namespace="twice", name="p", node_name="twice")
     services.scheduler.ApplyClusterEvents(scheduler_pb2.ClusterEvents(nodes_upserted=[node], now=1.0), timeout=TIMEOUT)
     with pytest.raises(grpc.RpcError) as exc:
-        services.scheduler.ApplyClusterEvents(scheduler_pb2.ClusterEvents(pods_bound=[pod, pod], now=1.0),
-                                              timeout=TIMEOUT)
+        services.scheduler.ApplyClusterEvents(
+            scheduler_pb2.ClusterEvents(pods_bound=[pod, pod], now=1.0), timeout=TIMEOUT
+        )
     assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert exc.value.details() == "pods_bound[1]: pod 'twice/p' appears twice"

@@ -25,9 +25,19 @@ def ts(seconds: float) -> str:
 
 
 def gang_pod(name: str, gang: str, gpus: int, at: float, runs: str) -> dict[str, Any]:
-    return (make_pod(name).scheduler("phalanx").container().gpu(gpus).cpu("4").created(ts(at))
-            .annotation(KOORD_NAME, gang).annotation(KOORD_MIN_AVAILABLE, "2").annotation(KOORD_WAITING_TIME, "1h")
-            .annotation(SIM_DURATION, runs).build())
+    return (
+        make_pod(name)
+        .scheduler("phalanx")
+        .container()
+        .gpu(gpus)
+        .cpu("4")
+        .created(ts(at))
+        .annotation(KOORD_NAME, gang)
+        .annotation(KOORD_MIN_AVAILABLE, "2")
+        .annotation(KOORD_WAITING_TIME, "1h")
+        .annotation(SIM_DURATION, runs)
+        .build()
+    )
 
 
 def test_a_gpu_starved_gang_waits_through_cpu_churn_and_binds_when_gpus_free(tmp_path: Path) -> None:
@@ -37,8 +47,15 @@ def test_a_gpu_starved_gang_waits_through_cpu_churn_and_binds_when_gpus_free(tmp
     objects += [gang_pod(f"big-{i}", "big", 8, 1, "60s") for i in range(2)]  # waits for the hold gang
     cpu_pods = 40
     for k in range(cpu_pods):  # CPU-only pods, one every 5 s for 200 s, each finishing 4 s later
-        objects.append(make_pod(f"cpu-{k}").scheduler("phalanx").container().cpu("8").created(ts(2 + 5 * k))
-                       .annotation(SIM_DURATION, "4s").build())
+        objects.append(
+            make_pod(f"cpu-{k}")
+            .scheduler("phalanx")
+            .container()
+            .cpu("8")
+            .created(ts(2 + 5 * k))
+            .annotation(SIM_DURATION, "4s")
+            .build()
+        )
     path = tmp_path / "workload.yaml"
     path.write_text(yaml.safe_dump_all(objects))
     report = simulate(load_workload([path]), SimOptions(), log_dir=tmp_path / "logs")

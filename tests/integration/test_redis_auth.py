@@ -56,11 +56,33 @@ def test_redis_over_tls(tmp_path: Path) -> None:
     pair = certs.issue(ca, "redis", ["localhost"], ["127.0.0.1"])
     certs.write(tmp_path, ca.cert_pem, pair)
     port = free_port()
-    proc = subprocess.Popen([binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-                             "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-key-file", str(tmp_path / "tls.key"),
-                             "--tls-ca-cert-file", str(tmp_path / "ca.crt"), "--tls-auth-clients", "no",
-                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(tmp_path / "tls.crt"),
+            "--tls-key-file",
+            str(tmp_path / "tls.key"),
+            "--tls-ca-cert-file",
+            str(tmp_path / "ca.crt"),
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         client = connect(f"rediss://127.0.0.1:{port}/0", ca_file=str(tmp_path / "ca.crt"))
         deadline = time.monotonic() + 10

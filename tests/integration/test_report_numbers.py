@@ -40,8 +40,10 @@ def _pod(name: str, t: int, gpus: int = 0, share: str = "", node: str = "") -> A
 
 
 def test_series_and_fgd_metric_match_the_hand_computed_values(tmp_path: Path) -> None:
-    objects = [make_node(n).cpu("64").memory("256Gi").gpu(2).created("2026-01-01T00:00:00Z").build()
-               for n in ("gpu-a", "gpu-b")]
+    objects = [
+        make_node(n).cpu("64").memory("256Gi").gpu(2).created("2026-01-01T00:00:00Z").build()
+        for n in ("gpu-a", "gpu-b")
+    ]
     objects += [
         _pod("p0", 0, gpus=1).build(),
         _pod("p1", 1, share="500m", node="gpu-b").build(),
@@ -59,8 +61,9 @@ def test_series_and_fgd_metric_match_the_hand_computed_values(tmp_path: Path) ->
     # Its last attempt was at t3, when it arrived: gpu-a had one whole GPU left, gpu-b a shared one (the
     # gang declared at t5 no longer retries unrelated pods, and no GPU freed afterwards).
     assert pods["p3"]["node"] is None
-    assert pods["p3"]["reason"] == ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
-                                    "1 node(s) had fewer than 2 entirely free GPU(s)")
+    assert pods["p3"]["reason"] == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had fewer than 2 entirely free GPU(s)"
+    )
     assert (pods["p0"]["node"], pods["p2"]["node"]) == ("gpu-a", "gpu-a")
     assert (pods["p1"]["node"], pods["p4"]["node"]) == ("gpu-b", "gpu-b")
     assert pods["g0"]["boundAt"] == pods["g1"]["boundAt"] == 7.0
@@ -68,8 +71,15 @@ def test_series_and_fgd_metric_match_the_hand_computed_values(tmp_path: Path) ->
     s = report["series"]
     assert s["capacity"]["nvidia.com/gpu"] == 4
     by_t = {t: i for i, t in enumerate(s["t"])}
-    expected = {0.0: (1.0, 1.0), 1.0: (1.5, 1.5), 2.0: (2.1, 2.1), 3.0: (2.1, 4.1), 4.0: (3.1, 5.1),
-                5.0: (3.1, 5.5), 7.0: (3.9, 5.9)}
+    expected = {
+        0.0: (1.0, 1.0),
+        1.0: (1.5, 1.5),
+        2.0: (2.1, 2.1),
+        3.0: (2.1, 4.1),
+        4.0: (3.1, 5.1),
+        5.0: (3.1, 5.5),
+        7.0: (3.9, 5.9),
+    }
     for t, (allocated, arrived) in expected.items():
         i = by_t[t]
         assert s["allocated"]["nvidia.com/gpu"][i] == pytest.approx(allocated), t
@@ -77,6 +87,10 @@ def test_series_and_fgd_metric_match_the_hand_computed_values(tmp_path: Path) ->
     assert s["pendingPods"][by_t[3.0]] == 1 and s["pendingPods"][by_t[5.0]] == 2 and s["pendingPods"][by_t[7.0]] == 1
     assert s["pendingGangs"][by_t[5.0]] == 1 and s["pendingGangs"][by_t[7.0]] == 0
     # The FGD metric: allocation when arrived demand first reached 90/100/110/130% of the GPUs.
-    assert report["gpuAllocationAtDemand"] == {"0.9": pytest.approx(2.1 / 4), "1": pytest.approx(2.1 / 4),
-                                               "1.1": pytest.approx(3.1 / 4), "1.3": pytest.approx(3.1 / 4)}
+    assert report["gpuAllocationAtDemand"] == {
+        "0.9": pytest.approx(2.1 / 4),
+        "1": pytest.approx(2.1 / 4),
+        "1.1": pytest.approx(3.1 / 4),
+        "1.3": pytest.approx(3.1 / 4),
+    }
     assert report["gangWaits"] == [{"gang": "default/g", "waitSeconds": 2.0}]

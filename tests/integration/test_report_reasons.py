@@ -40,11 +40,20 @@ def pair(ns: str, at: int) -> list[dict[str, Any]]:
     out = []
     for gang, count, gpus, mode in (("trainer", 2, 2, "Strict"), ("evaluator", 2, 1, "NonStrict")):
         for i in range(count):
-            out.append(make_pod(f"{gang}-{i}", ns).scheduler("phalanx").container().gpu(gpus).cpu("1")
-                       .created(ts(at)).annotation(KOORD_NAME, gang)
-                       .annotation(KOORD_MIN_AVAILABLE, "2" if gang == "trainer" else "3")
-                       .annotation(KOORD_GROUPS, group).annotation(KOORD_MODE, mode)
-                       .annotation(KOORD_WAITING_TIME, "300s").build())
+            out.append(
+                make_pod(f"{gang}-{i}", ns)
+                .scheduler("phalanx")
+                .container()
+                .gpu(gpus)
+                .cpu("1")
+                .created(ts(at))
+                .annotation(KOORD_NAME, gang)
+                .annotation(KOORD_MIN_AVAILABLE, "2" if gang == "trainer" else "3")
+                .annotation(KOORD_GROUPS, group)
+                .annotation(KOORD_MODE, mode)
+                .annotation(KOORD_WAITING_TIME, "300s")
+                .build()
+            )
     return out
 
 
@@ -57,19 +66,29 @@ def test_gang_group_timeouts_name_the_partner_count_by_cause_and_show_what_they_
     reasons = {g["gang"]: g["reason"] for g in report["gangReasons"]}
     assert reasons["team-a/trainer"] == (
         "gang team-a/trainer timed out after waiting 300s with 2/2 pods placed (waiting for GangGroup member "
-        "team-a/evaluator which has 2/3 pods placed); it will not be scheduled again until its pods are recreated")
+        "team-a/evaluator which has 2/3 pods placed); it will not be scheduled again until its pods are recreated"
+    )
     assert reasons["team-a/evaluator"] == (
         "gang team-a/evaluator timed out after waiting 300s with 2/3 pods placed (too few of its pods were "
-        "created); it will not be scheduled again until its pods are recreated")
+        "created); it will not be scheduled again until its pods are recreated"
+    )
     pods = {(p["namespace"], p["name"]): p for p in report["pods"]}
     assert pods[("team-b", "trainer-1")]["reason"] == reasons["team-b/trainer"]
 
     found = causes.unbound_causes(report)
     assert sorted((c.cause, c.gangs, c.pods) for c in found) == [
-        ("gang <gang> timed out after waiting Ns with N/N pods placed (too few of its pods were created); it will not "
-         "be scheduled again until its pods are recreated", 2, 4),
-        ("gang <gang> timed out after waiting Ns with N/N pods placed (waiting for GangGroup member <member gang> "
-         "which has N/N pods placed); it will not be scheduled again until its pods are recreated", 2, 4),
+        (
+            "gang <gang> timed out after waiting Ns with N/N pods placed (too few of its pods were created); it will not "
+            "be scheduled again until its pods are recreated",
+            2,
+            4,
+        ),
+        (
+            "gang <gang> timed out after waiting Ns with N/N pods placed (waiting for GangGroup member <member gang> "
+            "which has N/N pods placed); it will not be scheduled again until its pods are recreated",
+            2,
+            4,
+        ),
     ]
 
     # Each pair holds 2x2 + 2x1 GPUs from its arrival to its timeout, 300 s later; nothing is ever bound.
@@ -86,8 +105,9 @@ def test_gang_group_timeouts_name_the_partner_count_by_cause_and_show_what_they_
 
 def test_an_arrived_demand_sweep_gets_its_panel(tmp_path: Path) -> None:
     objects = [make_node(f"n{i}").cpu("64").memory("256Gi").gpu(4).build() for i in range(5)]  # 20 GPUs
-    objects += [make_pod(f"p{i:02d}").scheduler("phalanx").container().gpu(1).cpu("1").created(ts(i)).build()
-                for i in range(26)]  # 5% of the GPUs a second, to 130%, never leaving
+    objects += [
+        make_pod(f"p{i:02d}").scheduler("phalanx").container().gpu(1).cpu("1").created(ts(i)).build() for i in range(26)
+    ]  # 5% of the GPUs a second, to 130%, never leaving
     report = run(tmp_path, objects)
     assert report["gpuDemandSweep"] is True
     assert report["gpuAllocationAtDemand"] == {"0.9": 0.9, "1": 1.0, "1.1": 1.0, "1.3": 1.0}

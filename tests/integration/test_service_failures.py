@@ -32,8 +32,13 @@ SERVICES = ("queue", "scheduler", "binder")
 
 def run_service(service: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OTEL_SDK_DISABLED": "true"}
-    return subprocess.run([sys.executable, "-m", f"phalanx_{service}", "--listen", f"127.0.0.1:{free_port()}",
-                           "--plaintext", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", f"phalanx_{service}", "--listen", f"127.0.0.1:{free_port()}", "--plaintext", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -44,6 +49,7 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 # -- --version ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_version(service: str) -> None:
@@ -64,10 +70,14 @@ def test_version_of_the_console_scripts() -> None:
 
 PROFILES = {
     "negative weight": ("scores: {LeastAllocated: -1}\n", "scores.LeastAllocated: weight must be >= 0, got -1"),
-    "unknown plugin": ("filters: [NodeResourcesFit, NodeResourcesFitt]\n",
-                       "filters: unknown filter plugin 'NodeResourcesFitt' (item 2; known: "),
-    "unknown score plugin": ("scores: {LeastAllocated: 1, MostAlocated: 2}\n",
-                             "scores.MostAlocated: unknown score plugin (known: "),
+    "unknown plugin": (
+        "filters: [NodeResourcesFit, NodeResourcesFitt]\n",
+        "filters: unknown filter plugin 'NodeResourcesFitt' (item 2; known: ",
+    ),
+    "unknown score plugin": (
+        "scores: {LeastAllocated: 1, MostAlocated: 2}\n",
+        "scores.MostAlocated: unknown score plugin (known: ",
+    ),
     "bad YAML": ("scores: {LeastAllocated: 1\n", "invalid YAML at line 2, column 1: "),
 }
 
@@ -77,8 +87,18 @@ def test_a_bad_profile_ends_the_scheduler_with_one_line(tmp_path: Path, text: st
     profile = tmp_path / "profile.yaml"
     profile.write_text(text)
     # Nothing else is running: the profile is judged before the scheduler waits for anything.
-    done = run_service("scheduler", "--metrics-listen", "off", "--backend", "simulated", "--profile", str(profile),
-                       "--queue", f"127.0.0.1:{free_port()}", timeout=30)
+    done = run_service(
+        "scheduler",
+        "--metrics-listen",
+        "off",
+        "--backend",
+        "simulated",
+        "--profile",
+        str(profile),
+        "--queue",
+        f"127.0.0.1:{free_port()}",
+        timeout=30,
+    )
     assert done.returncode == 2
     assert one_line(done).startswith(f"phalanx-scheduler: --profile {profile}: {says}")
 
@@ -93,37 +113,74 @@ def test_a_missing_profile_is_named(tmp_path: Path) -> None:
 def test_simulate_shows_the_schedulers_line_only(tmp_path: Path) -> None:
     profile = tmp_path / "profile.yaml"
     profile.write_text("scores: {LeastAllocated: -1}\n")
-    done = subprocess.run([sys.executable, "-m", "phalanx.cli.main", "simulate", "-f",
-                           str(REPO / "examples" / "demo-two-jobs.yaml"), "--profile", str(profile),
-                           "-o", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OTEL_SDK_DISABLED": "true"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "phalanx.cli.main",
+            "simulate",
+            "-f",
+            str(REPO / "examples" / "demo-two-jobs.yaml"),
+            "--profile",
+            str(profile),
+            "-o",
+            str(tmp_path / "out.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OTEL_SDK_DISABLED": "true"},
+    )
     assert done.returncode != 0
-    assert one_line(done) == (f"phalanx-scheduler: --profile {profile}: scores.LeastAllocated: weight must be "
-                              ">= 0, got -1")
+    assert one_line(done) == (
+        f"phalanx-scheduler: --profile {profile}: scores.LeastAllocated: weight must be >= 0, got -1"
+    )
 
 
 # -- dependencies down at start -------------------------------------------------------------------------
 
+
 def test_the_scheduler_names_a_queue_that_is_not_serving() -> None:
     queue = f"127.0.0.1:{free_port()}"
-    done = run_service("scheduler", "--metrics-listen", "off", "--backend", "simulated", "--queue", queue,
-                       "--dependency-timeout", "1")
+    done = run_service(
+        "scheduler", "--metrics-listen", "off", "--backend", "simulated", "--queue", queue, "--dependency-timeout", "1"
+    )
     assert done.returncode == 1
-    assert one_line(done) == (f"phalanx-scheduler: --queue {queue}: the queue is not serving (no healthy answer "
-                              "within 1s; --dependency-timeout)")
+    assert one_line(done) == (
+        f"phalanx-scheduler: --queue {queue}: the queue is not serving (no healthy answer "
+        "within 1s; --dependency-timeout)"
+    )
 
 
 def test_the_scheduler_names_redis_when_it_is_down_at_start(tmp_path: Path) -> None:
     stack = Stack.launch(log_dir=tmp_path)  # a queue and a binder that serve (with their own Redis)
     try:
         dead = free_port()
-        scheduler = ServiceProcess("scheduler", "phalanx_scheduler", [
-            "--plaintext", "--clock", "virtual", "--backend", "simulated", "--redis-url", f"redis://127.0.0.1:{dead}/0",
-            "--queue", stack.queue.address, "--binder", stack.binder.address], free_port(), tmp_path / "s2.log")
+        scheduler = ServiceProcess(
+            "scheduler",
+            "phalanx_scheduler",
+            [
+                "--plaintext",
+                "--clock",
+                "virtual",
+                "--backend",
+                "simulated",
+                "--redis-url",
+                f"redis://127.0.0.1:{dead}/0",
+                "--queue",
+                stack.queue.address,
+                "--binder",
+                stack.binder.address,
+            ],
+            free_port(),
+            tmp_path / "s2.log",
+        )
         with pytest.raises(ServiceExited) as exited:  # the harness reports the service's own line
             scheduler.start()
-        assert str(exited.value) == (f"phalanx-scheduler: --redis-url: Redis at 127.0.0.1:{dead} is unreachable: "
-                                     f"Error 111 connecting to 127.0.0.1:{dead}. Connection refused.")
+        assert str(exited.value) == (
+            f"phalanx-scheduler: --redis-url: Redis at 127.0.0.1:{dead} is unreachable: "
+            f"Error 111 connecting to 127.0.0.1:{dead}. Connection refused."
+        )
         assert scheduler.proc is not None and scheduler.proc.returncode == 1
         assert "Traceback" not in scheduler.log_path.read_text()
     finally:
@@ -132,13 +189,17 @@ def test_the_scheduler_names_redis_when_it_is_down_at_start(tmp_path: Path) -> N
 
 # -- dependencies lost while running --------------------------------------------------------------------
 
+
 def test_a_lost_queue_and_a_lost_redis_are_named_in_one_line(tmp_path: Path) -> None:
     stack = Stack.launch(clock="real", log_dir=tmp_path)  # the scheduler runs its own loop
     try:
         queue = stack.queue.address
         stack.queue.kill()
-        wait_for(lambda: f"the queue at {queue} did not answer: UNAVAILABLE" in stack.scheduler.log_path.read_text(),
-                 20, "the scheduler naming the queue")
+        wait_for(
+            lambda: f"the queue at {queue} did not answer: UNAVAILABLE" in stack.scheduler.log_path.read_text(),
+            20,
+            "the scheduler naming the queue",
+        )
         time.sleep(2.5)  # more failed steps: they are not logged again while the line is the same
         log = stack.scheduler.log_path.read_text()
         assert "Traceback" not in log, log
@@ -151,8 +212,12 @@ def test_a_lost_queue_and_a_lost_redis_are_named_in_one_line(tmp_path: Path) -> 
         stack.redis.kill()
         with grpc.insecure_channel(stack.binder.address) as ch:
             with pytest.raises(grpc.RpcError) as refused:
-                binder_pb2_grpc.BinderStub(ch).Bind(binder_pb2.BindRequest(
-                    assignments=[binder_pb2.Assignment(pod_key="jobs/a", node="node-1")], now=1.0), timeout=20)
+                binder_pb2_grpc.BinderStub(ch).Bind(
+                    binder_pb2.BindRequest(
+                        assignments=[binder_pb2.Assignment(pod_key="jobs/a", node="node-1")], now=1.0
+                    ),
+                    timeout=20,
+                )
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         assert refused.value.details().startswith(f"Redis at {address} is unreachable: ")
         binder_log = stack.binder.log_path.read_text()
@@ -169,8 +234,11 @@ def test_a_lost_binder_is_named_in_one_line(tmp_path: Path) -> None:
         binder = stack.binder.address
         stack.binder.kill()
         queue.add([PodInfo("jobs", "p", uid="p", requests={"cpu": 100, "pods": 1000})], time.time())
-        wait_for(lambda: f"the binder at {binder} did not answer: UNAVAILABLE" in stack.scheduler.log_path.read_text(),
-                 20, "the scheduler naming the binder")
+        wait_for(
+            lambda: f"the binder at {binder} did not answer: UNAVAILABLE" in stack.scheduler.log_path.read_text(),
+            20,
+            "the scheduler naming the binder",
+        )
         log = stack.scheduler.log_path.read_text()
         assert "Traceback" not in log and "_InactiveRpcError" not in log, log
     finally:
@@ -181,6 +249,7 @@ def test_a_lost_binder_is_named_in_one_line(tmp_path: Path) -> None:
 
 # -- the metrics port -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_a_busy_metrics_port_is_named(service: str) -> None:
     with socket.socket() as taken:
@@ -189,12 +258,15 @@ def test_a_busy_metrics_port_is_named(service: str) -> None:
         port = taken.getsockname()[1]
         done = run_service(service, "--metrics-listen", f"127.0.0.1:{port}")
     assert done.returncode == 2
-    assert one_line(done) == (f"phalanx-{service}: --metrics-listen 127.0.0.1:{port}: cannot listen on "
-                              f"127.0.0.1:{port}: Address already in use")
+    assert one_line(done) == (
+        f"phalanx-{service}: --metrics-listen 127.0.0.1:{port}: cannot listen on "
+        f"127.0.0.1:{port}: Address already in use"
+    )
 
 
 def test_a_malformed_metrics_address_is_named() -> None:
     done = run_service("queue", "--metrics-listen", "localhost")
     assert done.returncode == 2
-    assert one_line(done) == ("phalanx-queue: --metrics-listen localhost: expected host:port (e.g. 0.0.0.0:9091), "
-                              "or off, got 'localhost'")
+    assert one_line(done) == (
+        "phalanx-queue: --metrics-listen localhost: expected host:port (e.g. 0.0.0.0:9091), or off, got 'localhost'"
+    )

@@ -55,8 +55,9 @@ def run(tmp_path: Path, objects: list[dict[str, Any]], **options: Any) -> dict[s
     path = tmp_path / "workload.yaml"
     path.write_text(yaml.safe_dump_all(objects))
     scheduler_env = options.pop("scheduler_env", None)
-    return simulate(load_workload([path]), SimOptions(**options), scheduler_env=scheduler_env,
-                    log_dir=tmp_path / "logs")
+    return simulate(
+        load_workload([path]), SimOptions(**options), scheduler_env=scheduler_env, log_dir=tmp_path / "logs"
+    )
 
 
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -64,24 +65,37 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_seed003_deadlock_none_binds_all_annotated_after_20s(tmp_path: Path) -> None:
-    report = simulate(load_workload([REPO / "examples/seed003-deadlock.yaml"]), SimOptions(),
-                      log_dir=tmp_path / "logs")
+    report = simulate(load_workload([REPO / "examples/seed003-deadlock.yaml"]), SimOptions(), log_dir=tmp_path / "logs")
     pods = report["pods"]
     assert len(pods) == 5
     assert all(p["node"] is None for p in pods)
     assert all(p["annotations"].get(KOORD_TIMEOUT) == "true" for p in pods)
     assert all("timed out after waiting 20s" in p["reason"] for p in pods)
     assert report["summary"]["virtualSeconds"] == 20.0
-    assert report["podGroups"] == [{"namespace": "sw-mpi-operator", "name": "gpu-pg", "phase": "Failed", "bound": 0,
-                                    "minMember": 5, "pods": 5, "timedOut": True}]
+    assert report["podGroups"] == [
+        {
+            "namespace": "sw-mpi-operator",
+            "name": "gpu-pg",
+            "phase": "Failed",
+            "bound": 0,
+            "minMember": 5,
+            "pods": 5,
+            "timedOut": True,
+        }
+    ]
 
 
 def test_seed004_two_interleaved_gangs_one_binds_whole_other_waits_whole(tmp_path: Path) -> None:
     objects: list[dict[str, Any]] = [gpu_node("n1", 3)]
     for i in range(3):  # A batch pod, an ordinary... as seed 004: A and B pods interleave in the queue
         for gang, at in (("qj-1", 2 * i), ("qj-2", 2 * i + 1)):
-            objects.append(worker(f"{gang}-{i}", at=at).annotation(VOLCANO_GROUP_NAME, gang)
-                           .annotation(DELAYED_BIND_POD_NUM, "3").annotation(KOORD_WAITING_TIME, "100s").build())
+            objects.append(
+                worker(f"{gang}-{i}", at=at)
+                .annotation(VOLCANO_GROUP_NAME, gang)
+                .annotation(DELAYED_BIND_POD_NUM, "3")
+                .annotation(KOORD_WAITING_TIME, "100s")
+                .build()
+            )
     report = run(tmp_path, objects)
     pods = by_name(report)
     bound = sorted(n for n, p in pods.items() if p["node"])
@@ -109,13 +123,23 @@ def test_gang_group_that_cannot_complete_binds_nothing_and_times_out(tmp_path: P
     group = json.dumps(["team-a/trainer", "team-b/evaluator"])
     objects: list[dict[str, Any]] = [gpu_node("n1", 4)]
     for i in range(2):
-        objects.append(worker(f"trainer-{i}", "team-a").annotation(KOORD_NAME, "trainer")
-                       .annotation(KOORD_MIN_AVAILABLE, "2").annotation(KOORD_GROUPS, group)
-                       .annotation(KOORD_WAITING_TIME, "30s").build())
+        objects.append(
+            worker(f"trainer-{i}", "team-a")
+            .annotation(KOORD_NAME, "trainer")
+            .annotation(KOORD_MIN_AVAILABLE, "2")
+            .annotation(KOORD_GROUPS, group)
+            .annotation(KOORD_WAITING_TIME, "30s")
+            .build()
+        )
     for i in range(3):  # needs 3 GPUs, only 2 left after the trainer: the group can never complete
-        objects.append(worker(f"evaluator-{i}", "team-b").annotation(KOORD_NAME, "evaluator")
-                       .annotation(KOORD_MIN_AVAILABLE, "3").annotation(KOORD_GROUPS, group)
-                       .annotation(KOORD_WAITING_TIME, "30s").build())
+        objects.append(
+            worker(f"evaluator-{i}", "team-b")
+            .annotation(KOORD_NAME, "evaluator")
+            .annotation(KOORD_MIN_AVAILABLE, "3")
+            .annotation(KOORD_GROUPS, group)
+            .annotation(KOORD_WAITING_TIME, "30s")
+            .build()
+        )
     report = run(tmp_path, objects)
     assert report["summary"]["podsBound"] == 0
     trainers = [p for p in report["pods"] if p["namespace"] == "team-a"]
@@ -128,8 +152,13 @@ def test_gang_group_binds_across_namespaces_when_complete(tmp_path: Path) -> Non
     objects: list[dict[str, Any]] = [gpu_node("n1", 4)]
     for ns, gang in (("team-a", "trainer"), ("team-b", "evaluator")):
         for i in range(2):
-            objects.append(worker(f"{gang}-{i}", ns).annotation(KOORD_NAME, gang)
-                           .annotation(KOORD_MIN_AVAILABLE, "2").annotation(KOORD_GROUPS, group).build())
+            objects.append(
+                worker(f"{gang}-{i}", ns)
+                .annotation(KOORD_NAME, gang)
+                .annotation(KOORD_MIN_AVAILABLE, "2")
+                .annotation(KOORD_GROUPS, group)
+                .build()
+            )
     report = run(tmp_path, objects)
     assert report["summary"]["podsBound"] == 4
     assert len({p["boundAt"] for p in report["pods"]}) == 1
@@ -139,8 +168,10 @@ def _declaration_forms(min_available: int, pods: int) -> list[dict[str, Any]]:
     """One gang per declaration form of compatibility.md, each with `pods` one-GPU pods."""
     objs: list[dict[str, Any]] = [
         make_podgroup("xk8s").min_member(min_available).build(),
-        make_podgroup("sigs", api_version="scheduling.sigs.k8s.io/v1alpha1").min_member(min_available)
-        .annotation(KOORD_TOTAL_NUMBER, str(max(min_available, pods))).build(),
+        make_podgroup("sigs", api_version="scheduling.sigs.k8s.io/v1alpha1")
+        .min_member(min_available)
+        .annotation(KOORD_TOTAL_NUMBER, str(max(min_available, pods)))
+        .build(),
         make_podgroup("volcano", api_version="scheduling.volcano.sh/v1beta1").min_member(min_available).build(),
         make_configmap("cm").data("minAvailable", str(min_available)).data("scheduleTimeoutSeconds", "30").build(),
     ]
@@ -151,8 +182,9 @@ def _declaration_forms(min_available: int, pods: int) -> list[dict[str, Any]]:
         "cm": lambda b: b.label(CONFIGMAP_LABEL, "cm"),
         "koord": lambda b: b.annotation(KOORD_NAME, "koord").annotation(KOORD_MIN_AVAILABLE, str(min_available)),
         "light": lambda b: b.annotation(LIGHT_NAME, "light").annotation(LIGHT_MIN_AVAILABLE, str(min_available)),
-        "delayed": lambda b: b.annotation(VOLCANO_GROUP_NAME, "delayed")
-        .annotation(DELAYED_BIND_POD_NUM, str(min_available)),
+        "delayed": lambda b: b.annotation(VOLCANO_GROUP_NAME, "delayed").annotation(
+            DELAYED_BIND_POD_NUM, str(min_available)
+        ),
     }
     for form, link in forms.items():
         for i in range(pods):
@@ -186,15 +218,23 @@ def test_pods_wait_for_their_podgroup_and_schedule_when_it_appears(tmp_path: Pat
 
 
 def test_bad_input_names_object_and_field_and_the_rest_still_runs(tmp_path: Path) -> None:
-    good = [worker(f"good-{i}").annotation(KOORD_NAME, "good").annotation(KOORD_MIN_AVAILABLE, "2").build()
-            for i in range(2)]
+    good = [
+        worker(f"good-{i}").annotation(KOORD_NAME, "good").annotation(KOORD_MIN_AVAILABLE, "2").build()
+        for i in range(2)
+    ]
     bad = [
         worker("abc").annotation(KOORD_NAME, "g1").annotation(KOORD_MIN_AVAILABLE, "abc").build(),
         worker("negative").annotation(KOORD_NAME, "g2").annotation(KOORD_MIN_AVAILABLE, "-3").build(),
-        worker("total").annotation(KOORD_NAME, "g3").annotation(KOORD_MIN_AVAILABLE, "3")
-        .annotation(KOORD_TOTAL_NUMBER, "2").build(),
-        worker("groups").annotation(KOORD_NAME, "g4").annotation(KOORD_MIN_AVAILABLE, "1")
-        .annotation(KOORD_GROUPS, "[not-a-list").build(),
+        worker("total")
+        .annotation(KOORD_NAME, "g3")
+        .annotation(KOORD_MIN_AVAILABLE, "3")
+        .annotation(KOORD_TOTAL_NUMBER, "2")
+        .build(),
+        worker("groups")
+        .annotation(KOORD_NAME, "g4")
+        .annotation(KOORD_MIN_AVAILABLE, "1")
+        .annotation(KOORD_GROUPS, "[not-a-list")
+        .build(),
         worker("rfc").annotation(KOORD_NAME, "Not_RFC1123").annotation(KOORD_MIN_AVAILABLE, "1").build(),
         make_pod("badcpu").scheduler("phalanx").container().cpu("lots").build(),
     ]
@@ -203,8 +243,12 @@ def test_bad_input_names_object_and_field_and_the_rest_still_runs(tmp_path: Path
     text += "---\nkind: Pod\nmetadata: {name: broken\n  this is: [not yaml\n"
     path.write_text(text)
     out = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "phalanx.cli.main", "simulate", "-f", str(path), "-o", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "simulate", "-f", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     pods = by_name(report)
@@ -225,8 +269,12 @@ def test_bad_input_names_object_and_field_and_the_rest_still_runs(tmp_path: Path
     # Only unusable input at all is a failure of the command.
     empty = tmp_path / "broken.yaml"
     empty.write_text("kind: [\n")
-    proc = subprocess.run([sys.executable, "-m", "phalanx.cli.main", "simulate", "-f", str(empty)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "simulate", "-f", str(empty)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "broken.yaml#1: not valid YAML" in proc.stderr
 
@@ -234,9 +282,14 @@ def test_bad_input_names_object_and_field_and_the_rest_still_runs(tmp_path: Path
 def test_scheduler_killed_mid_gang_and_restarted_loses_nothing(tmp_path: Path) -> None:
     objects: list[dict[str, Any]] = [gpu_node("n1", 2), gpu_node("n2", 2)]
     for i in range(4):  # two pods arrive first (the scheduler dies right after reserving them), two later
-        objects.append(worker(f"w{i}", at=0 if i < 2 else 10).annotation(KOORD_NAME, "train")
-                       .annotation(KOORD_MIN_AVAILABLE, "4").annotation(KOORD_WAITING_TIME, "60s")
-                       .annotation(SIM_DURATION, "30s").build())
+        objects.append(
+            worker(f"w{i}", at=0 if i < 2 else 10)
+            .annotation(KOORD_NAME, "train")
+            .annotation(KOORD_MIN_AVAILABLE, "4")
+            .annotation(KOORD_WAITING_TIME, "60s")
+            .annotation(SIM_DURATION, "30s")
+            .build()
+        )
     objects.append(worker("other", at=20).build())  # an ordinary pod: no GPU is free until the gang finishes
     report = run(tmp_path, objects, scheduler_env={"PHALANX_FAULT": "scheduler.after_commit:1"})
     assert report["summary"]["schedulerRestarts"] == 1

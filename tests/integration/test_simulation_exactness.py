@@ -22,8 +22,9 @@ pytestmark = pytest.mark.integration
 
 def _workload(tmp_path: Path) -> Path:
     rng = random.Random(7)
-    objs: list[dict[str, Any]] = [make_node(f"n{i:02d}").cpu("16").memory("64Gi").gpu(rng.choice((2, 4, 8))).build()
-                                  for i in range(12)]
+    objs: list[dict[str, Any]] = [
+        make_node(f"n{i:02d}").cpu("16").memory("64Gi").gpu(rng.choice((2, 4, 8))).build() for i in range(12)
+    ]
     t = 0
     for i in range(160):
         t += rng.choice((0, 1, 1, 2, 5))
@@ -49,8 +50,9 @@ def _outcome(report: dict[str, Any]) -> dict[str, Any]:
     return {p["name"]: (p["node"], p["boundAt"], p["startedAt"], p["finishedAt"], p["reason"]) for p in report["pods"]}
 
 
-def test_runs_of_quiet_instants_match_stepping_instant_by_instant(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runs_of_quiet_instants_match_stepping_instant_by_instant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     workload = load_workload([_workload(tmp_path)])
     fast = simulate(workload, SimOptions(), log_dir=tmp_path / "fast")
     again = simulate(workload, SimOptions(), log_dir=tmp_path / "again")

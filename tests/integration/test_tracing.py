@@ -48,8 +48,9 @@ def exporter() -> InMemorySpanExporter:
 
 
 @pytest.fixture
-def services(redis_server: RedisServer, exporter: InMemorySpanExporter,
-             monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str, str]]:
+def services(
+    redis_server: RedisServer, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, str, str]]:
     monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
     prefix = "tracing"
     StateStore(redis.Redis.from_url(redis_server.url, decode_responses=True), Keys(prefix)).wipe()
@@ -57,8 +58,11 @@ def services(redis_server: RedisServer, exporter: InMemorySpanExporter,
     state = ["--redis-url", redis_server.url, "--redis-prefix", prefix]
     queue = build_queue(queue_parser().parse_args([*common, "--unschedulable-flush", "0"])).start()
     binder = build_binder(binder_parser().parse_args([*common, *state, "--backend", "simulated"])).start()
-    sched, _ = build_scheduler(scheduler_parser().parse_args(
-        [*common, *state, "--backend", "simulated", "--queue", queue.address, "--binder", binder.address]))
+    sched, _ = build_scheduler(
+        scheduler_parser().parse_args(
+            [*common, *state, "--backend", "simulated", "--queue", queue.address, "--binder", binder.address]
+        )
+    )
     sched.start()
     exporter.clear()
     yield queue.address, sched.address, prefix
@@ -66,16 +70,24 @@ def services(redis_server: RedisServer, exporter: InMemorySpanExporter,
         server.stop(grace=0)
 
 
-def test_gang_path_is_one_trace_across_services(tmp_path: Path, services: tuple[str, str, str],
-                                                 redis_server: RedisServer, exporter: InMemorySpanExporter) -> None:
+def test_gang_path_is_one_trace_across_services(
+    tmp_path: Path, services: tuple[str, str, str], redis_server: RedisServer, exporter: InMemorySpanExporter
+) -> None:
     queue_addr, sched_addr, prefix = services
     objects = [make_node("n1").cpu("8").memory("32Gi").gpu(2).build(), make_node("n2").cpu("8").memory("32Gi").build()]
     # Three one-GPU workers on two GPUs: the first attempt fails (Strict), the third pod arrives... never;
     # then a second node with GPUs appears and the next attempt binds the gang.
     for i in range(3):
-        objects.append(make_pod(f"w{i}").scheduler("phalanx").container().gpu(1)
-                       .annotation(KOORD_NAME, "train").annotation(KOORD_MIN_AVAILABLE, "3")
-                       .annotation(KOORD_WAITING_TIME, "100s").build())
+        objects.append(
+            make_pod(f"w{i}")
+            .scheduler("phalanx")
+            .container()
+            .gpu(1)
+            .annotation(KOORD_NAME, "train")
+            .annotation(KOORD_MIN_AVAILABLE, "3")
+            .annotation(KOORD_WAITING_TIME, "100s")
+            .build()
+        )
     objects.append(make_node("n3").cpu("8").memory("32Gi").gpu(2).created("2026-01-01T00:00:30Z").build())
     objects[0]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     path = tmp_path / "w.yaml"
@@ -91,7 +103,9 @@ def test_gang_path_is_one_trace_across_services(tmp_path: Path, services: tuple[
     assert sum(1 for t in result.pods.values() if t.bound_at == 30.0) == 3
 
     spans: list[ReadableSpan] = list(exporter.get_finished_spans())
-    roots = [s for s in spans if s.name == "phalanx.queue.enqueue" and s.attributes.get("phalanx.gang") == "default/train"]
+    roots = [
+        s for s in spans if s.name == "phalanx.queue.enqueue" and s.attributes.get("phalanx.gang") == "default/train"
+    ]
     assert len(roots) == 1
     root = roots[0]
     in_trace = [s for s in spans if s.context.trace_id == root.context.trace_id]

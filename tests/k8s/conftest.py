@@ -37,6 +37,7 @@ _ids = itertools.count()
 
 # --- the API server -----------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def apiserver() -> Iterator[LocalApiServer]:
     with LocalApiServer() as server:
@@ -71,6 +72,7 @@ def _served(custom: Any, group: str, version: str) -> bool:
 
 # --- one test's view of the cluster ---------------------------------------------------------------------------
 
+
 class Cluster:
     """Creates and reads the test's objects; raw JSON dicts in and out."""
 
@@ -100,22 +102,45 @@ class Cluster:
         self.nodes.append(name)
         return name
 
-    def pod(self, namespace: str, name: str, *, gpus: int = 1, labels: dict[str, str] | None = None,
-            annotations: dict[str, str] | None = None, scheduler: str | None = None) -> dict[str, Any]:
+    def pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        gpus: int = 1,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        scheduler: str | None = None,
+    ) -> dict[str, Any]:
         requests = {"cpu": "100m", **({GPU: str(gpus)} if gpus else {})}
         body = {
             "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
             "spec": {
                 "schedulerName": scheduler or self.scheduler_name,
-                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": requests, "limits": {GPU: str(gpus)} if gpus else {}}}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": requests, "limits": {GPU: str(gpus)} if gpus else {}},
+                    }
+                ],
             },
         }
         resp = self.core.create_namespaced_pod(namespace, body, _preload_content=False)
         return json.loads(resp.data)  # type: ignore[no-any-return]
 
-    def koord_pods(self, namespace: str, gang: str, count: int, *, min_available: int, gpus: int = 1,
-                   wait: str = "30s", groups: list[str] | None = None, start: int = 0) -> list[str]:
+    def koord_pods(
+        self,
+        namespace: str,
+        gang: str,
+        count: int,
+        *,
+        min_available: int,
+        gpus: int = 1,
+        wait: str = "30s",
+        groups: list[str] | None = None,
+        start: int = 0,
+    ) -> list[str]:
         annotations = {KOORD_NAME: gang, KOORD_MIN_AVAILABLE: str(min_available), KOORD_WAITING_TIME: wait}
         if groups:
             annotations[KOORD_GROUPS] = json.dumps(groups)
@@ -124,15 +149,27 @@ class Cluster:
             self.pod(namespace, name, gpus=gpus, annotations=annotations)
         return names
 
-    def podgroup(self, group: str, namespace: str, name: str, min_member: int, *,
-                 timeout_seconds: int | None = None, annotations: dict[str, str] | None = None) -> None:
+    def podgroup(
+        self,
+        group: str,
+        namespace: str,
+        name: str,
+        min_member: int,
+        *,
+        timeout_seconds: int | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         from phalanx.kube.podgroups import VERSIONS
 
         spec: dict[str, Any] = {"minMember": min_member}
         if timeout_seconds is not None:
             spec["scheduleTimeoutSeconds"] = timeout_seconds
-        body = {"apiVersion": f"{group}/{VERSIONS[group]}", "kind": "PodGroup",
-                "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}}, "spec": spec}
+        body = {
+            "apiVersion": f"{group}/{VERSIONS[group]}",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "spec": spec,
+        }
         self.custom.create_namespaced_custom_object(group, VERSIONS[group], namespace, "podgroups", body)
 
     def delete_podgroup(self, group: str, namespace: str, name: str) -> None:
@@ -144,13 +181,18 @@ class Cluster:
         self.core.create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": data})
 
     def bind(self, namespace: str, name: str, node: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
-        self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}},
-                                              _content_type="application/merge-patch+json")
+        self.core.patch_namespaced_pod_status(
+            name, namespace, {"status": {"phase": phase}}, _content_type="application/merge-patch+json"
+        )
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
@@ -257,10 +299,29 @@ class Phalanx:
     def start_binder(self, listen: str) -> None:
         from phalanx_binder import __main__ as binder_main
 
-        self.binder = binder_main.build(binder_main.parser().parse_args([
-            "--listen", listen, "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
-            *transport(BINDER), "--redis-url", self.redis_url, "--redis-prefix", self.prefix, "--finish-interval", "0.5",
-            "--scheduler-name", self.scheduler_name])).start()
+        self.binder = binder_main.build(
+            binder_main.parser().parse_args(
+                [
+                    "--listen",
+                    listen,
+                    "--clock",
+                    "real",
+                    "--backend",
+                    "kubernetes",
+                    "--kubeconfig",
+                    self.kubeconfig,
+                    *transport(BINDER),
+                    "--redis-url",
+                    self.redis_url,
+                    "--redis-prefix",
+                    self.prefix,
+                    "--finish-interval",
+                    "0.5",
+                    "--scheduler-name",
+                    self.scheduler_name,
+                ]
+            )
+        ).start()
 
     def stop_binder(self) -> str:
         """Stops the binder (as if it crashed); returns its address, to start the next one on."""
@@ -271,9 +332,23 @@ class Phalanx:
     def start_queue(self, listen: str) -> None:
         from phalanx_queue import __main__ as queue_main
 
-        self.queue = queue_main.build(queue_main.parser().parse_args([
-            "--listen", listen, "--clock", "real", *transport(QUEUE), "--initial-backoff", "0.2", "--max-backoff", "1",
-            "--unschedulable-flush", "5"])).start()
+        self.queue = queue_main.build(
+            queue_main.parser().parse_args(
+                [
+                    "--listen",
+                    listen,
+                    "--clock",
+                    "real",
+                    *transport(QUEUE),
+                    "--initial-backoff",
+                    "0.2",
+                    "--max-backoff",
+                    "1",
+                    "--unschedulable-flush",
+                    "5",
+                ]
+            )
+        ).start()
 
     def restart_queue(self) -> None:
         """A new queue process on the same address: it starts empty."""
@@ -284,11 +359,33 @@ class Phalanx:
     def start_scheduler(self) -> None:
         from phalanx_scheduler import __main__ as scheduler_main
 
-        args = scheduler_main.parser().parse_args([
-            "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
-            *transport(SCHEDULER), "--scheduler-name", self.scheduler_name, "--redis-url", self.redis_url, "--redis-prefix", self.prefix,
-            "--queue", self.queue.address, "--binder", self.binder.address, "--default-wait", "30",
-            "--reconcile-interval", "1"])
+        args = scheduler_main.parser().parse_args(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--clock",
+                "real",
+                "--backend",
+                "kubernetes",
+                "--kubeconfig",
+                self.kubeconfig,
+                *transport(SCHEDULER),
+                "--scheduler-name",
+                self.scheduler_name,
+                "--redis-url",
+                self.redis_url,
+                "--redis-prefix",
+                self.prefix,
+                "--queue",
+                self.queue.address,
+                "--binder",
+                self.binder.address,
+                "--default-wait",
+                "30",
+                "--reconcile-interval",
+                "1",
+            ]
+        )
         server, servicer = scheduler_main.build(args)
         server.start()
         feed = scheduler_main.start_feed(args, servicer)
@@ -339,4 +436,3 @@ def phalanx(apiserver: LocalApiServer, redis_server: RedisServer, cluster: Clust
     stack = Phalanx(apiserver, redis_server.url, f"k8s-{tid}", cluster.scheduler_name).start()
     yield stack
     stack.stop()
-

@@ -36,8 +36,11 @@ def _secure(address: str, identity: str, peer: str) -> grpc.Channel:
 def _callers(address: str, peer: str) -> list[tuple[str, grpc.Channel]]:
     """An anonymous caller, and holders of every certificate of the installation but the scheduler's."""
     out = [("anonymous", grpc.insecure_channel(address))]
-    out += [(identity, _secure(address, identity, peer))
-            for identity in (tls.OPERATOR, tls.SIMULATOR, tls.QUEUE, tls.BINDER) if identity != peer]
+    out += [
+        (identity, _secure(address, identity, peer))
+        for identity in (tls.OPERATOR, tls.SIMULATOR, tls.QUEUE, tls.BINDER)
+        if identity != peer
+    ]
     return out
 
 
@@ -45,8 +48,11 @@ def _refused(call) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
     with pytest.raises(grpc.RpcError) as err:
         call()
     code = err.value.code()
-    assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED,
-                    grpc.StatusCode.FAILED_PRECONDITION), err.value
+    assert code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    ), err.value
     return code  # type: ignore[no-any-return]
 
 
@@ -68,8 +74,13 @@ def test_a_foreign_pod_cannot_be_bound_through_step(cluster: Cluster, phalanx: P
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
         code = _refused(lambda: stub.Step(scheduler_pb2.StepRequest(now=time.time(), pods_added=[pod]), timeout=5))
         # The simulator's certificate passes authorization, but Kubernetes mode takes no pods from callers.
-        assert code == (grpc.StatusCode.FAILED_PRECONDITION if who == tls.SIMULATOR else
-                        grpc.StatusCode.UNAVAILABLE if who == "anonymous" else grpc.StatusCode.PERMISSION_DENIED), who
+        assert code == (
+            grpc.StatusCode.FAILED_PRECONDITION
+            if who == tls.SIMULATOR
+            else grpc.StatusCode.UNAVAILABLE
+            if who == "anonymous"
+            else grpc.StatusCode.PERMISSION_DENIED
+        ), who
         ch.close()
     # A gang of Phalanx's own still binds, so the scheduler did run meanwhile; the foreign pod did not move.
     app = cluster.namespace("app")
@@ -84,8 +95,11 @@ def test_a_ghost_node_cannot_be_declared(cluster: Cluster, phalanx: Phalanx) -> 
     ghost = objects_pb2.Node(name=f"{cluster.tid}-ghost", allocatable={GPU: 64_000, "cpu": 640_000, "pods": 110_000})
     for who, ch in _callers(_scheduler_address(phalanx), tls.SCHEDULER):
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
-        _refused(lambda: stub.ApplyClusterEvents(scheduler_pb2.ClusterEvents(nodes_upserted=[ghost],
-                                                                              now=time.time()), timeout=5))
+        _refused(
+            lambda: stub.ApplyClusterEvents(
+                scheduler_pb2.ClusterEvents(nodes_upserted=[ghost], now=time.time()), timeout=5
+            )
+        )
         ch.close()
     ns = cluster.namespace()
     names = cluster.koord_pods(ns, "g", 8, min_available=8)
@@ -101,8 +115,11 @@ def test_running_pods_cannot_be_reported_finished_to_overcommit_a_node(cluster: 
     finished = [f"{ns}/{n}" for n in first]
     for _, ch in _callers(_scheduler_address(phalanx), tls.SCHEDULER):
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
-        _refused(lambda: stub.ApplyClusterEvents(scheduler_pb2.ClusterEvents(pods_finished=finished, now=time.time()),
-                                                 timeout=5))
+        _refused(
+            lambda: stub.ApplyClusterEvents(
+                scheduler_pb2.ClusterEvents(pods_finished=finished, now=time.time()), timeout=5
+            )
+        )
         ch.close()
     second = cluster.koord_pods(ns, "b", 8, min_available=8)
     wait_for(lambda: cluster.judged(ns, second), 30, "the scheduler's verdict on each pod of the second gang")
@@ -113,9 +130,18 @@ def test_running_pods_cannot_be_reported_finished_to_overcommit_a_node(cluster: 
 def test_reports_cannot_write_on_a_foreign_pod(cluster: Cluster, phalanx: Phalanx) -> None:
     ns, name = _foreign_pod(cluster)
     before = cluster.read_pod(ns, name)
-    report = binder_pb2.ReportRequest(now=time.time(), pods=[binder_pb2.PodReport(
-        pod_key=f"{ns}/{name}", annotations={"gang.scheduling.koordinator.sh/timeout": "true", "evil": "1"},
-        unschedulable_message="pwned", event_reason="FailedScheduling", event_message="pwned")])
+    report = binder_pb2.ReportRequest(
+        now=time.time(),
+        pods=[
+            binder_pb2.PodReport(
+                pod_key=f"{ns}/{name}",
+                annotations={"gang.scheduling.koordinator.sh/timeout": "true", "evil": "1"},
+                unschedulable_message="pwned",
+                event_reason="FailedScheduling",
+                event_message="pwned",
+            )
+        ],
+    )
     for _, ch in _callers(phalanx.binder.address, tls.BINDER):
         stub = binder_pb2_grpc.BinderStub(ch)
         _refused(lambda: stub.Report(report, timeout=5))
@@ -133,8 +159,9 @@ def test_reports_cannot_write_on_a_foreign_pod(cluster: Cluster, phalanx: Phalan
 def test_a_foreign_pod_cannot_be_bound_through_the_binder(cluster: Cluster, phalanx: Phalanx) -> None:
     node = cluster.node("n1", gpus=8)
     ns, name = _foreign_pod(cluster)
-    request = binder_pb2.BindRequest(assignments=[binder_pb2.Assignment(pod_key=f"{ns}/{name}", node=node)],
-                                     now=time.time())
+    request = binder_pb2.BindRequest(
+        assignments=[binder_pb2.Assignment(pod_key=f"{ns}/{name}", node=node)], now=time.time()
+    )
     for _, ch in _callers(phalanx.binder.address, tls.BINDER):
         stub = binder_pb2_grpc.BinderStub(ch)
         _refused(lambda: stub.Bind(request, timeout=5))
@@ -151,8 +178,7 @@ def test_pods_cannot_be_taken_out_of_the_queue(cluster: Cluster, phalanx: Phalan
     while time.monotonic() < stop:  # keep trying to pop while the gang arrives
         for _, ch in stealers:
             stub = queue_pb2_grpc.QueueStub(ch)
-            _refused(lambda: stub.Pop(queue_pb2.PopRequest(max_pods=100, now=time.time(), consumer="thief"),
-                                      timeout=5))
+            _refused(lambda: stub.Pop(queue_pb2.PopRequest(max_pods=100, now=time.time(), consumer="thief"), timeout=5))
         time.sleep(0.2)
     for _, ch in stealers:
         ch.close()

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.skipif(not apiserver_available(), reason=APISERVER_MISS
 def _args(tmp_path: Path, **over: object) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     bench.add_bench_k8s_command(parser.add_subparsers())
-    args = parser.parse_args(["bench-k8s", "--quick", "--output", str(tmp_path / "k8s.json"),
-                              "--table", str(tmp_path / "k8s.txt")])
+    args = parser.parse_args(
+        ["bench-k8s", "--quick", "--output", str(tmp_path / "k8s.json"), "--table", str(tmp_path / "k8s.txt")]
+    )
     for k, v in over.items():
         setattr(args, k, v)
     return args
@@ -37,29 +38,39 @@ def test_peer_config_enables_coscheduling_everywhere_it_documents() -> None:
 
 
 def test_request_totals_are_summed_by_verb_and_resource() -> None:
-    text = "\n".join([
-        "# TYPE apiserver_request_total counter",
-        'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",'
-        'subresource="binding",verb="POST",version="v1"} 7',
-        'apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",'
-        'subresource="binding",verb="POST",version="v1"} 2',
-        'apiserver_request_total{code="200",component="apiserver",dry_run="",group="scheduling.x-k8s.io",'
-        'resource="podgroups",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 3',
-        'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",'
-        'subresource="/metrics",verb="GET",version=""} 5',
-    ])
-    assert bench.parse_request_totals(text) == {"POST pods/binding": 9.0,
-                                                "PATCH podgroups.scheduling.x-k8s.io/status": 3.0}
+    text = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",'
+            'subresource="binding",verb="POST",version="v1"} 7',
+            'apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",'
+            'subresource="binding",verb="POST",version="v1"} 2',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="scheduling.x-k8s.io",'
+            'resource="podgroups",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 3',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",'
+            'subresource="/metrics",verb="GET",version=""} 5',
+        ]
+    )
+    assert bench.parse_request_totals(text) == {
+        "POST pods/binding": 9.0,
+        "PATCH podgroups.scheduling.x-k8s.io/status": 3.0,
+    }
 
 
 def test_correctness_finds_partial_gangs_and_overcommitted_nodes() -> None:
-    node = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110",
-                                                                   bench.GPU: "2"}}}
+    node = {
+        "metadata": {"name": "n"},
+        "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110", bench.GPU: "2"}},
+    }
 
     def pod(name: str, gang: str, node_name: str, gpus: int) -> dict[str, object]:
-        return {"metadata": {"name": name, "labels": {bench.PG_LABEL: gang}},
-                "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {
-                    "cpu": "100m", "memory": "128Mi", bench.GPU: str(gpus)}}}]}}
+        return {
+            "metadata": {"name": name, "labels": {bench.PG_LABEL: gang}},
+            "spec": {
+                "nodeName": node_name,
+                "containers": [{"resources": {"requests": {"cpu": "100m", "memory": "128Mi", bench.GPU: str(gpus)}}}],
+            },
+        }
 
     ok = bench.correctness([pod("a-0", "a", "n", 1), pod("a-1", "a", "n", 1)], [node], {"a": 2}, 2)
     assert ok["ok"] and ok["gangs_bound"] == 1 and ok["partial_gangs"] == 0
@@ -84,7 +95,8 @@ def test_quick_run_measures_both_halves_or_says_why_not(tmp_path: Path, capsys: 
     shapes = {s.name: s for s in bench.workloads(quick=True)}
     assert {r["workload"] for r in doc["runs"]} == set(shapes)
     assert sorted((r["workload"], r["scheduler"]) for r in doc["runs"]) == sorted(
-        (w, s) for w in shapes for s in expected)
+        (w, s) for w in shapes for s in expected
+    )
     for r in doc["runs"]:
         shape, c = shapes[r["workload"]], r["correctness"]
         where = f"{r['workload']}/{r['scheduler']}"

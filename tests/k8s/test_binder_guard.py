@@ -44,8 +44,10 @@ class Binder:
 
     def reserve(self, pods: dict[str, str], nodes: dict[str, str], gang: str = "") -> list[Assignment]:
         """Reserves pods (key -> uid) on nodes (key -> node) in Redis; their assignments."""
-        infos = [PodInfo(*key.split("/", 1), uid=uid, requests={"cpu": 100, "pods": 1000}, gang=gang)
-                 for key, uid in pods.items()]
+        infos = [
+            PodInfo(*key.split("/", 1), uid=uid, requests={"cpu": 100, "pods": 1000}, gang=gang)
+            for key, uid in pods.items()
+        ]
         self.store.put_nodes([NodeInfo(n, {"cpu": 64_000, "pods": 110_000}) for n in set(nodes.values())])
         self.store.must_apply(Txn(reserve=[self.store.reserve_entry(p, nodes[p.key]) for p in infos]))
         return [Assignment(pod_key=p.key, uid=p.uid, node=nodes[p.key], gang=gang) for p in infos]
@@ -74,15 +76,19 @@ def uid(pod: dict[str, Any]) -> str:
 def test_a_pod_of_another_scheduler_is_not_bound(cluster, binder) -> None:
     mine, theirs = cluster.namespace("mine"), cluster.namespace("theirs")
     node = cluster.node("n1")
-    pods = {f"{mine}/ok": uid(cluster.pod(mine, "ok", gpus=0)),
-            f"{theirs}/victim": uid(cluster.pod(theirs, "victim", gpus=0, scheduler="default-scheduler"))}
+    pods = {
+        f"{mine}/ok": uid(cluster.pod(mine, "ok", gpus=0)),
+        f"{theirs}/victim": uid(cluster.pod(theirs, "victim", gpus=0, scheduler="default-scheduler")),
+    }
     results = binder.bind(binder.reserve(pods, dict.fromkeys(pods, node)), False)
 
     assert results[f"{mine}/ok"][0] == BOUND and cluster.node_of(mine, "ok") == node
     status, message = results[f"{theirs}/victim"]
     assert status == FAILED
-    assert message == (f'pod {theirs}/victim names scheduler "default-scheduler", not "{cluster.scheduler_name}": '
-                       "not Phalanx's to bind")
+    assert message == (
+        f'pod {theirs}/victim names scheduler "default-scheduler", not "{cluster.scheduler_name}": '
+        "not Phalanx's to bind"
+    )
     assert cluster.node_of(theirs, "victim") == ""
     assert f"{theirs}/victim" not in binder.store.load_pods()  # its reservation given back
     binder.backend.flush()
@@ -99,8 +105,9 @@ def test_a_ghost_node_is_refused_and_nothing_of_an_all_or_nothing_gang_is_bound(
     results = binder.bind(binder.reserve(pods, nodes, gang=f"{ns}/train"), True)
 
     assert results[f"{ns}/w5"] == (FAILED, f"node ghost-1 does not exist (pod {ns}/w5 not bound)")
-    assert {k: s for k, (s, _) in results.items() if k != f"{ns}/w5"} == dict.fromkeys(set(pods) - {f"{ns}/w5"},
-                                                                                          ROLLED_BACK)
+    assert {k: s for k, (s, _) in results.items() if k != f"{ns}/w5"} == dict.fromkeys(
+        set(pods) - {f"{ns}/w5"}, ROLLED_BACK
+    )
     assert [n for n in names if cluster.node_of(ns, n)] == []  # not one pod of the gang bound
     assert not any(k.startswith(f"{ns}/") for k in binder.store.load_pods())  # every reservation given back
 
@@ -137,8 +144,10 @@ def test_pods_deleted_or_being_deleted_are_gone_and_do_not_hold_their_gang_back(
     ns = cluster.namespace()
     node = cluster.node("n1")
     pods = {f"{ns}/{n}": uid(cluster.pod(ns, n, gpus=0)) for n in ("a", "b", "d")}
-    held = {"metadata": {"name": "c", "finalizers": ["phalanx.test/hold"]},
-            "spec": {"schedulerName": cluster.scheduler_name, "containers": [{"name": "main", "image": "pause"}]}}
+    held = {
+        "metadata": {"name": "c", "finalizers": ["phalanx.test/hold"]},
+        "spec": {"schedulerName": cluster.scheduler_name, "containers": [{"name": "main", "image": "pause"}]},
+    }
     pods[f"{ns}/c"] = cluster.core.create_namespaced_pod(ns, held).metadata.uid
     cluster.delete_pod(ns, "b")
     cluster.delete_pod(ns, "c")  # stays, with a deletionTimestamp, until its finalizer is removed
@@ -150,8 +159,9 @@ def test_pods_deleted_or_being_deleted_are_gone_and_do_not_hold_their_gang_back(
         assert cluster.node_of(ns, "c") == ""
         assert {k.split("/")[1]: r.state for k, r in binder.store.load_pods().items()} == {"a": "bound", "d": "bound"}
     finally:
-        cluster.core.patch_namespaced_pod("c", ns, {"metadata": {"finalizers": None}},
-                                          _content_type="application/merge-patch+json")
+        cluster.core.patch_namespaced_pod(
+            "c", ns, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+        )
 
 
 def test_reports_write_only_phalanx_annotations_and_reasons_on_phalanx_pods(cluster, binder) -> None:
@@ -159,15 +169,39 @@ def test_reports_write_only_phalanx_annotations_and_reasons_on_phalanx_pods(clus
     cluster.pod(mine, "ok", gpus=0)
     cluster.pod(theirs, "victim", gpus=0, scheduler="default-scheduler", annotations={"team": "a"})
     hostile = {"team": "mallory", "kubectl.kubernetes.io/last-applied-configuration": "{}", KOORD_TIMEOUT: "true"}
-    binder.report([
-        PodReport(pod_key=f"{theirs}/victim", annotations=hostile, unschedulable_message="pwned",
-                             event_reason="FailedScheduling", event_message="pwned"),
-        PodReport(pod_key=f"{mine}/ok", annotations=hostile, unschedulable_message="timed out",
-                             event_reason="GangTimeout", event_message="timed out"),
-        PodReport(pod_key=f"{mine}/ok", annotations={KOORD_TIMEOUT: "nope"}, event_reason="Pwned",
-                             event_message="an Event reason Phalanx never writes"),
-    ], [GangReport(gang_key=f"{theirs}/g", phase="Failed", message="pwned", event_reason="GangTimeout",
-                              pod_key=f"{theirs}/victim")])
+    binder.report(
+        [
+            PodReport(
+                pod_key=f"{theirs}/victim",
+                annotations=hostile,
+                unschedulable_message="pwned",
+                event_reason="FailedScheduling",
+                event_message="pwned",
+            ),
+            PodReport(
+                pod_key=f"{mine}/ok",
+                annotations=hostile,
+                unschedulable_message="timed out",
+                event_reason="GangTimeout",
+                event_message="timed out",
+            ),
+            PodReport(
+                pod_key=f"{mine}/ok",
+                annotations={KOORD_TIMEOUT: "nope"},
+                event_reason="Pwned",
+                event_message="an Event reason Phalanx never writes",
+            ),
+        ],
+        [
+            GangReport(
+                gang_key=f"{theirs}/g",
+                phase="Failed",
+                message="pwned",
+                event_reason="GangTimeout",
+                pod_key=f"{theirs}/victim",
+            )
+        ],
+    )
 
     # Another scheduler's pod: nothing changed, nothing said about it.
     victim = cluster.read_pod(theirs, "victim")
@@ -189,8 +223,15 @@ def test_podgroup_status_is_written_only_for_podgroups_phalanx_pods_name(cluster
     cluster.podgroup(GROUP_X_K8S, theirs, "lonely", 1)  # named by no pod at all
 
     def report(ns: str, name: str) -> GangReport:
-        return GangReport(gang_key=f"{ns}/{name}", source=SOURCE_X_K8S, phase="Failed", scheduled=0,
-                                     message="timed out", event_reason="GangTimeout", unschedulable=True)
+        return GangReport(
+            gang_key=f"{ns}/{name}",
+            source=SOURCE_X_K8S,
+            phase="Failed",
+            scheduled=0,
+            message="timed out",
+            event_reason="GangTimeout",
+            unschedulable=True,
+        )
 
     binder.report([], [report(theirs, "train"), report(theirs, "lonely"), report(mine, "train")])
     assert cluster.podgroup_status(GROUP_X_K8S, theirs, "train") == {}

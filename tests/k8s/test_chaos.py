@@ -17,16 +17,23 @@ from phalanx.chaos.trials import TrialOptions, TrialResult, run_trial
 from phalanx.chaos.workload import WorkloadShape
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, LocalApiServer, apiserver_available
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not apiserver_available(), reason=APISERVER_MISSING_REASON)]
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not apiserver_available(), reason=APISERVER_MISSING_REASON)]
 
 
 TARGETS = ["queue", "scheduler", "binder", "redis", "redis-empty", "binder.between_pods"]
 
 
 def short_shape() -> WorkloadShape:
-    return WorkloadShape(gangs=20, max_size=8, gpu_gang_fraction=0.3, gpu_nodes=2, gpus_per_node=8, node_cpu=16,
-                         create_seconds=3.0, run_seconds=(1.0, 3.0))
+    return WorkloadShape(
+        gangs=20,
+        max_size=8,
+        gpu_gang_fraction=0.3,
+        gpu_nodes=2,
+        gpus_per_node=8,
+        node_cpu=16,
+        create_seconds=3.0,
+        run_seconds=(1.0, 3.0),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +45,19 @@ def chaos_server() -> Iterator[LocalApiServer]:
 
 def describe(result: TrialResult) -> str:
     lines = [f"{v.kind} at {v.at:.1f}s: {v.message}" for v in result.violations[:15]]
-    return (f"{result.target} (seed {result.seed}): {len(result.violations)} violations; logs in {result.run_dir}\n"
-            + "\n".join(lines) + f"\nnotes: {result.notes}; unplanned exits: {result.unplanned_exits}")
+    return (
+        f"{result.target} (seed {result.seed}): {len(result.violations)} violations; logs in {result.run_dir}\n"
+        + "\n".join(lines)
+        + f"\nnotes: {result.notes}; unplanned exits: {result.unplanned_exits}"
+    )
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_killed_process_leaves_no_violation(chaos_server: LocalApiServer, tmp_path: Path, target: str) -> None:
     index = TARGETS.index(target)
-    options = TrialOptions(shape=short_shape(), time_limit=30.0, kill_window=(0.5, 4.0),
-                           fault_occurrence=(1, 5), converge_seconds=10.0)
+    options = TrialOptions(
+        shape=short_shape(), time_limit=30.0, kill_window=(0.5, 4.0), fault_occurrence=(1, 5), converge_seconds=10.0
+    )
     result = run_trial(chaos_server, index, target, 1000 + index, options, tmp_path)
     assert result.killed_at is not None, f"the fault never happened: {describe(result)}"
     assert not result.violations, describe(result)
@@ -54,8 +65,9 @@ def test_a_killed_process_leaves_no_violation(chaos_server: LocalApiServer, tmp_
 
 
 def test_a_short_soak_leaves_no_gang_pending_that_fits(chaos_server: LocalApiServer, tmp_path: Path) -> None:
-    options = SoakOptions(duration=60.0, shape=short_shape(), sample_seconds=10.0,
-                          drain_seconds=30.0, converge_seconds=10.0)
+    options = SoakOptions(
+        duration=60.0, shape=short_shape(), sample_seconds=10.0, drain_seconds=30.0, converge_seconds=10.0
+    )
     result = run_soak(chaos_server, options, tmp_path / "soak")
     assert result.gangs_created > 20
     assert not result.violations and not result.pending_fit_gangs, soak_text(result)

@@ -37,8 +37,11 @@ def _bound_gang(cluster, phalanx, ns: str, gang: str, size: int) -> list[str]:  
     """A gang created, bound in the API server and recorded as bound in Redis."""
     names = cluster.koord_pods(ns, gang, size, min_available=size)
     wait_for(lambda: cluster.all_bound(ns, names), BIND, f"gang {gang} bound")
-    wait_for(lambda: {s for k, (_, s) in _states(phalanx, ns).items() if k.split("/", 1)[1] in names} == {"bound"},
-             BIND, f"gang {gang} recorded as bound")
+    wait_for(
+        lambda: {s for k, (_, s) in _states(phalanx, ns).items() if k.split("/", 1)[1] in names} == {"bound"},
+        BIND,
+        f"gang {gang} recorded as bound",
+    )
     return names
 
 
@@ -53,13 +56,17 @@ def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster,
     reserved = _states(phalanx, ns)
     # What a binder that crashed mid-batch leaves: the intent recorded, one binding written.
     keys = sorted(reserved)
-    phalanx.store.must_apply(Txn(expect=[[k, "assumed", reserved[k][0]] for k in keys],
-                                 set_state=[[k, PodState.BINDING] for k in keys]))
+    phalanx.store.must_apply(
+        Txn(expect=[[k, "assumed", reserved[k][0]] for k in keys], set_state=[[k, PodState.BINDING] for k in keys])
+    )
     first = keys[0].split("/", 1)[1]
     with recording_calls(phalanx.scheduler[1].scheduler.binder, "bind") as attempts:
         cluster.bind(ns, first, reserved[keys[0]][0])
-        wait_for(lambda: _states(phalanx, ns)[keys[0]] == (reserved[keys[0]][0], "bound"), BIND,
-                 "the feed to record the binding it saw")
+        wait_for(
+            lambda: _states(phalanx, ns)[keys[0]] == (reserved[keys[0]][0], "bound"),
+            BIND,
+            "the feed to record the binding it saw",
+        )
         # The scheduler sent the gang to the dead binder twice more: with no binder, nothing may be released.
         wait_for(lambda: len(attempts) >= 2, BIND, "the scheduler's bind retries")
     after = _states(phalanx, ns)
@@ -173,8 +180,11 @@ def test_redis_restarted_with_its_data_scheduling_goes_on(apiserver, cluster, ti
         names = first + during
         wait_for(lambda: cluster.all_bound(ns, names), 30, "the gang bound after the restart")
         wait_for(lambda: cluster.node_of(ns, solo), 30, "the pod created during the outage bound")
-        wait_for(lambda: {s for _, s in _states(stack, ns).values()} == {"bound"} and len(_states(stack, ns)) == 4,
-                 30, "Redis records every binding")
+        wait_for(
+            lambda: {s for _, s in _states(stack, ns).values()} == {"bound"} and len(_states(stack, ns)) == 4,
+            30,
+            "Redis records every binding",
+        )
         assert stack.store.load_used()[(cluster.nodes[0], GPU)] == 4000
     finally:
         stack.stop()
@@ -207,8 +217,11 @@ def test_a_reservation_redis_lost_is_placed_again_as_a_member_of_its_gang(cluste
     phalanx.store.must_apply(Txn(release=[lost]))
     phalanx.store.redis.srem(phalanx.store.keys.gang_assumed(f"{ns}/train"), lost)
     assumed = phalanx.store.keys.gang_assumed(f"{ns}/train")
-    wait_for(lambda: lost in _states(phalanx, ns) and lost in phalanx.store.redis.smembers(assumed), BIND,
-             "the lost pod reserved again, as a member of its gang")
+    wait_for(
+        lambda: lost in _states(phalanx, ns) and lost in phalanx.store.redis.smembers(assumed),
+        BIND,
+        "the lost pod reserved again, as a member of its gang",
+    )
     assert not any(cluster.node_of(ns, n) for n in names)  # still waiting for its gang
     assert {s for _, s in _states(phalanx, ns).values()} == {"assumed"}
     rest = cluster.koord_pods(ns, "train", 1, min_available=3, start=2)

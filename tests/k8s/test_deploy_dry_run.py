@@ -43,9 +43,12 @@ from test_deploy_artifacts import (  # noqa: E402
 )
 from test_rbac_allowlist import ALLOWLIST, PODGROUP_GROUPS  # noqa: E402
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not apiserver_available(), reason="kube-apiserver/etcd not built: "
-                                 "run hack/build-k8s-binaries.sh")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not apiserver_available(), reason="kube-apiserver/etcd not built: run hack/build-k8s-binaries.sh"
+    ),
+]
 needs_helm = pytest.mark.skipif(find_helm() is None, reason=HELM_MISSING)
 
 # Minimal stand-ins for cert-manager's CRDs: the right group, version, kinds and scope; any content.
@@ -54,14 +57,23 @@ CERT_MANAGER_KINDS = {"Certificate": "certificates", "Issuer": "issuers"}
 
 def _cert_manager_crd(kind: str, plural: str) -> dict[str, Any]:
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.cert-manager.io"},
-        "spec": {"group": "cert-manager.io", "scope": "Namespaced",
-                 "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
     }
 
 
@@ -99,9 +111,14 @@ def _apply(dyn: dynamic.DynamicClient, obj: dict[str, Any], dry_run: bool) -> No
     namespace = obj["metadata"].get("namespace") if resource.namespaced else None
     if resource.namespaced and namespace is None:
         namespace = "phalanx-system"
-    resource.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
-                               field_manager="phalanx-tests", force_conflicts=True,
-                               dry_run="All" if dry_run else None)
+    resource.server_side_apply(
+        body=obj,
+        name=obj["metadata"]["name"],
+        namespace=namespace,
+        field_manager="phalanx-tests",
+        force_conflicts=True,
+        dry_run="All" if dry_run else None,
+    )
 
 
 def _ensure_namespace(api: client.ApiClient, name: str) -> None:
@@ -169,12 +186,18 @@ def test_plain_manifests_pass_server_side_dry_run(api: client.ApiClient) -> None
 
 def test_dry_run_catches_an_invalid_object(api: client.ApiClient) -> None:
     """The check can fail: a Deployment with a malformed probe is refused by the API server."""
-    bad = {"apiVersion": "apps/v1", "kind": "Deployment",
-           "metadata": {"name": "broken", "namespace": "phalanx-system"},
-           "spec": {"selector": {"matchLabels": {"a": "b"}},
-                    "template": {"metadata": {"labels": {"a": "b"}},
-                                 "spec": {"containers": [{"name": "c", "image": "x",
-                                                          "readinessProbe": {"grpc": {"port": 70000}}}]}}}}
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "broken", "namespace": "phalanx-system"},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "x", "readinessProbe": {"grpc": {"port": 70000}}}]},
+            },
+        },
+    }
     failures = _apply_all(api, [bad])
     assert len(failures) == 1 and "Deployment broken: 422" in failures[0]
 
@@ -182,20 +205,39 @@ def test_dry_run_catches_an_invalid_object(api: client.ApiClient) -> None:
 # --- what each ServiceAccount may do, asked of the API server's RBAC authorizer ---------------------------
 
 # Every (apiGroup, resource) and verb asked about: what Phalanx uses and its neighbours it must not have.
-CORE_RESOURCES = ("pods", "pods/binding", "pods/status", "pods/eviction", "pods/exec", "nodes", "nodes/status",
-                  "configmaps", "secrets", "events", "services", "serviceaccounts/token")
+CORE_RESOURCES = (
+    "pods",
+    "pods/binding",
+    "pods/status",
+    "pods/eviction",
+    "pods/exec",
+    "nodes",
+    "nodes/status",
+    "configmaps",
+    "secrets",
+    "events",
+    "services",
+    "serviceaccounts/token",
+)
 OTHER_RESOURCES = [(g, r) for g in PODGROUP_GROUPS for r in ("podgroups", "podgroups/status")] + [
-    ("events.k8s.io", "events"), ("coordination.k8s.io", "leases"), ("rbac.authorization.k8s.io", "clusterroles")]
+    ("events.k8s.io", "events"),
+    ("coordination.k8s.io", "leases"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+]
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 
 
 def _may(authz: client.AuthorizationV1Api, namespace: str, account: str, group: str, resource: str, verb: str) -> bool:
     name, _, sub = resource.partition("/")
-    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=f"system:serviceaccount:{namespace}:{account}",
-        groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-        resource_attributes=client.V1ResourceAttributes(namespace="default", group=group, resource=name,
-                                                        subresource=sub or None, verb=verb)))
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{namespace}:{account}",
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace="default", group=group, resource=name, subresource=sub or None, verb=verb
+            ),
+        )
+    )
     return bool(authz.create_subject_access_review(review).status.allowed)
 
 
@@ -231,24 +273,33 @@ def test_service_accounts_may_do_exactly_the_allowlist(api: client.ApiClient, so
             for verb in VERBS:
                 may = _may(authz, namespace, prefix + role, group, resource, verb)
                 assert may == ((group, resource, verb) in granted), (
-                    f"{source}: {prefix}{role} {'may' if may else 'may not'} {verb} {group or 'core'}/{resource}")
+                    f"{source}: {prefix}{role} {'may' if may else 'may not'} {verb} {group or 'core'}/{resource}"
+                )
     # Only the binder binds.
     assert [r for r in SERVICES if _may(authz, namespace, prefix + r, "", "pods/binding", "create")] == ["binder"]
 
 
 # --- helm install / upgrade: generated secrets survive upgrades ------------------------------------------
 
+
 def _helm(server: LocalApiServer, *args: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([find_helm() or "helm", *args, "--kubeconfig", str(server.kubeconfig_path)],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [find_helm() or "helm", *args, "--kubeconfig", str(server.kubeconfig_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, f"helm {' '.join(args)} failed:\n{out.stderr}"
     return out
 
 
 def _secrets(api: client.ApiClient, namespace: str) -> dict[str, dict[str, bytes]]:
     items = client.CoreV1Api(api).list_namespaced_secret(namespace).items
-    return {s.metadata.name: {k: base64.b64decode(v) for k, v in (s.data or {}).items()}
-            for s in items if s.type in ("kubernetes.io/tls", "Opaque")}
+    return {
+        s.metadata.name: {k: base64.b64decode(v) for k, v in (s.data or {}).items()}
+        for s in items
+        if s.type in ("kubernetes.io/tls", "Opaque")
+    }
 
 
 @needs_helm
@@ -259,8 +310,19 @@ def test_helm_upgrade_keeps_generated_certificates_and_password(server: LocalApi
     fullname = f"{release}-phalanx"
     # crds.install=false: the dry-run tests above created the PodGroup CRDs outside of Helm. cert-manager is
     # "installed" here (its CRDs), so the chart's own certificates are chosen explicitly.
-    args = ["upgrade", "--install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-            "--set", "crds.install=false", "--set", "tls.certManager.enabled=false"]
+    args = [
+        "upgrade",
+        "--install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--set",
+        "crds.install=false",
+        "--set",
+        "tls.certManager.enabled=false",
+    ]
     tls_names = [f"{fullname}-{s}-tls" for s in SERVICES]
     _helm(server, *args)
     first = _secrets(api, namespace)
@@ -276,7 +338,8 @@ def test_helm_upgrade_keeps_generated_certificates_and_password(server: LocalApi
     assert queue["tls.crt"] != first[f"{fullname}-queue-tls"]["tls.crt"], "a deleted certificate is reissued"
     assert queue["ca.crt"] == first[f"{fullname}-ca"]["tls.crt"], "by the same CA"
     x509.load_pem_x509_certificate(queue["tls.crt"]).verify_directly_issued_by(
-        x509.load_pem_x509_certificate(first[f"{fullname}-ca"]["tls.crt"]))
+        x509.load_pem_x509_certificate(first[f"{fullname}-ca"]["tls.crt"])
+    )
     for name in set(first) - {f"{fullname}-queue-tls"}:
         assert second[name] == first[name], f"{name} changed"
 
@@ -287,7 +350,8 @@ def test_helm_upgrade_keeps_generated_certificates_and_password(server: LocalApi
     assert new_ca != first[f"{fullname}-ca"]["tls.crt"]
     for name in tls_names:
         assert third[name]["ca.crt"] == new_ca and third[name]["tls.crt"] != second[name]["tls.crt"], (
-            f"{name}: a new CA reissues every certificate")
+            f"{name}: a new CA reissues every certificate"
+        )
     assert third[f"{fullname}-redis-auth"] == first[f"{fullname}-redis-auth"], "the Redis password stays"
 
 
@@ -295,8 +359,17 @@ def test_helm_upgrade_keeps_generated_certificates_and_password(server: LocalApi
 def test_helm_detects_cert_manager_in_the_cluster(server: LocalApiServer) -> None:
     """The API server serves cert-manager.io/v1 (the CRDs above): a server-side dry-run install with the
     default values picks cert-manager on its own."""
-    out = _helm(server, "install", "auto", str(CHART), "--namespace", "phalanx-auto", "--dry-run=server",
-                "--set", "crds.install=false")
+    out = _helm(
+        server,
+        "install",
+        "auto",
+        str(CHART),
+        "--namespace",
+        "phalanx-auto",
+        "--dry-run=server",
+        "--set",
+        "crds.install=false",
+    )
     docs = [d for d in yaml.safe_load_all(out.stdout.split("NOTES:")[0].split("MANIFEST:", 1)[1]) if d]
     assert {"Certificate", "Issuer"} <= _kinds(docs)
     assert not [d for d in docs if d["kind"] == "Secret" and d.get("type") == "kubernetes.io/tls"]

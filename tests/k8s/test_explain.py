@@ -33,12 +33,25 @@ DEADLINE = 3600  # activeDeadlineSeconds of the running gang's pods
 BIND = 20.0
 
 
-def _pod(cluster: Any, namespace: str, name: str, gpus: int, *, labels: dict[str, str] | None = None,
-         annotations: dict[str, str] | None = None, deadline: int | None = None) -> None:
+def _pod(
+    cluster: Any,
+    namespace: str,
+    name: str,
+    gpus: int,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    deadline: int | None = None,
+) -> None:
     spec: dict[str, Any] = {
         "schedulerName": cluster.scheduler_name,
-        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "100m"}, "limits": {GPU: str(gpus)}}}],
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "100m"}, "limits": {GPU: str(gpus)}},
+            }
+        ],
     }
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
@@ -49,8 +62,9 @@ def _pod(cluster: Any, namespace: str, name: str, gpus: int, *, labels: dict[str
 def _start(cluster: Any, namespace: str, name: str, at: datetime) -> None:
     """What the kubelet would write once the pod runs."""
     status = {"phase": "Running", "startTime": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    cluster.core.patch_namespaced_pod_status(name, namespace, {"status": status},
-                                             _content_type="application/merge-patch+json")
+    cluster.core.patch_namespaced_pod_status(
+        name, namespace, {"status": status}, _content_type="application/merge-patch+json"
+    )
 
 
 def _viewer_kubeconfig(apiserver: Any, cluster: Any, namespace: str, path: Path) -> Path:
@@ -61,19 +75,26 @@ def _viewer_kubeconfig(apiserver: Any, cluster: Any, namespace: str, path: Path)
     rbac = client.RbacAuthorizationV1Api(apiserver.api_client())
     name = f"{cluster.tid}-explain-viewer"
     cluster.core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
-    rules = [{"apiGroups": [""], "resources": ["nodes", "pods", "configmaps"], "verbs": ["get", "list"]},
-             {"apiGroups": list(VERSIONS), "resources": ["podgroups"], "verbs": ["get", "list"]}]
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes", "pods", "configmaps"], "verbs": ["get", "list"]},
+        {"apiGroups": list(VERSIONS), "resources": ["podgroups"], "verbs": ["get", "list"]},
+    ]
     rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
-    rbac.create_cluster_role_binding({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }
+    )
     token = cluster.core.create_namespaced_service_account_token(
-        name, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+        name, namespace, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
     config = json.loads(apiserver.kubeconfig_path.read_text())
     config["users"].append({"name": "viewer", "user": {"token": token}})
-    config["contexts"].append({"name": "viewer", "context": {"cluster": config["clusters"][0]["name"],
-                                                             "user": "viewer"}})
+    config["contexts"].append(
+        {"name": "viewer", "context": {"cluster": config["clusters"][0]["name"], "user": "viewer"}}
+    )
     path.write_text(json.dumps(config))
     return path
 
@@ -86,13 +107,15 @@ def _explain(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return out
 
 
-def test_explain_names_the_shortfall_the_free_gpus_and_the_holder(apiserver, cluster, phalanx, tmp_path,
-                                                                   capsys) -> None:
+def test_explain_names_the_shortfall_the_free_gpus_and_the_holder(
+    apiserver, cluster, phalanx, tmp_path, capsys
+) -> None:
     ns = cluster.namespace()
     gpu_nodes = [cluster.node(f"gpu{i}", gpus=GPUS_PER_NODE) for i in range(3)]
     tainted = cluster.node("tainted", gpus=GPUS_PER_NODE)
-    cluster.core.patch_node(tainted, {"spec": {"taints": [{"key": "dedicated", "value": "infer",
-                                                           "effect": "NoSchedule"}]}})
+    cluster.core.patch_node(
+        tainted, {"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}}
+    )
     cordoned = cluster.node("cordoned", gpus=GPUS_PER_NODE)
     cluster.core.patch_node(cordoned, {"spec": {"unschedulable": True}})
 
@@ -114,12 +137,23 @@ def test_explain_names_the_shortfall_the_free_gpus_and_the_holder(apiserver, clu
     # And a gang whose declaration is malformed: the scheduler refuses it, explain names the field.
     _pod(cluster, ns, "broken-0", 1, annotations={KOORD_NAME: "broken", KOORD_MIN_AVAILABLE: "many"})
     for name in (*waiting, "broken-0"):
-        wait_for(lambda: cluster.condition(ns, name).get("status") == "False", BIND,
-                 f"the scheduler's PodScheduled=False on {name}")
+        wait_for(
+            lambda: cluster.condition(ns, name).get("status") == "False",
+            BIND,
+            f"the scheduler's PodScheduled=False on {name}",
+        )
 
     kubeconfig = _viewer_kubeconfig(apiserver, cluster, ns, tmp_path / "kubeconfig")
-    common = ["--kubeconfig", str(kubeconfig), "--context", "viewer", "-n", ns,
-              "--scheduler-name", cluster.scheduler_name]
+    common = [
+        "--kubeconfig",
+        str(kubeconfig),
+        "--context",
+        "viewer",
+        "-n",
+        ns,
+        "--scheduler-name",
+        cluster.scheduler_name,
+    ]
     doc = json.loads(_explain(capsys, *common, "-o", "json"))
     text = _explain(capsys, *common)
 
@@ -156,8 +190,9 @@ def test_explain_names_the_shortfall_the_free_gpus_and_the_holder(apiserver, clu
 
     broken = gangs["broken"]
     assert broken["state"] == "Invalid"
-    assert broken["error"] == (f'Pod {ns}/broken-0: metadata.annotations[{KOORD_MIN_AVAILABLE}]: '
-                               '"many" is not a positive integer')
+    assert broken["error"] == (
+        f'Pod {ns}/broken-0: metadata.annotations[{KOORD_MIN_AVAILABLE}]: "many" is not a positive integer'
+    )
 
     assert f"{ns}/train-b  Waiting" in text
     assert f"the best 3 nodes have {', '.join(str(f) for f in free)} free" in text
@@ -166,12 +201,25 @@ def test_explain_names_the_shortfall_the_free_gpus_and_the_holder(apiserver, clu
     assert f"{ns}/broken  Invalid" in text
 
     # By name, across namespaces (the PodGroups and pods are then listed cluster-wide).
-    named = json.loads(_explain(capsys, "--kubeconfig", str(kubeconfig), "--context", "viewer",
-                                "--scheduler-name", cluster.scheduler_name, "-o", "json", "train-b"))
+    named = json.loads(
+        _explain(
+            capsys,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--context",
+            "viewer",
+            "--scheduler-name",
+            cluster.scheduler_name,
+            "-o",
+            "json",
+            "train-b",
+        )
+    )
     assert [(g["namespace"], g["name"]) for g in named["gangs"]] == [(ns, "train-b")]
     assert named["gangs"][0]["capacity"]["bestNodes"] == cap["bestNodes"]
 
     as_yaml = yaml.safe_load(_explain(capsys, *common, "-o", "yaml"))
     assert as_yaml["schemaVersion"] == doc["schemaVersion"] == 1
-    assert [g["capacity"] and g["capacity"]["bestNodes"] for g in as_yaml["gangs"]] == \
-        [g["capacity"] and g["capacity"]["bestNodes"] for g in doc["gangs"]]
+    assert [g["capacity"] and g["capacity"]["bestNodes"] for g in as_yaml["gangs"]] == [
+        g["capacity"] and g["capacity"]["bestNodes"] for g in doc["gangs"]
+    ]

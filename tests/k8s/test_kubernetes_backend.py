@@ -53,26 +53,48 @@ def test_gang_that_fits(cluster, phalanx) -> None:
     assert all(v <= 4 for v in cluster.gpus_by_node(ns, names).values())
     for name in names:
         assert cluster.condition(ns, name)["status"] == "True"  # the API server's own, on binding
-        scheduled = wait_for(lambda: [e for e in cluster.events(ns, name) if e["reason"] == "Scheduled"], 5,
-                             f"a Scheduled event on {name}")
+        scheduled = wait_for(
+            lambda: [e for e in cluster.events(ns, name) if e["reason"] == "Scheduled"],
+            5,
+            f"a Scheduled event on {name}",
+        )
         assert scheduled[0]["message"] == f"Successfully assigned {ns}/{name} to {nodes[name]}"
         assert scheduled[0]["type"] == "Normal"
         assert scheduled[0]["involvedObject"]["uid"]
 
-    status = wait_for(lambda: (s := cluster.podgroup_status(GROUP_X_K8S, ns, "train")).get("phase") == "Scheduled"
-                      and s.get("scheduled") == 4 and s, 5, "PodGroup status Scheduled")
+    status = wait_for(
+        lambda: (
+            (s := cluster.podgroup_status(GROUP_X_K8S, ns, "train")).get("phase") == "Scheduled"
+            and s.get("scheduled") == 4
+            and s
+        ),
+        5,
+        "PodGroup status Scheduled",
+    )
     assert status["scheduleStartTime"].endswith("Z")
     wait_for(lambda: "GangScheduled" in cluster.reasons(ns, "train", "PodGroup"), 5, "a GangScheduled event")
 
     # What a kubelet would report next: the counters and the phase follow the pods.
     for name in names:
         cluster.set_phase(ns, name, "Running")
-    wait_for(lambda: (s := cluster.podgroup_status(GROUP_X_K8S, ns, "train")).get("phase") == "Running"
-             and s.get("running") == 4, 5, "PodGroup status Running with running=4")
+    wait_for(
+        lambda: (
+            (s := cluster.podgroup_status(GROUP_X_K8S, ns, "train")).get("phase") == "Running" and s.get("running") == 4
+        ),
+        5,
+        "PodGroup status Running with running=4",
+    )
     for name in names:
         cluster.set_phase(ns, name, "Succeeded")
-    wait_for(lambda: (s := cluster.podgroup_status(GROUP_X_K8S, ns, "train")).get("phase") == "Finished"
-             and s.get("succeeded") == 4 and s.get("running") == 0, 5, "PodGroup status Finished")
+    wait_for(
+        lambda: (
+            (s := cluster.podgroup_status(GROUP_X_K8S, ns, "train")).get("phase") == "Finished"
+            and s.get("succeeded") == 4
+            and s.get("running") == 0
+        ),
+        5,
+        "PodGroup status Finished",
+    )
     # Finished pods give their reservations back.
     wait_for(lambda: not any(k.startswith(f"{ns}/") for k in phalanx.reserved()), 5, "reservations released")
 
@@ -99,8 +121,11 @@ def test_gang_that_never_fits_times_out(cluster, phalanx) -> None:
         failed = [e for e in events if e["reason"] == "FailedScheduling"]
         assert failed and all(e["type"] == "Warning" for e in failed)
         assert any("Insufficient nvidia.com/gpu" in e["message"] for e in failed)
-    status = wait_for(lambda: (s := cluster.podgroup_status(GROUP_SIGS, ns, "big")).get("phase") == "Failed" and s,
-                      5, "PodGroup phase Failed")
+    status = wait_for(
+        lambda: (s := cluster.podgroup_status(GROUP_SIGS, ns, "big")).get("phase") == "Failed" and s,
+        5,
+        "PodGroup phase Failed",
+    )
     assert status["scheduled"] == 0
     wait_for(lambda: "GangTimeout" in cluster.reasons(ns, "big", "PodGroup"), 5, "a GangTimeout event")
     assert not any(k.startswith(f"{ns}/") for k in phalanx.reserved())  # assumed resources released
@@ -114,10 +139,21 @@ def test_gang_group_across_namespaces(cluster, phalanx) -> None:
     cluster.node("n1", gpus=8)
     group = [f"{ns_a}/ga", f"{ns_b}/gb"]
     pods_a = cluster.koord_pods(ns_a, "ga", 2, min_available=2, groups=group)
-    wait_for(lambda: sum(1 for k, (_, state) in phalanx.reserved().items()
-                         if k.startswith(f"{ns_a}/") and state == "assumed") == 2, BIND, "ga's pods reserved")
-    wait_for(lambda: any("waiting for the other gangs of its group" in cluster.condition(ns_a, n).get("message", "")
-                         for n in pods_a), 5, "ga's pods told why they wait")
+    wait_for(
+        lambda: (
+            sum(1 for k, (_, state) in phalanx.reserved().items() if k.startswith(f"{ns_a}/") and state == "assumed")
+            == 2
+        ),
+        BIND,
+        "ga's pods reserved",
+    )
+    wait_for(
+        lambda: any(
+            "waiting for the other gangs of its group" in cluster.condition(ns_a, n).get("message", "") for n in pods_a
+        ),
+        5,
+        "ga's pods told why they wait",
+    )
     assert all(cluster.node_of(ns_a, n) == "" for n in pods_a)  # ga has its minimum but waits for gb
     pods_b = cluster.koord_pods(ns_b, "gb", 2, min_available=2, groups=group)
     wait_for(lambda: cluster.all_bound(ns_a, pods_a) and cluster.all_bound(ns_b, pods_b), BIND, "the group bound")
@@ -145,8 +181,11 @@ def test_each_declaration_form(cluster, phalanx) -> None:
     pods("delayed", annotations={VOLCANO_GROUP_NAME: "delayed", DELAYED_BIND_POD_NUM: "2"})
     # Volcano: the pods come before their PodGroup (as a Job's often do) and wait for it.
     pods("pg-v", annotations={VOLCANO_GROUP_NAME: "pg-v"})
-    wait_for(lambda: "does not exist yet" in cluster.condition(ns, "pg-v-0").get("message", ""), BIND,
-             "pg-v's pods told their PodGroup is missing")
+    wait_for(
+        lambda: "does not exist yet" in cluster.condition(ns, "pg-v-0").get("message", ""),
+        BIND,
+        "pg-v's pods told their PodGroup is missing",
+    )
     assert cluster.node_of(ns, "pg-v-0") == ""
     cluster.podgroup(GROUP_VOLCANO, ns, "pg-v", 2)
 
@@ -155,20 +194,35 @@ def test_each_declaration_form(cluster, phalanx) -> None:
     specs = phalanx.store.load_gangs()
     sources = {key.partition("/")[2]: spec.source for key, spec in specs.items() if key.startswith(f"{ns}/")}
     assert sources == {
-        "pg-x": f"podgroup/{GROUP_X_K8S}", "pg-s": f"podgroup/{GROUP_SIGS}", "pg-v": f"podgroup/{GROUP_VOLCANO}",
-        "koord": "koordinator-annotations", "light": "lightweight-coscheduling", "cm": "configmap",
+        "pg-x": f"podgroup/{GROUP_X_K8S}",
+        "pg-s": f"podgroup/{GROUP_SIGS}",
+        "pg-v": f"podgroup/{GROUP_VOLCANO}",
+        "koord": "koordinator-annotations",
+        "light": "lightweight-coscheduling",
+        "cm": "configmap",
         "delayed": "delayed-binding-annotations",
     }
     assert all(specs[f"{ns}/{g}"].min_available == 2 for g in gangs)
     for group, name in ((GROUP_X_K8S, "pg-x"), (GROUP_SIGS, "pg-s")):
-        wait_for(lambda: (s := cluster.podgroup_status(group, ns, name)).get("phase") == "Scheduled"
-                 and s.get("scheduled") == 2, 5, f"{name} status")
-    volcano = wait_for(lambda: (s := cluster.podgroup_status(GROUP_VOLCANO, ns, "pg-v")).get("phase") == "Running"
-                       and s, 5, "the Volcano PodGroup Running")
+        wait_for(
+            lambda: (
+                (s := cluster.podgroup_status(group, ns, name)).get("phase") == "Scheduled" and s.get("scheduled") == 2
+            ),
+            5,
+            f"{name} status",
+        )
+    volcano = wait_for(
+        lambda: (s := cluster.podgroup_status(GROUP_VOLCANO, ns, "pg-v")).get("phase") == "Running" and s,
+        5,
+        "the Volcano PodGroup Running",
+    )
     assert [c["type"] for c in volcano["conditions"]] == ["Scheduled"]
     # A gang without a PodGroup gets its gang-level events on a pod.
-    wait_for(lambda: any("GangScheduled" in cluster.reasons(ns, n) for n in gangs["koord"]), 5,
-             "GangScheduled on a pod of the annotation gang")
+    wait_for(
+        lambda: any("GangScheduled" in cluster.reasons(ns, n) for n in gangs["koord"]),
+        5,
+        "GangScheduled on a pod of the annotation gang",
+    )
 
 
 def test_scheduler_restarted_mid_gang(cluster, phalanx) -> None:
@@ -176,8 +230,11 @@ def test_scheduler_restarted_mid_gang(cluster, phalanx) -> None:
     cluster.node("n1", gpus=2)
     cluster.node("n2", gpus=2)
     first = cluster.koord_pods(ns, "train", 2, min_available=4, wait="60s")
-    wait_for(lambda: sum(1 for k, (_, s) in phalanx.reserved().items() if k.startswith(f"{ns}/") and s == "assumed")
-             == 2, BIND, "two pods reserved")
+    wait_for(
+        lambda: sum(1 for k, (_, s) in phalanx.reserved().items() if k.startswith(f"{ns}/") and s == "assumed") == 2,
+        BIND,
+        "two pods reserved",
+    )
     phalanx.stop_scheduler()
     rest = cluster.koord_pods(ns, "train", 2, min_available=4, wait="60s", start=2)
     phalanx.start_scheduler()  # same Redis: it resumes the gang with its two reservations
@@ -185,8 +242,11 @@ def test_scheduler_restarted_mid_gang(cluster, phalanx) -> None:
     wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound after the restart")
     assert all(v <= 2 for v in cluster.gpus_by_node(ns, names).values())  # no reservation counted twice
     # Bound in the cluster first, then committed as bound in Redis.
-    wait_for(lambda: all(phalanx.reserved().get(f"{ns}/{n}", ("", ""))[1] == "bound" for n in names), 5,
-             "the bindings committed in Redis")
+    wait_for(
+        lambda: all(phalanx.reserved().get(f"{ns}/{n}", ("", ""))[1] == "bound" for n in names),
+        5,
+        "the bindings committed in Redis",
+    )
 
 
 def test_queue_restarted_loses_no_pending_pod(cluster, phalanx) -> None:
@@ -204,14 +264,18 @@ def test_redis_wiped_while_pods_are_bound(cluster, phalanx) -> None:
     n1, n2, n3 = cluster.node("n1", gpus=2), cluster.node("n2", gpus=2), cluster.node("n3", gpus=2)
     held = cluster.koord_pods(ns, "held", 2, min_available=2, gpus=2)
     nodes = wait_for(lambda: cluster.all_bound(ns, held), BIND, "the first gang bound")
-    wait_for(lambda: all(phalanx.reserved().get(f"{ns}/{n}", ("", ""))[1] == "bound" for n in held), 5,
-             "the bindings committed in Redis")
+    wait_for(
+        lambda: all(phalanx.reserved().get(f"{ns}/{n}", ("", ""))[1] == "bound" for n in held),
+        5,
+        "the bindings committed in Redis",
+    )
     phalanx.stop_scheduler()
     phalanx.store.wipe()  # Redis lost everything
     phalanx.start_scheduler()
     reserved = phalanx.reserved()  # rebuilt from the API server before the scheduler starts scheduling
     assert {k: v for k, v in reserved.items() if k.startswith(f"{ns}/")} == {
-        f"{ns}/{n}": (nodes[n], "bound") for n in held}
+        f"{ns}/{n}": (nodes[n], "bound") for n in held
+    }
     used = phalanx.store.load_used()
     assert all(used.get((nodes[n], GPU)) == 2000 for n in held)
     # The rebuilt reservations count: a 2-GPU pod fits only on the node the first gang left free.
@@ -226,8 +290,11 @@ def test_pod_deleted_while_its_gang_waits(cluster, phalanx) -> None:
     cluster.koord_pods(ns, "train", 2, min_available=3, wait="60s")
     wait_for(lambda: sum(1 for k in phalanx.reserved() if k.startswith(f"{ns}/")) == 2, BIND, "two pods reserved")
     cluster.delete_pod(ns, "train-1")
-    wait_for(lambda: set(phalanx.reserved()) & {f"{ns}/train-0", f"{ns}/train-1"} == {f"{ns}/train-0"}, BIND,
-             "the deleted pod's reservation released")
+    wait_for(
+        lambda: set(phalanx.reserved()) & {f"{ns}/train-0", f"{ns}/train-1"} == {f"{ns}/train-0"},
+        BIND,
+        "the deleted pod's reservation released",
+    )
     cluster.koord_pods(ns, "train", 2, min_available=3, wait="60s", start=2)  # its replacement, and the third
     names = ["train-0", "train-2", "train-3"]
     nodes = wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
@@ -320,21 +387,30 @@ def test_backend_bind_outcomes(apiserver, cluster) -> None:
     cluster.delete_pod(ns, "d")
     recreated_uid = uids["a"]
     cluster.pod(ns, "e", scheduler="nobody")
-    backend = KubernetesBackend(apiserver.api_client(), component="nobody",  # the pods' scheduler: reports on them
-                                retry=RetryPolicy(attempts=2, initial_delay=0.01))
+    backend = KubernetesBackend(
+        apiserver.api_client(),
+        component="nobody",  # the pods' scheduler: reports on them
+        retry=RetryPolicy(attempts=2, initial_delay=0.01),
+    )
     try:
-        failures = backend.bind([
-            Assignment(pod_key=f"{ns}/a", uid=uids["a"], node=n1),
-            Assignment(pod_key=f"{ns}/b", uid=uids["b"], node=n1),
-            Assignment(pod_key=f"{ns}/c", uid=uids["c"], node=n1),
-            Assignment(pod_key=f"{ns}/d", uid=uids["d"], node=n1),
-            Assignment(pod_key=f"{ns}/e", uid=recreated_uid, node=n1),
-        ], time.time(), Txn())
+        failures = backend.bind(
+            [
+                Assignment(pod_key=f"{ns}/a", uid=uids["a"], node=n1),
+                Assignment(pod_key=f"{ns}/b", uid=uids["b"], node=n1),
+                Assignment(pod_key=f"{ns}/c", uid=uids["c"], node=n1),
+                Assignment(pod_key=f"{ns}/d", uid=uids["d"], node=n1),
+                Assignment(pod_key=f"{ns}/e", uid=recreated_uid, node=n1),
+            ],
+            time.time(),
+            Txn(),
+        )
         # Reports: a stale one about a bound pod changes nothing; the same message twice is written once.
-        report = PodReport(pod_key=f"{ns}/a", unschedulable_message="stale", event_reason="FailedScheduling",
-                                      event_message="stale")
-        again = PodReport(pod_key=f"{ns}/e", unschedulable_message="no", event_reason="FailedScheduling",
-                                     event_message="no")
+        report = PodReport(
+            pod_key=f"{ns}/a", unschedulable_message="stale", event_reason="FailedScheduling", event_message="stale"
+        )
+        again = PodReport(
+            pod_key=f"{ns}/e", unschedulable_message="no", event_reason="FailedScheduling", event_message="no"
+        )
         backend.report([report, again, again], [], time.time())
         assert backend.flush()
     finally:
@@ -371,12 +447,12 @@ def test_pod_deleted_mid_bind_is_not_an_error_for_its_gang(apiserver, cluster, r
     backend = KubernetesBackend(apiserver.api_client(), component="nobody")  # the pods' scheduler: it may bind them
     try:
         results, _ = BatchBinder(store, backend, FencedLock(store.redis, store.keys)).bind(
-            [Assignment(pod_key=p.key, uid=p.uid, node=node, gang=p.gang) for p in pods], True, time.time())
+            [Assignment(pod_key=p.key, uid=p.uid, node=node, gang=p.gang) for p in pods], True, time.time()
+        )
     finally:
         backend.close()
     statuses = {r.pod_key: r.status for r in results}
-    assert statuses == {f"{ns}/w0": BindStatus.BOUND, f"{ns}/w1": BindStatus.GONE,
-                        f"{ns}/w2": BindStatus.BOUND}
+    assert statuses == {f"{ns}/w0": BindStatus.BOUND, f"{ns}/w1": BindStatus.GONE, f"{ns}/w2": BindStatus.BOUND}
     assert cluster.node_of(ns, "w0") == node and cluster.node_of(ns, "w2") == node
     assert {k: r.state for k, r in store.load_pods().items()} == {f"{ns}/w0": "bound", f"{ns}/w2": "bound"}
     store.wipe()
@@ -396,8 +472,9 @@ def test_bindings_and_events_reuse_their_connections(apiserver, cluster) -> None
     api = api_client(str(apiserver.kubeconfig_path))
     backend = KubernetesBackend(api, component="nobody")
     try:
-        failures = backend.bind([Assignment(pod_key=f"{ns}/{n}", uid=u, node=node) for n, u in uids.items()],
-                                time.time(), Txn())
+        failures = backend.bind(
+            [Assignment(pod_key=f"{ns}/{n}", uid=u, node=node) for n, u in uids.items()], time.time(), Txn()
+        )
         assert backend.flush()
         pools = list(api.rest_client.pool_manager.pools._container.values())
         connections = sum(p.num_connections for p in pools)

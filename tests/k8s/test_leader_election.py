@@ -60,14 +60,47 @@ class Replica:
         from phalanx_scheduler import __main__ as scheduler_main
 
         self.name = name
-        args = scheduler_main.parser().parse_args([
-            "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes", "--kubeconfig", stack.kubeconfig,
-            *transport(SCHEDULER), "--scheduler-name", stack.scheduler_name, "--redis-url", stack.redis_url,
-            "--redis-prefix", stack.prefix, "--queue", stack.queue.address, "--binder", stack.binder.address,
-            "--default-wait", "60", "--reconcile-interval", "1",
-            "--leader-elect", "true", "--leader-elect-identity", name, "--leader-elect-namespace", lease_namespace,
-            "--leader-elect-lease-name", lease_name, "--leader-elect-lease-duration", str(LEASE),
-            "--leader-elect-renew-deadline", str(RENEW), "--leader-elect-retry-period", str(RETRY)])
+        args = scheduler_main.parser().parse_args(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--clock",
+                "real",
+                "--backend",
+                "kubernetes",
+                "--kubeconfig",
+                stack.kubeconfig,
+                *transport(SCHEDULER),
+                "--scheduler-name",
+                stack.scheduler_name,
+                "--redis-url",
+                stack.redis_url,
+                "--redis-prefix",
+                stack.prefix,
+                "--queue",
+                stack.queue.address,
+                "--binder",
+                stack.binder.address,
+                "--default-wait",
+                "60",
+                "--reconcile-interval",
+                "1",
+                "--leader-elect",
+                "true",
+                "--leader-elect-identity",
+                name,
+                "--leader-elect-namespace",
+                lease_namespace,
+                "--leader-elect-lease-name",
+                lease_name,
+                "--leader-elect-lease-duration",
+                str(LEASE),
+                "--leader-elect-renew-deadline",
+                str(RENEW),
+                "--leader-elect-retry-period",
+                str(RETRY),
+            ]
+        )
         self.server, self.servicer = scheduler_main.build(args, standby=True)
         self.server.start()
         self.lost: list[str] = []
@@ -114,8 +147,9 @@ def stack(apiserver: LocalApiServer, redis_server: RedisServer, cluster: Cluster
 def replicas(stack: Phalanx, cluster: Cluster) -> Iterator[list[Replica]]:
     """Two replicas on one Lease in the test's own namespace."""
     namespace = cluster.namespace("lease")
-    started = [Replica(stack, f"sched-{cluster.tid}-{i}", namespace, f"{cluster.scheduler_name}-scheduler")
-               for i in range(2)]
+    started = [
+        Replica(stack, f"sched-{cluster.tid}-{i}", namespace, f"{cluster.scheduler_name}-scheduler") for i in range(2)
+    ]
     yield started
     for r in started:
         r.crash()
@@ -139,6 +173,7 @@ def gpus_used(cluster: Cluster, namespace: str, names: list[str]) -> dict[str, i
 
 
 # --- (a) one leader schedules ---------------------------------------------------------------------------------
+
 
 def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: list[Replica]) -> None:
     leader = leader_of(replicas)
@@ -173,8 +208,10 @@ def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: l
 
 # --- (b) the leader crashes in the middle of a gang workload ------------------------------------------------------
 
-def test_the_standby_takes_over_a_crashed_leaders_gang_workload(cluster: Cluster, stack: Phalanx,
-                                                                 replicas: list[Replica]) -> None:
+
+def test_the_standby_takes_over_a_crashed_leaders_gang_workload(
+    cluster: Cluster, stack: Phalanx, replicas: list[Replica]
+) -> None:
     leader = leader_of(replicas)
     [standby] = [r for r in replicas if r is not leader]
     ns = cluster.namespace()
@@ -192,8 +229,11 @@ def test_the_standby_takes_over_a_crashed_leaders_gang_workload(cluster: Cluster
 
     creator = threading.Thread(target=create, daemon=True)
     creator.start()
-    wait_for(lambda: sum(1 for n in list(gangs.values()) if cluster.all_bound(ns, n)) >= 4, BIND,
-             "the leader bound some gangs")
+    wait_for(
+        lambda: sum(1 for n in list(gangs.values()) if cluster.all_bound(ns, n)) >= 4,
+        BIND,
+        "the leader bound some gangs",
+    )
     held = set(stack.reserved())  # what the leader had decided (reserved or bound) when it crashed
     crashed_at = time.monotonic()
     leader.crash()
@@ -215,16 +255,24 @@ def test_the_standby_takes_over_a_crashed_leaders_gang_workload(cluster: Cluster
     all_pods = [n for names in gangs.values() for n in names]
     wait_for(lambda: cluster.all_bound(ns, all_pods), 90, "every gang bound")
     done_after = time.monotonic() - crashed_at
-    print(f"\ntakeover: the standby led {leads_after:.1f}s after the crash, bound its first pod after "
-          f"{binds_after:.1f}s, every gang after {done_after:.1f}s (lease {LEASE:g}s, retry {RETRY:g}s)")
+    print(
+        f"\ntakeover: the standby led {leads_after:.1f}s after the crash, bound its first pod after "
+        f"{binds_after:.1f}s, every gang after {done_after:.1f}s (lease {LEASE:g}s, retry {RETRY:g}s)"
+    )
     # Whole gangs, within capacity, nothing bound twice, Redis in agreement.
     for gang_name, names in gangs.items():
         assert cluster.all_bound(ns, names), f"gang {gang_name} partly bound"
     used = gpus_used(cluster, ns, all_pods)
     assert set(used) <= set(nodes) and all(v <= 8 for v in used.values()), used
     assert sum(used.values()) == 80
-    wait_for(lambda: {k: s for k, (_, s) in stack.reserved().items() if k.startswith(f"{ns}/")}
-             == {f"{ns}/{n}": "bound" for n in all_pods}, BIND, "Redis records every pod bound")
+    wait_for(
+        lambda: (
+            {k: s for k, (_, s) in stack.reserved().items() if k.startswith(f"{ns}/")}
+            == {f"{ns}/{n}": "bound" for n in all_pods}
+        ),
+        BIND,
+        "Redis records every pod bound",
+    )
     for name in all_pods:
         assert stack.reserved()[f"{ns}/{name}"][0] == cluster.node_of(ns, name)
     assert standby.store.term == stack.store.leader_term() and standby.store.term is not None
@@ -235,8 +283,10 @@ def test_the_standby_takes_over_a_crashed_leaders_gang_workload(cluster: Cluster
 
 # --- (c) a deposed leader cannot commit --------------------------------------------------------------------------
 
-def test_a_paused_leader_is_fenced_out_and_steps_down(cluster: Cluster, stack: Phalanx,
-                                                      replicas: list[Replica]) -> None:
+
+def test_a_paused_leader_is_fenced_out_and_steps_down(
+    cluster: Cluster, stack: Phalanx, replicas: list[Replica]
+) -> None:
     leader = leader_of(replicas)
     [standby] = [r for r in replicas if r is not leader]
     old_term = leader.store.term
@@ -284,6 +334,7 @@ def test_a_paused_leader_is_fenced_out_and_steps_down(cluster: Cluster, stack: P
 
 # --- a graceful stop hands over at once ---------------------------------------------------------------------------
 
+
 def test_a_graceful_stop_releases_the_lease(cluster: Cluster, stack: Phalanx, replicas: list[Replica]) -> None:
     leader = leader_of(replicas)
     [standby] = [r for r in replicas if r is not leader]
@@ -303,6 +354,7 @@ def test_a_graceful_stop_releases_the_lease(cluster: Cluster, stack: Phalanx, re
 
 
 # --- the deployed RBAC is enough, and no more -----------------------------------------------------------------------
+
 
 def _manifest_role() -> dict[str, Any]:
     docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "manifests" / "20-rbac.yaml").read_text()) if d]
@@ -330,10 +382,14 @@ def test_the_manifests_lease_role_suffices(apiserver: LocalApiServer, cluster: C
     rbac = kubernetes.client.RbacAuthorizationV1Api(admin)
     rbac.create_namespaced_role(ns, role)
     cluster.core.create_namespaced_service_account(ns, {"metadata": {"name": "sched"}})
-    rbac.create_namespaced_role_binding(ns, {
-        "metadata": {"name": "lease"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
-        "subjects": [{"kind": "ServiceAccount", "name": "sched", "namespace": ns}]})
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": "lease"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sched", "namespace": ns}],
+        },
+    )
     token = cluster.core.create_namespaced_service_account_token("sched", ns, {"spec": {"expirationSeconds": 3600}})
     config = copy.copy(admin.configuration)
     config.api_key = {"authorization": f"Bearer {token.status.token}"}
@@ -342,8 +398,12 @@ def test_the_manifests_lease_role_suffices(apiserver: LocalApiServer, cluster: C
     api = kubernetes.client.CoordinationV1Api(kubernetes.client.ApiClient(config))
 
     started: list[int] = []
-    e = LeaderElector(api, ElectionConfig(ns, name, "sched-0_x", LEASE, RENEW, RETRY),
-                      on_started_leading=started.append, on_stopped_leading=lambda why: None)
+    e = LeaderElector(
+        api,
+        ElectionConfig(ns, name, "sched-0_x", LEASE, RENEW, RETRY),
+        on_started_leading=started.append,
+        on_stopped_leading=lambda why: None,
+    )
     stop = threading.Event()
     thread = e.start(stop)
     wait_for(lambda: started, 20, "leading with the Role's rights (create)")
@@ -352,9 +412,11 @@ def test_the_manifests_lease_role_suffices(apiserver: LocalApiServer, cluster: C
     stop.set()
     thread.join(10)
     assert e.release(), "released (update by name)"
-    for call in (lambda: api.read_namespaced_lease("other", ns),
-                 lambda: api.read_namespaced_lease(name, "default"),
-                 lambda: api.replace_namespaced_lease("other", ns, {"metadata": {"name": "other"}})):
+    for call in (
+        lambda: api.read_namespaced_lease("other", ns),
+        lambda: api.read_namespaced_lease(name, "default"),
+        lambda: api.replace_namespaced_lease("other", ns, {"metadata": {"name": "other"}}),
+    ):
         with pytest.raises(ApiException) as exc:
             call()
         assert exc.value.status == 403

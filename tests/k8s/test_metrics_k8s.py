@@ -25,8 +25,9 @@ class Reading:
     counters live for the whole test process)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.values = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                       for metric in registry.collect() for s in metric.samples}
+        self.values = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value for metric in registry.collect() for s in metric.samples
+        }
 
     def get(self, name: str, **labels: str) -> float:
         return self.values.get((name, tuple(sorted(labels.items()))), 0.0)
@@ -40,8 +41,15 @@ def test_latencies_are_wall_clock_seconds_from_creation(cluster, phalanx) -> Non
     names = cluster.koord_pods(ns, "train", 2, min_available=2)
     wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
     # Counted when the binder's answer reaches the scheduler, a moment after the API server shows the pods bound.
-    after = wait_for(lambda: (r := Reading(registry)).get("phalanx_gang_wait_duration_seconds_count") > before.get(
-        "phalanx_gang_wait_duration_seconds_count") and r, BIND, "the bind counted")
+    after = wait_for(
+        lambda: (
+            (r := Reading(registry)).get("phalanx_gang_wait_duration_seconds_count")
+            > before.get("phalanx_gang_wait_duration_seconds_count")
+            and r
+        ),
+        BIND,
+        "the bind counted",
+    )
 
     def delta(name: str) -> float:
         return after.get(name) - before.get(name)
@@ -58,8 +66,11 @@ def test_reconciliation_repairs_are_counted_by_kind(cluster, phalanx) -> None:  
     before = Reading(registry)
     ns = cluster.namespace()
     node = cluster.node("n1", gpus=2, cpu="8")
-    wait_for(lambda: any(n.name == node and n.allocatable.get("cpu", 0) >= 8000 for n in phalanx.store.load_nodes()),
-             BIND, "the node's capacity in Redis")
+    wait_for(
+        lambda: any(n.name == node and n.allocatable.get("cpu", 0) >= 8000 for n in phalanx.store.load_nodes()),
+        BIND,
+        "the node's capacity in Redis",
+    )
     # Drift: the record of a pod that does not exist, and usage that does not match the records.
     ghost = PodInfo(ns, "ghost", uid="ghost-uid", requests={"cpu": 4000})
     phalanx.store.must_apply(Txn(reserve=[phalanx.store.reserve_entry(ghost, node)]))
@@ -71,8 +82,11 @@ def test_reconciliation_repairs_are_counted_by_kind(cluster, phalanx) -> None:  
     assert f"{ns}/ghost" not in phalanx.reserved()
 
     def counted(reading: Reading) -> dict[str, float]:
-        return {kind: reading.get("phalanx_reconcile_repairs_total", kind=kind)
-                - before.get("phalanx_reconcile_repairs_total", kind=kind) for kind in maintenance.totals}
+        return {
+            kind: reading.get("phalanx_reconcile_repairs_total", kind=kind)
+            - before.get("phalanx_reconcile_repairs_total", kind=kind)
+            for kind in maintenance.totals
+        }
 
     def steady() -> tuple[dict[str, float], dict[str, int]] | None:
         """(metric, log) deltas read while no pass ran in between (passes go on in the background)."""

@@ -25,9 +25,15 @@ def test_every_method_has_an_entry(method: str) -> None:
 
 
 def test_binding_and_popping_belong_to_the_scheduler_alone() -> None:
-    for method in ("/phalanx.v1.Binder/Bind", "/phalanx.v1.Binder/BindStream", "/phalanx.v1.Binder/BindManyStream",
-                   "/phalanx.v1.Binder/Report", "/phalanx.v1.Queue/Pop", "/phalanx.v1.Queue/PopStream",
-                   "/phalanx.v1.Queue/Done"):
+    for method in (
+        "/phalanx.v1.Binder/Bind",
+        "/phalanx.v1.Binder/BindStream",
+        "/phalanx.v1.Binder/BindManyStream",
+        "/phalanx.v1.Binder/Report",
+        "/phalanx.v1.Queue/Pop",
+        "/phalanx.v1.Queue/PopStream",
+        "/phalanx.v1.Queue/Done",
+    ):
         assert POLICY[method] == {tls.SCHEDULER}, method
 
 

@@ -21,8 +21,14 @@ MI = 2**20 * 1000
 # -- shapes ------------------------------------------------------------------------------------------
 def test_scheduling_basic_shape() -> None:
     w = W.basic()
-    assert (w.name, w.kind, len(w.nodes), len(w.initial), w.pod_count, len(w.gangs)) == \
-        ("basic-5000", "throughput", 5000, 1000, 10000, 0)
+    assert (w.name, w.kind, len(w.nodes), len(w.initial), w.pod_count, len(w.gangs)) == (
+        "basic-5000",
+        "throughput",
+        5000,
+        1000,
+        10000,
+        0,
+    )
     assert all(n.allocatable == {"cpu": 4000, "memory": 32 * GI, "pods": 110_000} for n in w.nodes)
     assert all(p.requests == {"cpu": 100, "memory": 500 * MI, "pods": 1000} for p in w.initial + w.pods)
     assert all(len(u) == 1 and not u[0].gang for u in w.units)
@@ -101,8 +107,9 @@ def test_process_probes_read_a_live_process_and_none_once_gone() -> None:
     s = proc_sample(me)
     assert s.alive and s.cpu_s > 0 and 0 < s.rss_mib <= s.peak_rss_mib + 0.1
     assert machine_busy_s() > 0
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert cpu_seconds(int(gone)) is None and peak_rss_mib(int(gone)) is None and not proc_sample(int(gone)).alive
 
 
@@ -152,9 +159,24 @@ def test_throughput_run_with_initial_pods(tmp_path: Path) -> None:
 @needs_redis
 def test_cli_writes_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, txt = tmp_path / "bench.json", tmp_path / "bench.txt"
-    args = build_parser().parse_args(["bench", "--quick", "--sizes", "50", "--only", "gang3-latency-50",
-                                      "--rate", "200", "--output", str(out), "--table", str(txt),
-                                      "--log-dir", str(tmp_path / "logs")])
+    args = build_parser().parse_args(
+        [
+            "bench",
+            "--quick",
+            "--sizes",
+            "50",
+            "--only",
+            "gang3-latency-50",
+            "--rate",
+            "200",
+            "--output",
+            str(out),
+            "--table",
+            str(txt),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ]
+    )
     assert args.func(args) == 0
     doc = json.loads(out.read_text())
     assert doc["machine"]["cpu_count"] >= 1 and doc["machine"]["python"] and doc["machine"]["date"]
@@ -172,11 +194,21 @@ def test_cli_writes_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_table_formats_a_result() -> None:
-    r = {"workload": "gang3-5000", "kind": "throughput", "nodes": 5000, "pods": 3000, "pods_bound": 3000,
-         "gangs": 1000, "gangs_bound": 1000, "pods_per_second": 1234.5, "gangs_per_second": 411.5,
-         "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "peak_rss_mib": {"queue": 40.0, "scheduler": 80.0,
-         "binder": 50.0, "redis": 20.0}, "redis": {"commands_per_pod": 22.5, "round_trips_per_gang": 2.0},
-         "grpc": {"calls_per_gang": 1.02}}
+    r = {
+        "workload": "gang3-5000",
+        "kind": "throughput",
+        "nodes": 5000,
+        "pods": 3000,
+        "pods_bound": 3000,
+        "gangs": 1000,
+        "gangs_bound": 1000,
+        "pods_per_second": 1234.5,
+        "gangs_per_second": 411.5,
+        "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0},
+        "peak_rss_mib": {"queue": 40.0, "scheduler": 80.0, "binder": 50.0, "redis": 20.0},
+        "redis": {"commands_per_pod": 22.5, "round_trips_per_gang": 2.0},
+        "grpc": {"calls_per_gang": 1.02},
+    }
     text = table([r])
     assert "gang3-5000" in text and "1,234.5" in text and "40/80/50/20" in text
     assert "| 3 " not in text  # a throughput run's latency (queueing) stays out of the table

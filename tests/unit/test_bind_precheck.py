@@ -30,8 +30,9 @@ NAMES = ["w0", "w1", "w2", "w3"]
 class RefusingBackend(SimulatedBackend):
     """The simulated cluster whose precheck refuses the pods it is told to; records what reached bind()."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, refusals: dict[str, BindFailure],
-                 transactional: bool = False) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, refusals: dict[str, BindFailure], transactional: bool = False
+    ) -> None:
         super().__init__(client, keys)
         self.refusals = refusals
         self.transactional = transactional  # False: writes outside Redis, like the Kubernetes backend
@@ -57,8 +58,9 @@ def reserve(store: StateStore, names: list[str], gang: str = GANG) -> list[Assig
     return [Assignment(pod_key=p.key, uid=p.uid, node="n1", gang=gang) for p in pods]
 
 
-def run(store: StateStore, backend: RefusingBackend, assignments: list[Assignment],
-        all_or_nothing: bool) -> dict[str, tuple[int, str]]:
+def run(
+    store: StateStore, backend: RefusingBackend, assignments: list[Assignment], all_or_nothing: bool
+) -> dict[str, tuple[int, str]]:
     results, _ = BatchBinder(store, backend, FencedLock(store.redis, store.keys)).bind(assignments, all_or_nothing, 1.0)
     return {r.pod_key.split("/")[1]: (r.status, r.message) for r in results}
 
@@ -71,8 +73,9 @@ REFUSED = BindFailure('pod default/w1 names scheduler "default-scheduler", not "
 
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["locked-commit", "one-script"])
-def test_one_refusal_fails_an_all_or_nothing_gang_before_anything_is_bound(nodes: StateStore,
-                                                                          transactional: bool) -> None:
+def test_one_refusal_fails_an_all_or_nothing_gang_before_anything_is_bound(
+    nodes: StateStore, transactional: bool
+) -> None:
     backend = RefusingBackend(nodes.redis, nodes.keys, {"default/w1": REFUSED}, transactional)
     results = run(nodes, backend, reserve(nodes, NAMES), True)
     assert results["w1"] == (FAILED, REFUSED.message)
@@ -125,13 +128,13 @@ def test_a_started_binding_refused_on_roll_forward_is_released_alone(nodes: Stat
     failure = BindFailure("node n1 does not exist (pod default/w1 not bound)")
     backend = RefusingBackend(nodes.redis, nodes.keys, {"default/w1": failure})
     results = BatchBinder(nodes, backend, FencedLock(nodes.redis, nodes.keys)).finish_interrupted(1.0)
-    assert {r.pod_key.split("/")[1]: r.status for r in results} == {"w0": BOUND, "w1": FAILED, "w2": BOUND,
-                                                                    "w3": BOUND}
+    assert {r.pod_key.split("/")[1]: r.status for r in results} == {"w0": BOUND, "w1": FAILED, "w2": BOUND, "w3": BOUND}
     assert "default/w1" not in backend.written
     assert states(nodes) == dict.fromkeys(["w0", "w2", "w3"], "bound")
 
 
 # -- the verdict on one assignment -------------------------------------------------------------------------
+
 
 def facts(**kw: Any) -> PodFacts:
     return PodFacts(**{"uid": "u1", "scheduler": "phalanx", "node": "", "deleting": False, "podgroups": (), **kw})
@@ -141,22 +144,34 @@ ASSIGN = Assignment(pod_key="ns/p", uid="u1", node="n1")
 NODE = NodeFacts(deleting=False)
 
 
-@pytest.mark.parametrize("pod, node, expected", [
-    (facts(), NODE, None),
-    (facts(node="n1"), None, None),  # bound where asked already: the backend confirms it
-    (None, NODE, BindFailure("pod ns/p does not exist", gone=True)),
-    (facts(uid="u2"), NODE, BindFailure("pod ns/p no longer exists (recreated: uid u2, not u1)", gone=True)),
-    (facts(scheduler="default-scheduler"), NODE,
-     BindFailure('pod ns/p names scheduler "default-scheduler", not "phalanx": not Phalanx\'s to bind')),
-    (facts(deleting=True), NODE, BindFailure("pod ns/p is being deleted", gone=True)),
-    (facts(node="n2"), NODE, BindFailure("pod ns/p is already bound to n2")),
-    (facts(), None, BindFailure("node n1 does not exist (pod ns/p not bound)")),
-    (facts(), NodeFacts(deleting=True), BindFailure("node n1 is being deleted (pod ns/p not bound)")),
-    (ApiException(status=503, reason="unavailable"), NODE,
-     BindFailure("could not check pod ns/p: ApiException: (503)\nReason: unavailable\n", retryable=True)),
-    (facts(), ApiException(status=403, reason="Forbidden"),
-     BindFailure("could not check node n1 (for pod ns/p): ApiException: (403)\nReason: Forbidden\n")),
-])
+@pytest.mark.parametrize(
+    "pod, node, expected",
+    [
+        (facts(), NODE, None),
+        (facts(node="n1"), None, None),  # bound where asked already: the backend confirms it
+        (None, NODE, BindFailure("pod ns/p does not exist", gone=True)),
+        (facts(uid="u2"), NODE, BindFailure("pod ns/p no longer exists (recreated: uid u2, not u1)", gone=True)),
+        (
+            facts(scheduler="default-scheduler"),
+            NODE,
+            BindFailure('pod ns/p names scheduler "default-scheduler", not "phalanx": not Phalanx\'s to bind'),
+        ),
+        (facts(deleting=True), NODE, BindFailure("pod ns/p is being deleted", gone=True)),
+        (facts(node="n2"), NODE, BindFailure("pod ns/p is already bound to n2")),
+        (facts(), None, BindFailure("node n1 does not exist (pod ns/p not bound)")),
+        (facts(), NodeFacts(deleting=True), BindFailure("node n1 is being deleted (pod ns/p not bound)")),
+        (
+            ApiException(status=503, reason="unavailable"),
+            NODE,
+            BindFailure("could not check pod ns/p: ApiException: (503)\nReason: unavailable\n", retryable=True),
+        ),
+        (
+            facts(),
+            ApiException(status=403, reason="Forbidden"),
+            BindFailure("could not check node n1 (for pod ns/p): ApiException: (403)\nReason: Forbidden\n"),
+        ),
+    ],
+)
 def test_verdict(pod: Any, node: Any, expected: BindFailure | None) -> None:
     assert verdict(ASSIGN, pod, node, "phalanx") == expected
 
@@ -168,6 +183,7 @@ def test_report_annotations_keep_only_the_timeout_flag(caplog: pytest.LogCapture
 
 
 # -- the view's cache ----------------------------------------------------------------------------------------
+
 
 class Resp:
     def __init__(self, body: dict[str, Any]) -> None:
@@ -195,20 +211,40 @@ class FakeCore:
 
     def list_namespaced_pod(self, namespace: str, field_selector: str = "", **kw: Any) -> Resp:
         self.gets.append(f"list {namespace} {field_selector}")
-        return Resp({"items": [p for k, p in self.pods.items() if k.startswith(f"{namespace}/")
-                               and field_selector == f"spec.schedulerName={p['spec']['schedulerName']}"]})
+        return Resp(
+            {
+                "items": [
+                    p
+                    for k, p in self.pods.items()
+                    if k.startswith(f"{namespace}/")
+                    and field_selector == f"spec.schedulerName={p['spec']['schedulerName']}"
+                ]
+            }
+        )
 
 
-def pod_obj(key: str, uid: str, scheduler: str = "phalanx", labels: dict[str, str] | None = None,
-            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod_obj(
+    key: str,
+    uid: str,
+    scheduler: str = "phalanx",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     namespace, name = key.split("/")
-    return {"metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels or {},
-                         "annotations": annotations or {}}, "spec": {"schedulerName": scheduler}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {"schedulerName": scheduler},
+    }
 
 
 def test_the_view_answers_from_its_cache_and_asks_on_a_miss() -> None:
-    core = FakeCore({"ns/late": pod_obj("ns/late", "u9"), "ns/theirs": pod_obj("ns/theirs", "u8", "other")},
-                    {"n1"})
+    core = FakeCore({"ns/late": pod_obj("ns/late", "u9"), "ns/theirs": pod_obj("ns/theirs", "u8", "other")}, {"n1"})
     view = ClusterView(core, "phalanx")
     view._sink("binder-nodes", "ADDED", {"metadata": {"name": "n1"}})
     view._sink("binder-pods", "ADDED", pod_obj("ns/a", "u1"))
@@ -216,8 +252,7 @@ def test_the_view_answers_from_its_cache_and_asks_on_a_miss() -> None:
     assert view.check(assign) == {} and core.gets == []  # the hot path: no API call
     ghost = [Assignment(pod_key="ns/a", uid="u1", node="ghost")]
     assert view.check(ghost)["ns/a"].message == "node ghost does not exist (pod ns/a not bound)"
-    late = [Assignment(pod_key="ns/late", uid="u9", node="n1"),
-            Assignment(pod_key="ns/theirs", uid="u8", node="n1")]
+    late = [Assignment(pod_key="ns/late", uid="u9", node="n1"), Assignment(pod_key="ns/theirs", uid="u8", node="n1")]
     failures = view.check(late)
     assert set(failures) == {"ns/theirs"} and "not Phalanx's to bind" in failures["ns/theirs"].message
     assert core.gets == ["node ghost", "pod ns/late", "pod ns/theirs"]
@@ -267,8 +302,11 @@ def test_a_binding_without_a_uid_is_made_for_the_incarnation_checked_as_ours() -
     backend.core = core  # type: ignore[assignment]
     backend.view.core = core
     try:
-        failures = backend.bind([Assignment(pod_key="ns/mine", uid="", node="n1"),
-                                 Assignment(pod_key="ns/theirs", uid="", node="n1")], 0.0, Txn())
+        failures = backend.bind(
+            [Assignment(pod_key="ns/mine", uid="", node="n1"), Assignment(pod_key="ns/theirs", uid="", node="n1")],
+            0.0,
+            Txn(),
+        )
     finally:
         backend.close()
     assert set(failures) == {"ns/theirs"} and "not Phalanx's to bind" in failures["ns/theirs"].message

@@ -12,10 +12,24 @@ CPU1 = {"cpu": 1000}
 GPU1 = {"cpu": 500, GPU: 1000}
 
 
-def pod(name: str, node: str = "", phase: str = "", requests: dict[str, int] | None = None, gang: str = "ns/g",
-        min_available: int = 2) -> PodView:
-    return PodView("ns", name, gang, min_available, node, phase or ("Running" if node else "Pending"), False,
-                   dict(requests or GPU1))
+def pod(
+    name: str,
+    node: str = "",
+    phase: str = "",
+    requests: dict[str, int] | None = None,
+    gang: str = "ns/g",
+    min_available: int = 2,
+) -> PodView:
+    return PodView(
+        "ns",
+        name,
+        gang,
+        min_available,
+        node,
+        phase or ("Running" if node else "Pending"),
+        False,
+        dict(requests or GPU1),
+    )
 
 
 def snapshot(at: float, *pods: PodView, nodes: dict[str, dict[str, int]] | None = None) -> Snapshot:
@@ -28,6 +42,7 @@ def kinds(found: list[inv.Violation]) -> list[str]:
 
 
 # --- partial gangs ---------------------------------------------------------------------------------------
+
 
 def test_a_partial_gang_is_reported_only_after_the_grace() -> None:
     watch = GangWatch({"ns/g": 2}, grace_seconds=10)
@@ -64,6 +79,7 @@ def test_a_gang_never_bound_is_reported_at_the_end() -> None:
 
 # --- capacity ----------------------------------------------------------------------------------------------
 
+
 def test_an_overcommitted_node_is_reported_per_resource() -> None:
     found = inv.check_capacity(snapshot(0, pod("a", "n1"), pod("b", "n1"), pod("c", "n1")))
     assert kinds(found) == [inv.OVERCOMMIT]
@@ -81,6 +97,7 @@ def test_a_pod_bound_to_a_node_that_does_not_exist_is_reported() -> None:
 
 
 # --- Redis against the API server ------------------------------------------------------------------------
+
 
 def used_of(*entries: tuple[str, dict[str, int]]) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
@@ -100,8 +117,14 @@ def test_redis_records_of_gone_or_finished_pods_are_orphans() -> None:
     snap = snapshot(0, pod("c", "n2", "Succeeded"))
     records = {"ns/gone": ("n1", "bound"), "ns/c": ("n2", "bound")}
     found = inv.check_redis(snap, records, used_of(("n1", GPU1), ("n2", GPU1)))
-    assert kinds(found) == [inv.REDIS_ORPHAN, inv.REDIS_ORPHAN, inv.REDIS_USAGE, inv.REDIS_USAGE,
-                            inv.REDIS_USAGE, inv.REDIS_USAGE]
+    assert kinds(found) == [
+        inv.REDIS_ORPHAN,
+        inv.REDIS_ORPHAN,
+        inv.REDIS_USAGE,
+        inv.REDIS_USAGE,
+        inv.REDIS_USAGE,
+        inv.REDIS_USAGE,
+    ]
 
 
 def test_a_reservation_left_assumed_for_a_bound_pod_is_stale() -> None:
@@ -139,13 +162,20 @@ def test_dedupe_reports_each_kind_and_subject_once() -> None:
 
 # --- reading API objects ----------------------------------------------------------------------------------
 
+
 def test_pod_view_reads_gang_requests_and_limits() -> None:
-    obj = {"metadata": {"namespace": "ns", "name": "w-0",
-                        "annotations": {"gang.scheduling.koordinator.sh/name": "w",
-                                        "gang.scheduling.koordinator.sh/min-available": "4"}},
-           "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "500m"},
-                                                                      "limits": {GPU: "1"}}}]},
-           "status": {"phase": "Running"}}
+    obj = {
+        "metadata": {
+            "namespace": "ns",
+            "name": "w-0",
+            "annotations": {
+                "gang.scheduling.koordinator.sh/name": "w",
+                "gang.scheduling.koordinator.sh/min-available": "4",
+            },
+        },
+        "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "500m"}, "limits": {GPU: "1"}}}]},
+        "status": {"phase": "Running"},
+    }
     view = pod_view(obj)
     assert (view.key, view.gang, view.min_available, view.node) == ("ns/w-0", "ns/w", 4, "n1")
     assert view.requests == {"cpu": 500, GPU: 1000} and view.holds_node

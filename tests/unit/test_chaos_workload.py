@@ -41,7 +41,7 @@ def test_pods_are_created_over_the_first_seconds_with_gangs_interleaved() -> Non
     order = [p.gang.key for p in w.pods]
     first_gang = order[0]
     first, last = order.index(first_gang), len(order) - 1 - order[::-1].index(first_gang)
-    assert len(set(order[first:last + 1])) > 1  # other gangs' pods come between
+    assert len(set(order[first : last + 1])) > 1  # other gangs' pods come between
     assert sorted(p.name for p in w.pods) == sorted(n for g in w.gangs.values() for n in g.pod_names())
 
 
@@ -57,6 +57,7 @@ def test_a_pod_body_declares_its_gang_with_koordinator_annotations() -> None:
 
 
 # --- the stand-in kubelet ------------------------------------------------------------------------------------
+
 
 def gang(name: str = "g", size: int = 2, run: float = 3.0, delete: bool = True) -> GangPlan:
     return GangPlan("ns", name, size, True, run, delete)
@@ -100,6 +101,7 @@ def test_a_gang_has_finished_when_all_its_pods_were_created_and_are_gone_or_term
 
 # --- the soak's fit check ------------------------------------------------------------------------------------
 
+
 def test_fitting_pods_counts_what_the_free_capacity_holds_per_node() -> None:
     nodes = {"n1": NodeView("n1", {"cpu": 4000, GPU: 2000}), "n2": NodeView("n2", {"cpu": 4000, GPU: 8000})}
     busy = PodView("ns", "x", "", 1, "n2", "Running", False, {"cpu": 500, GPU: 7000})
@@ -111,11 +113,18 @@ def test_fitting_pods_counts_what_the_free_capacity_holds_per_node() -> None:
 
 # --- command line ----------------------------------------------------------------------------------------------
 
+
 def test_targets_take_an_optional_count_and_run_round_robin() -> None:
     targets = parse_targets(["queue:2", "redis-empty", "binder.between_pods:1"], 3)
     assert targets == [("queue", 2), ("redis-empty", 3), ("binder.between_pods", 1)]
-    assert trial_order(targets) == ["queue", "redis-empty", "binder.between_pods", "queue", "redis-empty",
-                                    "redis-empty"]
+    assert trial_order(targets) == [
+        "queue",
+        "redis-empty",
+        "binder.between_pods",
+        "queue",
+        "redis-empty",
+        "redis-empty",
+    ]
     with pytest.raises(ValueError, match="unknown target"):
         parse_targets(["kubelet"], 1)
     with pytest.raises(ValueError, match="positive"):
@@ -123,9 +132,10 @@ def test_targets_take_an_optional_count_and_run_round_robin() -> None:
 
 
 def test_each_target_kills_its_process() -> None:
-    assert [target_process(t) for t in ("queue", "redis", "redis-empty", "none", "binder.before_commit",
-                                        "scheduler.after_commit")] == [
-        "queue", "redis", "redis", None, "binder", "scheduler"]
+    assert [
+        target_process(t)
+        for t in ("queue", "redis", "redis-empty", "none", "binder.before_commit", "scheduler.after_commit")
+    ] == ["queue", "redis", "redis", None, "binder", "scheduler"]
 
 
 def test_kubelet_garbage_collects_succeeded_pods_once_when_asked() -> None:

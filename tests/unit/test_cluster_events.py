@@ -48,7 +48,8 @@ def states(store: StateStore) -> dict[str, str]:
 
 @pytest.mark.parametrize("rules, state", [(API_SERVER, "bound"), (SCHEDULER_API, "assumed")])
 def test_a_reserved_pod_found_bound_is_confirmed_only_from_the_api_server(
-        h: LocalScheduler, rules: FeederRules, state: str) -> None:
+    h: LocalScheduler, rules: FeederRules, state: str
+) -> None:
     pod = reserve_one_of_two(h)
     ClusterEvents(h.sched, rules).apply(ClusterChange(bound=[replace(pod, node_name="n1")]), 1.0)
     assert states(h.store) == {"default/a": state}
@@ -68,7 +69,8 @@ def test_a_removed_node_sends_its_reserved_pods_back_unless_they_are_gone(h: Loc
     events = ClusterEvents(h.sched, SCHEDULER_API)
     carry = events.apply(ClusterChange(nodes_removed=["n1"]), 1.0)
     assert [(v.item.pod.key, v.outcome, v.reason) for v in carry.verdicts] == [
-        (pod.key, Outcome.BACKOFF, "node n1 was removed")]
+        (pod.key, Outcome.BACKOFF, "node n1 was removed")
+    ]
     assert states(h.store) == {} and not h.sched.assumed
 
     h.sched.upsert_nodes([model_node("n2", gpus=4)])
@@ -81,7 +83,8 @@ def test_a_removed_node_sends_its_reserved_pods_back_unless_they_are_gone(h: Loc
 
 @pytest.mark.parametrize("rules, still_bound", [(API_SERVER, False), (SCHEDULER_API, True)])
 def test_bound_pods_of_a_removed_node_leave_the_bound_set_only_from_the_api_server(
-        h: LocalScheduler, rules: FeederRules, still_bound: bool) -> None:
+    h: LocalScheduler, rules: FeederRules, still_bound: bool
+) -> None:
     h.sched.upsert_nodes([model_node("n1", gpus=4)])
     events = ClusterEvents(h.sched, rules)
     events.apply(ClusterChange(bound=[replace(model_pod("b", gpus=1), node_name="n1")]), 0.0)
@@ -94,9 +97,16 @@ def test_one_change_applied_in_order_fills_the_carry(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([model_node("n1", gpus=4)])
     events = ClusterEvents(h.sched, SCHEDULER_API)
     events.apply(ClusterChange(bound=[replace(model_pod("done", gpus=2), node_name="n1")]), 0.0)
-    carry = events.apply(ClusterChange(
-        nodes=[model_node("n2", gpus=8)], gangs=[gang_spec("g2", 2)], released=["default/done"],
-        unqueued=["default/deleted"], forgotten=["default/deleted"]), 1.0)
+    carry = events.apply(
+        ClusterChange(
+            nodes=[model_node("n2", gpus=8)],
+            gangs=[gang_spec("g2", 2)],
+            released=["default/done"],
+            unqueued=["default/deleted"],
+            forgotten=["default/deleted"],
+        ),
+        1.0,
+    )
     assert carry.move_all and carry.activate == ["default/g2"] and carry.remove == ["default/deleted"]
     assert carry.freed  # the finished pod's GPUs, for the pods they may help
     assert set(h.sched.snapshot.index) == {"n1", "n2"} and "default/g2" in h.sched.gangs.specs
@@ -133,9 +143,17 @@ def test_deliver_sends_a_carry_to_the_queue_at_once() -> None:
 
 # --- the gang intake ------------------------------------------------------------------------------------
 
+
 def volcano_pod(name: str, group: str) -> PodInfo:
-    return parse_pod(make_pod(name).scheduler("phalanx").container().gpu(1).annotation(VOLCANO_GROUP_NAME, group)
-                     .created("2026-01-01T00:00:00Z").build())
+    return parse_pod(
+        make_pod(name)
+        .scheduler("phalanx")
+        .container()
+        .gpu(1)
+        .annotation(VOLCANO_GROUP_NAME, group)
+        .created("2026-01-01T00:00:00Z")
+        .build()
+    )
 
 
 def test_pods_wait_parked_under_their_gang_in_arrival_order() -> None:

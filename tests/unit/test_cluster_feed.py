@@ -35,20 +35,44 @@ class Reports:
 
 def node(name: str, gpus: int = 4) -> tuple[str, str, dict[str, Any]]:
     alloc = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    return ("nodes", "ADDED", {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name},
-                               "status": {"allocatable": alloc}})
+    return (
+        "nodes",
+        "ADDED",
+        {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name}, "status": {"allocatable": alloc}},
+    )
 
 
-def pod(name: str, *, node_name: str = "", annotations: dict[str, str] | None = None, phase: str = "Pending",
-        scheduler: str = NAME, kind: str = "ADDED", uid: str = "") -> tuple[str, str, dict[str, Any]]:
-    return ("pods", kind, {
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}", "annotations": annotations or {},
-                     "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "spec": {"schedulerName": scheduler, "nodeName": node_name or None,
-                 "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
-        "status": {"phase": phase},
-    })
+def pod(
+    name: str,
+    *,
+    node_name: str = "",
+    annotations: dict[str, str] | None = None,
+    phase: str = "Pending",
+    scheduler: str = NAME,
+    kind: str = "ADDED",
+    uid: str = "",
+) -> tuple[str, str, dict[str, Any]]:
+    return (
+        "pods",
+        kind,
+        {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": uid or f"uid-{name}",
+                "annotations": annotations or {},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {
+                "schedulerName": scheduler,
+                "nodeName": node_name or None,
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": phase},
+        },
+    )
 
 
 def koord(gang: str, minimum: str = "2") -> dict[str, str]:
@@ -66,11 +90,13 @@ class Harness:
         """A scheduler (recovered from Redis, as after a restart) with a fresh feed."""
         backend = SimulatedBackend(self.store.redis, self.store.keys)
         binder = LocalBinder(BatchBinder(self.store, backend, FencedLock(self.store.redis, self.store.keys)), backend)
-        self.sched = GangScheduler(self.store, self.queue, binder, in_tree_framework(),
-                                   SchedulerSettings(default_wait_seconds=60))
+        self.sched = GangScheduler(
+            self.store, self.queue, binder, in_tree_framework(), SchedulerSettings(default_wait_seconds=60)
+        )
         self.sched.recover(0.0)
-        self.feed = ClusterFeed(self.sched, threading.Lock(), self.queue, self.reports, [], scheduler_name=NAME,
-                                now=lambda: 0.0)
+        self.feed = ClusterFeed(
+            self.sched, threading.Lock(), self.queue, self.reports, [], scheduler_name=NAME, now=lambda: 0.0
+        )
         self.first = True
 
     def apply(self, *events: tuple[str, str, dict[str, Any]]) -> None:
@@ -87,13 +113,18 @@ def h(store: StateStore) -> Harness:
 
 
 def test_bound_pods_of_every_scheduler_hold_capacity_and_finished_ones_release_it(h: Harness) -> None:
-    h.apply(node("n1"), pod("mine", node_name="n1", annotations=koord("g", "1")),
-            pod("theirs", node_name="n1", scheduler="default-scheduler"),
-            pod("waiting", scheduler="default-scheduler"))
+    h.apply(
+        node("n1"),
+        pod("mine", node_name="n1", annotations=koord("g", "1")),
+        pod("theirs", node_name="n1", scheduler="default-scheduler"),
+        pod("waiting", scheduler="default-scheduler"),
+    )
     assert h.reserved() == {"ns/mine": "bound", "ns/theirs": "bound"}
     assert h.store.load_gangs()["ns/g"].min_available == 1  # learned from the bound pod
-    h.apply(pod("theirs", node_name="n1", scheduler="default-scheduler", phase="Succeeded", kind="MODIFIED"),
-            pod("mine", node_name="n1", kind="DELETED"))
+    h.apply(
+        pod("theirs", node_name="n1", scheduler="default-scheduler", phase="Succeeded", kind="MODIFIED"),
+        pod("mine", node_name="n1", kind="DELETED"),
+    )
     assert h.reserved() == {}
 
 
@@ -111,9 +142,12 @@ def test_pods_wait_for_their_podgroup_then_queue(h: Harness) -> None:
     h.apply(node("n1"), pod("w0", annotations={VOLCANO_GROUP_NAME: "pg"}))
     assert "does not exist yet" in h.reports.pods["ns/w0"]
     assert h.queue.queue.pop(10, 0.0) == []
-    podgroup = {"kind": "PodGroup", "apiVersion": "scheduling.volcano.sh/v1beta1",
-                "metadata": {"name": "pg", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
-                "spec": {"minMember": 1}}
+    podgroup = {
+        "kind": "PodGroup",
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "metadata": {"name": "pg", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"minMember": 1},
+    }
     h.apply(("podgroups.scheduling.volcano.sh", "ADDED", podgroup))
     assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/w0"]
     assert h.store.load_gangs()["ns/pg"].source == "podgroup/scheduling.volcano.sh"

@@ -13,8 +13,11 @@ from phalanx.kube.watch import Collection, Watcher
 
 
 def obj(name: str, rv: str, namespace: str = "ns") -> dict[str, Any]:
-    return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name, "namespace": namespace,
-                                                            "resourceVersion": rv}}
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv},
+    }
 
 
 class Resp:
@@ -72,16 +75,26 @@ def listing(rv: str, *items: dict[str, Any]) -> Resp:
 
 
 def test_list_then_watch_resumes_from_the_last_version_and_relists_on_410() -> None:
-    seen, script, watcher = run([
-        listing("10", obj("a", "1"), obj("b", "2")),
-        Resp(events=[{"type": "MODIFIED", "object": obj("a", "11")},
-                     {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}}]),
-        Resp(events=[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}]),
-        listing("20", obj("a", "13"), obj("c", "14")),
-    ])
+    seen, script, watcher = run(
+        [
+            listing("10", obj("a", "1"), obj("b", "2")),
+            Resp(
+                events=[
+                    {"type": "MODIFIED", "object": obj("a", "11")},
+                    {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
+                ]
+            ),
+            Resp(events=[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}]),
+            listing("20", obj("a", "13"), obj("c", "14")),
+        ]
+    )
     assert seen == [
-        ("ADDED", "a", "1"), ("ADDED", "b", "2"), ("MODIFIED", "a", "11"),
-        ("MODIFIED", "a", "13"), ("ADDED", "c", "14"), ("DELETED", "b", ""),  # the diff after the re-list
+        ("ADDED", "a", "1"),
+        ("ADDED", "b", "2"),
+        ("MODIFIED", "a", "11"),
+        ("MODIFIED", "a", "13"),
+        ("ADDED", "c", "14"),
+        ("DELETED", "b", ""),  # the diff after the re-list
     ]
     watches = [c for c in script.calls if c.get("watch")]
     assert [c["resource_version"] for c in watches] == ["10", "12", "20"]  # resumed after the bookmark
@@ -93,19 +106,22 @@ def test_list_items_get_the_collections_kind() -> None:
     stop = threading.Event()
     kinds: list[str] = []
     script = Script(stop, [listing("1", obj("a", "1"))])
-    watcher = Watcher(Collection("configmaps", script, "ConfigMap", "v1"),
-                      lambda c, k, o: kinds.append(o["kind"]), stop)
+    watcher = Watcher(
+        Collection("configmaps", script, "ConfigMap", "v1"), lambda c, k, o: kinds.append(o["kind"]), stop
+    )
     watcher.start()
     watcher.join(5)
     assert kinds == ["ConfigMap"]
 
 
 def test_a_missing_collection_counts_as_synced_and_is_retried() -> None:
-    seen, script, watcher = run([
-        ApiException(status=404, reason="Not Found"),
-        ApiException(status=404, reason="Not Found"),
-        listing("5", obj("a", "1")),  # the CRD got installed
-    ])
+    seen, script, watcher = run(
+        [
+            ApiException(status=404, reason="Not Found"),
+            ApiException(status=404, reason="Not Found"),
+            listing("5", obj("a", "1")),  # the CRD got installed
+        ]
+    )
     assert watcher.synced.is_set()
     assert seen == [("ADDED", "a", "1")]
     assert len([c for c in script.calls if not c.get("watch")]) == 3
@@ -118,12 +134,16 @@ def test_a_collection_missing_at_start_is_quiet_and_its_arrival_is_said(caplog: 
     import logging
 
     caplog.set_level(logging.DEBUG, logger="phalanx.kube.watch")
-    run([
-        ApiException(status=404, reason="Not Found"),
-        listing("5", obj("a", "1")),
-        ApiException(status=404, reason="Not Found"),  # (then the script's end lists it once more)
-    ])
+    run(
+        [
+            ApiException(status=404, reason="Not Found"),
+            listing("5", obj("a", "1")),
+            ApiException(status=404, reason="Not Found"),  # (then the script's end lists it once more)
+        ]
+    )
     levels = [(r.levelname, r.getMessage().split(";")[0]) for r in caplog.records]
-    assert levels[:3] == [("DEBUG", "pods: not served by the API server"),
-                      ("INFO", "pods: now served by the API server"),
-                      ("WARNING", "pods: no longer served by the API server")]
+    assert levels[:3] == [
+        ("DEBUG", "pods: not served by the API server"),
+        ("INFO", "pods: now served by the API server"),
+        ("WARNING", "pods: no longer served by the API server"),
+    ]

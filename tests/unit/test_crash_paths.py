@@ -61,8 +61,8 @@ def test_a_gang_whose_binder_is_down_keeps_its_reservations_and_binds_when_it_is
     h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(3)], 0)
     h.sched.step(0)
     assert h.bound() == {}
-    assert in_flight(h) == 0                                  # every popped pod got a verdict
-    assert set(states(h.store).values()) == {"assumed"}       # reservations kept, not dropped
+    assert in_flight(h) == 0  # every popped pod got a verdict
+    assert set(states(h.store).values()) == {"assumed"}  # reservations kept, not dropped
     h.sched.binder.down = False  # type: ignore[attr-defined]
     h.sched.step(1)  # past the retry's backoff
     assert sorted(h.bound()) == ["default/w0", "default/w1", "default/w2"]
@@ -118,7 +118,7 @@ def test_a_step_that_fails_midway_returns_its_pods_and_reloads_memory(h: Harness
     h.sched.snapshot.used[:] = 12345  # whatever memory holds now is not trusted
     h.sched.step(10)  # reloads memory; the pod's verdict (backoff) reaches the queue
     h.sched.step(20)
-    assert h.bound() == {"default/a": "n1"}                # the pod came back and was scheduled
+    assert h.bound() == {"default/a": "n1"}  # the pod came back and was scheduled
     assert in_flight(h) == 0
     assert h.sched.snapshot.used_map() == {k: v for k, v in h.store.load_used().items() if v}
 
@@ -163,7 +163,7 @@ def test_pods_of_a_silent_consumer_return_after_the_lease() -> None:
     q, clock = _queue(lease=10.0)
     q.pop(10, 0, consumer="sched", incarnation="1")
     clock.t = 5.0
-    assert q.pop(10, 0, consumer="other", incarnation="x") == []   # within the lease: still lent
+    assert q.pop(10, 0, consumer="other", incarnation="x") == []  # within the lease: still lent
     clock.t = 11.0
     back = q.pop(10, 0, consumer="other", incarnation="x")
     assert sorted(e.key for e in back) == ["default/a", "default/b"]
@@ -184,6 +184,7 @@ def test_a_verdict_ends_the_loan(store: StateStore) -> None:
     q, clock = _queue(lease=10.0)
     popped = q.pop(10, 0, consumer="sched", incarnation="1")
     from phalanx.queueing.scheduling_queue import Outcome
+
     for e in popped:
         q.done(e.key, Outcome.ASSUMED, 0)
     clock.t = 100.0
@@ -191,15 +192,20 @@ def test_a_verdict_ends_the_loan(store: StateStore) -> None:
 
 
 def test_two_strict_gangs_interleaved_the_one_that_fits_binds_without_waiting_for_the_others_timeout(
-        store: StateStore) -> None:
+    store: StateStore,
+) -> None:
     """Gang a can never fit (2 x 3 GPUs on a 4-GPU node), gang b can (2 x 2). Their pods arrive
     interleaved. Before the fix, b waited for a's timeout (600 s): releasing a's reservations woke nobody."""
     h = Harness(store)
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.sched.upsert_gangs([gang("a", 2, wait=600), gang("b", 2, wait=600)])
     t = 0.0
-    for p in (pod("a0", "a", gpus=3, created=0), pod("b0", "b", gpus=2, created=1),
-              pod("a1", "a", gpus=3, created=0), pod("b1", "b", gpus=2, created=1)):
+    for p in (
+        pod("a0", "a", gpus=3, created=0),
+        pod("b0", "b", gpus=2, created=1),
+        pod("a1", "a", gpus=3, created=0),
+        pod("b1", "b", gpus=2, created=1),
+    ):
         h.queue.add([p], t)
         h.sched.step(t)
         t += 0.3
@@ -221,10 +227,10 @@ def test_a_pod_turned_away_by_an_invalid_cycle_lets_the_cycle_end() -> None:
     stmt = gm.begin()
     key = "default/g"
     assert gm.try_enter_cycle(key, "p0", stmt) and gm.try_enter_cycle(key, "p1", stmt)
-    gm.invalidate_cycle(key, stmt)            # both tried and failed together: cycle 2 starts
+    gm.invalidate_cycle(key, stmt)  # both tried and failed together: cycle 2 starts
     assert stmt.record(key).cycle == 2 and stmt.record(key).valid
-    assert gm.try_enter_cycle(key, "p0", stmt)      # p0 alone this time ...
-    gm.invalidate_cycle(key, stmt)            # ... and it fails: cycle 2 is invalid until p1 passes
+    assert gm.try_enter_cycle(key, "p0", stmt)  # p0 alone this time ...
+    gm.invalidate_cycle(key, stmt)  # ... and it fails: cycle 2 is invalid until p1 passes
     assert not stmt.record(key).valid
     assert not gm.try_enter_cycle(key, "p1", stmt)  # p1 turned away, but counted: the cycle ends
     assert stmt.record(key).cycle == 3 and stmt.record(key).valid

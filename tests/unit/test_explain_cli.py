@@ -25,10 +25,14 @@ def test_a_missing_kubeconfig_is_named(capsys: pytest.CaptureFixture[str], tmp_p
 
 
 def test_an_unknown_context_names_the_ones_there_are(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "dev",
-              "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-              "users": [{"name": "u", "user": {"token": "t"}}],
-              "contexts": [{"name": name, "context": {"cluster": "c", "user": "u"}} for name in ("dev", "prod")]}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "dev",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": "u"}} for name in ("dev", "prod")],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(json.dumps(config))
     code, err = _run(capsys, "--kubeconfig", str(path), "--context", "staging")

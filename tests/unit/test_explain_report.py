@@ -33,43 +33,92 @@ NS = "training"
 PHALANX = str(Path(sys.executable).parent / "phalanx")
 
 
-def _node(name: str, gpus: int, labels: dict[str, str] | None = None,
-          taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}},
-            "spec": {"taints": taints or []},
-            "status": {"allocatable": {"cpu": "32", "memory": "128Gi", GPU: str(gpus), "pods": "110"}}}
+def _node(
+    name: str, gpus: int, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"taints": taints or []},
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", GPU: str(gpus), "pods": "110"}},
+    }
 
 
-def _pod(name: str, at: str, gpus: int, *, labels: dict[str, str] | None = None,
-         annotations: dict[str, str] | None = None, selector: dict[str, str] | None = None,
-         seconds: int = RUN_SECONDS) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "creationTimestamp": at, "labels": labels or {},
-                         "annotations": {SIM_DURATION: f"{seconds}s", **(annotations or {})}},
-            "spec": {"schedulerName": "phalanx", "nodeSelector": selector or {},
-                     "containers": [{"name": "main", "image": "trainer",
-                                     "resources": {"requests": {"cpu": "1", "memory": "4Gi"},
-                                                   "limits": {GPU: gpus}}}]}}
+def _pod(
+    name: str,
+    at: str,
+    gpus: int,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    selector: dict[str, str] | None = None,
+    seconds: int = RUN_SECONDS,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "creationTimestamp": at,
+            "labels": labels or {},
+            "annotations": {SIM_DURATION: f"{seconds}s", **(annotations or {})},
+        },
+        "spec": {
+            "schedulerName": "phalanx",
+            "nodeSelector": selector or {},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer",
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {GPU: gpus}},
+                }
+            ],
+        },
+    }
 
 
 def _workload() -> list[dict[str, Any]]:
     koord = {KOORD_WAITING_TIME: "2h"}
     docs = [_node(n, GPUS, {"gpu-model": "a100"} if n == GPU_NODES[-1] else {}) for n in GPU_NODES]
-    docs += [_node("gpu-tainted", GPUS, taints=[{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]),
-             _node("cpu-1", 0),
-             {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-              "metadata": {"name": "train-a", "namespace": NS, "creationTimestamp": "2026-01-01T00:00:00Z"},
-              "spec": {"minMember": A_PODS}}]
-    docs += [_pod(f"train-a-{i}", "2026-01-01T00:00:00Z", PER_POD, labels={LABEL_X_K8S_PODGROUP: "train-a"})
-             for i in range(A_PODS)]
+    docs += [
+        _node("gpu-tainted", GPUS, taints=[{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]),
+        _node("cpu-1", 0),
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train-a", "namespace": NS, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"minMember": A_PODS},
+        },
+    ]
+    docs += [
+        _pod(f"train-a-{i}", "2026-01-01T00:00:00Z", PER_POD, labels={LABEL_X_K8S_PODGROUP: "train-a"})
+        for i in range(A_PODS)
+    ]
     docs.append(_pod("etl-0", "2026-01-01T00:00:00Z", 1, seconds=ETL_SECONDS))
-    docs += [_pod(f"train-b-{i}", "2026-01-01T00:01:00Z", PER_POD,
-                  annotations={KOORD_NAME: "train-b", KOORD_MIN_AVAILABLE: str(B_PODS), **koord})
-             for i in range(B_PODS)]
-    docs += [_pod(f"huge-{i}", "2026-01-01T00:02:00Z", GPUS, selector={"gpu-model": "a100"},
-                  annotations={KOORD_NAME: "huge", KOORD_MIN_AVAILABLE: "2", **koord}) for i in range(2)]
-    docs.append(_pod("broken-0", "2026-01-01T00:02:00Z", 1, annotations={KOORD_NAME: "broken",
-                                                                        KOORD_MIN_AVAILABLE: "many"}))
+    docs += [
+        _pod(
+            f"train-b-{i}",
+            "2026-01-01T00:01:00Z",
+            PER_POD,
+            annotations={KOORD_NAME: "train-b", KOORD_MIN_AVAILABLE: str(B_PODS), **koord},
+        )
+        for i in range(B_PODS)
+    ]
+    docs += [
+        _pod(
+            f"huge-{i}",
+            "2026-01-01T00:02:00Z",
+            GPUS,
+            selector={"gpu-model": "a100"},
+            annotations={KOORD_NAME: "huge", KOORD_MIN_AVAILABLE: "2", **koord},
+        )
+        for i in range(2)
+    ]
+    docs.append(
+        _pod("broken-0", "2026-01-01T00:02:00Z", 1, annotations={KOORD_NAME: "broken", KOORD_MIN_AVAILABLE: "many"})
+    )
     return docs
 
 
@@ -78,8 +127,12 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
     root = tmp_path_factory.mktemp("explain")
     workload, report = root / "workload.yaml", root / "report.json"
     workload.write_text(yaml.safe_dump_all(_workload()))
-    subprocess.run([PHALANX, "simulate", "-f", str(workload), "--until", f"{UNTIL}s", "-o", str(report)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [PHALANX, "simulate", "-f", str(workload), "--until", f"{UNTIL}s", "-o", str(report)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return workload, report, json.loads(report.read_text())
 
 
@@ -90,8 +143,9 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return int(exit_.value.code or 0), out, err
 
 
-def _explained(capsys: pytest.CaptureFixture[str], simulated: tuple[Path, Path, dict[str, Any]],
-               *extra: str) -> dict[str, Any]:
+def _explained(
+    capsys: pytest.CaptureFixture[str], simulated: tuple[Path, Path, dict[str, Any]], *extra: str
+) -> dict[str, Any]:
     workload, report, _ = simulated
     code, out, err = _run(capsys, "--report", str(report), "-f", str(workload), "-o", "json", *extra)
     assert code == 0, err
@@ -150,8 +204,9 @@ def test_a_gang_that_never_fits_and_a_malformed_one(capsys, simulated) -> None:
     assert huge["fitWhenEmptied"] == GPUS // GPUS
     broken = gangs["broken"]
     assert broken["state"] == "Invalid"
-    assert broken["error"] == (f'Pod {NS}/broken-0: metadata.annotations[{KOORD_MIN_AVAILABLE}]: '
-                               '"many" is not a positive integer')
+    assert broken["error"] == (
+        f'Pod {NS}/broken-0: metadata.annotations[{KOORD_MIN_AVAILABLE}]: "many" is not a positive integer'
+    )
     assert "train-a" not in gangs  # it runs: only waiting gangs are listed
 
 

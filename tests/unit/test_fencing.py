@@ -42,9 +42,13 @@ def dump(client: redis.Redis, keys: Keys) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in sorted(client.scan_iter(match=keys.pattern)):
         kind = client.type(k)
-        out[k] = {"string": client.get, "hash": client.hgetall, "set": client.smembers,
-                  "zset": lambda key: client.zrange(key, 0, -1, withscores=True),
-                  "list": lambda key: client.lrange(key, 0, -1)}[kind](k)
+        out[k] = {
+            "string": client.get,
+            "hash": client.hgetall,
+            "set": client.smembers,
+            "zset": lambda key: client.zrange(key, 0, -1, withscores=True),
+            "list": lambda key: client.lrange(key, 0, -1),
+        }[kind](k)
     return out
 
 
@@ -64,6 +68,7 @@ def stores(redis_client: redis.Redis, keys: Keys) -> tuple[StateStore, StateStor
 
 # --- compare-and-raise -----------------------------------------------------------------------------------------
 
+
 def test_claim_term_only_raises(store: StateStore) -> None:
     assert store.leader_term() is None
     assert store.claim_term(0) == (True, 0)  # the first Lease acquisition has leaseTransitions 0
@@ -75,8 +80,10 @@ def test_claim_term_only_raises(store: StateStore) -> None:
 
 # --- the transaction script --------------------------------------------------------------------------------------
 
-def test_a_deposed_leaders_commit_is_refused_and_changes_nothing(stores: tuple[StateStore, StateStore],
-                                                                   redis_client: redis.Redis, keys: Keys) -> None:
+
+def test_a_deposed_leaders_commit_is_refused_and_changes_nothing(
+    stores: tuple[StateStore, StateStore], redis_client: redis.Redis, keys: Keys
+) -> None:
     old, new = stores
     before = dump(redis_client, keys)
     seen: list[FencedOut] = []
@@ -92,8 +99,9 @@ def test_a_deposed_leaders_commit_is_refused_and_changes_nothing(stores: tuple[S
     assert set(new.load_pods()) == {"ns/b"}
 
 
-def test_equal_term_commits_and_a_higher_one_is_recorded(store: StateStore, redis_client: redis.Redis,
-                                                          keys: Keys) -> None:
+def test_equal_term_commits_and_a_higher_one_is_recorded(
+    store: StateStore, redis_client: redis.Redis, keys: Keys
+) -> None:
     store.term = 7
     store.put_nodes([node("n1")])  # no claim yet (Redis lost it, say): the first write records the term
     assert store.leader_term() == 7
@@ -110,8 +118,9 @@ def test_a_check_failure_is_still_a_conflict_not_a_fence(stores: tuple[StateStor
     assert not ok and "expected bound" in reason
 
 
-def test_unfenced_stores_are_not_checked(stores: tuple[StateStore, StateStore], redis_client: redis.Redis,
-                                         keys: Keys) -> None:
+def test_unfenced_stores_are_not_checked(
+    stores: tuple[StateStore, StateStore], redis_client: redis.Redis, keys: Keys
+) -> None:
     """The binder (and any scheduler without election) writes without a term, whatever Redis holds."""
     binder = StateStore(redis_client, keys)
     assert binder.apply(Txn(set_state=[["ns/a", "binding"]])) == (True, "")
@@ -119,8 +128,9 @@ def test_unfenced_stores_are_not_checked(stores: tuple[StateStore, StateStore], 
     assert binder.leader_term() == 4
 
 
-def test_one_script_call_per_commit(stores: tuple[StateStore, StateStore], redis_client: redis.Redis,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_script_call_per_commit(
+    stores: tuple[StateStore, StateStore], redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Fencing costs one GET inside the script, not a round trip."""
     _, new = stores
     sent: list[str] = []
@@ -145,12 +155,24 @@ def test_one_script_call_per_commit(stores: tuple[StateStore, StateStore], redis
 
 # --- every other write path of the scheduler and the feed -------------------------------------------------------
 
-@pytest.mark.parametrize("write", [
-    "put_nodes", "remove_nodes", "put_gangs", "remove_gangs", "forget_gangs", "repair_usage", "identity",
-    "release", "facts",
-])
-def test_every_write_path_is_fenced(write: str, stores: tuple[StateStore, StateStore], redis_client: redis.Redis,
-                                    keys: Keys) -> None:
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        "put_nodes",
+        "remove_nodes",
+        "put_gangs",
+        "remove_gangs",
+        "forget_gangs",
+        "repair_usage",
+        "identity",
+        "release",
+        "facts",
+    ],
+)
+def test_every_write_path_is_fenced(
+    write: str, stores: tuple[StateStore, StateStore], redis_client: redis.Redis, keys: Keys
+) -> None:
     old, new = stores
     redis_client.hdel(keys.meta, "epoch")  # so identity() would write one
     redis_client.hincrby(keys.used, "n2\x1fcpu", 5)  # drift that repair_usage would fix
@@ -240,6 +262,7 @@ def test_the_scheduling_loop_stops_on_fenced_out() -> None:
 
 # --- the election: one Lease, two replicas, an in-memory API server ----------------------------------------------
 
+
 class FakeLeases:
     """CoordinationV1Api's three Lease calls with the API server's concurrency rules."""
 
@@ -281,8 +304,12 @@ class FakeLeases:
     def _store(self, namespace: str, name: str, body: dict[str, Any]) -> SimpleNamespace:
         self.version += 1
         obj = json.loads(json.dumps(body))
-        obj["metadata"] = {**obj.get("metadata", {}), "name": name, "namespace": namespace,
-                           "resourceVersion": str(self.version)}
+        obj["metadata"] = {
+            **obj.get("metadata", {}),
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": str(self.version),
+        }
         self.objects[(namespace, name)] = obj
         return SimpleNamespace(data=json.dumps(obj).encode())
 
@@ -301,8 +328,9 @@ class FakeClock:
 def elector(api: FakeLeases, identity: str, clock: FakeClock | None = None, **timing: float) -> LeaderElector:
     config = ElectionConfig("ns", "lease", identity, **timing)
     kwargs = {"monotonic": clock} if clock is not None else {}
-    return LeaderElector(api, config, on_started_leading=lambda term: None, on_stopped_leading=lambda why: None,
-                         **kwargs)  # type: ignore[arg-type]
+    return LeaderElector(
+        api, config, on_started_leading=lambda term: None, on_stopped_leading=lambda why: None, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def test_acquire_standby_and_takeover_after_the_lease_duration() -> None:
@@ -402,8 +430,11 @@ def test_claim_fencing_term_raises_a_recreated_lease_above_redis(store: StateSto
 
 def test_election_config_is_checked_like_client_go() -> None:
     ElectionConfig("ns", "lease", "me").validate()
-    for bad in ({"lease_duration": 10, "renew_deadline": 10}, {"renew_deadline": 2.4, "retry_period": 2},
-                {"retry_period": 0}):
+    for bad in (
+        {"lease_duration": 10, "renew_deadline": 10},
+        {"renew_deadline": 2.4, "retry_period": 2},
+        {"retry_period": 0},
+    ):
         with pytest.raises(ValueError):
             ElectionConfig("ns", "lease", "me", **bad).validate()  # type: ignore[arg-type]
 
@@ -420,6 +451,7 @@ def test_identity_and_namespace_defaults(tmp_path: Any) -> None:
 
 # --- the queue's loans across a change of leader -----------------------------------------------------------------
 
+
 def test_a_new_leader_gets_the_old_leaders_loans_back_at_its_first_pop() -> None:
     """Replicas under election share one consumer name (SHARED_CONSUMER), so the new leader's QueueClient is
     a new incarnation of the dead leader's consumer: its first pop returns every pod the dead one had popped,
@@ -435,8 +467,13 @@ def test_a_new_leader_gets_the_old_leaders_loans_back_at_its_first_pop() -> None
     q.add("ns/solo", priority=0, created_at=1.0, gang="", gang_created_at=0.0, payload=None, now=0.0)
     taken = q.pop(4, 1.0, consumer=SHARED_CONSUMER, incarnation="old-leader")
     assert sorted(e.key for e in taken) == [f"ns/g-{i}" for i in range(4)]
-    assert [e.key for e in q.pop(10, 1.0, consumer=SHARED_CONSUMER, incarnation="new-leader")] \
-        == ["ns/g-0", "ns/g-1", "ns/g-2", "ns/g-3", "ns/solo"], "the dead leader's gang comes back whole, at once"
+    assert [e.key for e in q.pop(10, 1.0, consumer=SHARED_CONSUMER, incarnation="new-leader")] == [
+        "ns/g-0",
+        "ns/g-1",
+        "ns/g-2",
+        "ns/g-3",
+        "ns/solo",
+    ], "the dead leader's gang comes back whole, at once"
     assert q.returned_loans == 4
     # Against Kubernetes on the wall clock election is on by default, and with it the shared name.
     args = argparse.Namespace(leader_elect=None, backend="kubernetes", clock="real")

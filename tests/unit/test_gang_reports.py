@@ -81,4 +81,5 @@ def test_gangs_without_a_source_still_report(sched: GangScheduler) -> None:
     sched.queue.add([pod("a")], 0.0)  # type: ignore[attr-defined]
     sched.step(0.0)
     assert [(r.phase, r.source, r.pod_key) for r in reports(sched)] == [
-        ("Scheduled", "koordinator-annotations", "default/a")]
+        ("Scheduled", "koordinator-annotations", "default/a")
+    ]

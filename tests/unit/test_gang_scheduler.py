@@ -93,8 +93,9 @@ def test_strict_releases_earlier_reservations_when_a_later_pod_fails(h: LocalSch
 def test_gang_group_binds_only_when_every_gang_is_ready(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     group = ("ns-a/ga", "ns-b/gb")
-    h.sched.upsert_gangs([gang("ga", 2, groups=group, ns="ns-a", wait=50),
-                          gang("gb", 2, groups=group, ns="ns-b", wait=50)])
+    h.sched.upsert_gangs(
+        [gang("ga", 2, groups=group, ns="ns-a", wait=50), gang("gb", 2, groups=group, ns="ns-b", wait=50)]
+    )
     h.queue.add([pod("a0", "ga", gpus=1, ns="ns-a"), pod("a1", "ga", gpus=1, ns="ns-a")], 0)
     h.sched.step(0)
     assert h.bound() == {}
@@ -108,8 +109,7 @@ def test_gang_group_that_cannot_complete_releases_everything_at_timeout(h: Local
     h.sched.upsert_nodes([node("n1", gpus=3)])
     group = ("default/ga", "default/gb")
     h.sched.upsert_gangs([gang("ga", 2, groups=group, wait=30), gang("gb", 2, groups=group, wait=30)])
-    h.queue.add([pod("a0", "ga", gpus=1), pod("a1", "ga", gpus=1), pod("b0", "gb", gpus=1),
-                 pod("b1", "gb", gpus=1)], 0)
+    h.queue.add([pod("a0", "ga", gpus=1), pod("a1", "ga", gpus=1), pod("b0", "gb", gpus=1), pod("b1", "gb", gpus=1)], 0)
     h.sched.step(0)
     assert h.bound() == {}
     h.sched.step(30)
@@ -177,8 +177,13 @@ def test_restart_recovers_gang_progress_from_redis(h: LocalScheduler, store: Sta
 
 
 def share_pod(name: str, share_milli: int, created: float = 0.0) -> PodInfo:
-    return PodInfo("default", name, uid=name, created_at=created,
-                   requests={"cpu": 100, "pods": 1000, "phalanx.dev/gpu-share": share_milli})
+    return PodInfo(
+        "default",
+        name,
+        uid=name,
+        created_at=created,
+        requests={"cpu": 100, "pods": 1000, "phalanx.dev/gpu-share": share_milli},
+    )
 
 
 def test_gpu_shares_are_placed_per_device_never_split_across_gpus(h: LocalScheduler) -> None:
@@ -194,8 +199,7 @@ def test_gpu_shares_are_placed_per_device_never_split_across_gpus(h: LocalSchedu
 
 def test_a_share_fills_a_used_gpu_before_breaking_a_free_one(h: LocalScheduler) -> None:
     h.sched.upsert_nodes([node("n1", gpus=2)])
-    h.queue.add([share_pod("a", 500, created=0), share_pod("b", 300, created=1),
-                 pod("whole", gpus=1, created=2)], 0)
+    h.queue.add([share_pod("a", 500, created=0), share_pod("b", 300, created=1), pod("whole", gpus=1, created=2)], 0)
     h.sched.step(0)
     # Best fit put both shares on one device, so a whole GPU is still free for the last pod.
     assert sorted(h.bound()) == ["default/a", "default/b", "default/whole"]
@@ -215,8 +219,9 @@ def test_a_whole_gpu_pod_does_not_take_a_device_a_share_uses(h: LocalScheduler) 
     assert "default/whole" in h.bound()
 
 
-def test_forgetting_gangs_keeps_one_with_reservations_and_clears_the_rest_everywhere(h: LocalScheduler,
-                                                                                     store: StateStore) -> None:
+def test_forgetting_gangs_keeps_one_with_reservations_and_clears_the_rest_everywhere(
+    h: LocalScheduler, store: StateStore
+) -> None:
     h.sched.upsert_nodes([node("n1", gpus=4)])
     h.sched.upsert_gangs([gang("done", 1), gang("waiting", 3, wait=100)])
     h.queue.add([pod("d0", "done", gpus=1), pod("w0", "waiting", gpus=1)], 0)

@@ -56,8 +56,10 @@ def test_scores_match_the_block_formulation_bit_for_bit(k: int, positive: bool) 
     used = {(n.name, r): int(rng.integers(0, 2 * v + 2)) for n in nodes for r, v in n.allocatable.items()}
     snap.set_nodes(nodes, used)
     for trial in range(20):
-        requests = {r: int(rng.integers(1, 10**6)) for r in rng.choice(resources, size=min(k + 1, len(resources)),
-                                                                           replace=False)}
+        requests = {
+            r: int(rng.integers(1, 10**6))
+            for r in rng.choice(resources, size=min(k + 1, len(resources)), replace=False)
+        }
         requests.setdefault("cpu", 100)
         pod = PodInfo("ns", f"p{trial}", requests=requests)
         req = PodRequest.of(pod, snap)
@@ -86,19 +88,31 @@ def test_capacity_cache_follows_node_changes() -> None:
 
 def _pods() -> list[PodInfo]:
     rich = PodInfo(
-        "ns", "rich", uid="u-1", priority=7, created_at=12.5, requests={"cpu": 100, "memory": 5, "pods": 1000},
+        "ns",
+        "rich",
+        uid="u-1",
+        priority=7,
+        created_at=12.5,
+        requests={"cpu": 100, "memory": 5, "pods": 1000},
         placement=Placement(
             node_selector=(("zone", "a"), ("disk", "ssd")),
             affinity_terms=(
-                SelectorTerm((SelectorRequirement("gpu", "In", ("a100", "h100")),
-                              SelectorRequirement("spot", "DoesNotExist")),
-                             (SelectorRequirement("metadata.name", "NotIn", ("n1",)),)),
+                SelectorTerm(
+                    (SelectorRequirement("gpu", "In", ("a100", "h100")), SelectorRequirement("spot", "DoesNotExist")),
+                    (SelectorRequirement("metadata.name", "NotIn", ("n1",)),),
+                ),
                 SelectorTerm((SelectorRequirement("cores", "Gt", ("4",)),)),
             ),
             tolerations=(Toleration("gpu", "Exists", "", "NoSchedule"), Toleration()),
         ),
-        gang="ns/g", gang_created_at=3.0, node_name="n2", annotations={"a": "b"}, labels={"app": "x"},
-        duration=30.0, invalid="")
+        gang="ns/g",
+        gang_created_at=3.0,
+        node_name="n2",
+        annotations={"a": "b"},
+        labels={"app": "x"},
+        duration=30.0,
+        invalid="",
+    )
     return [PodInfo("ns", "plain"), rich, dataclasses.replace(rich, duration=None, invalid="bad")]
 
 
@@ -113,8 +127,18 @@ def test_pod_to_json_is_asdict(pod: PodInfo) -> None:
 
 
 def test_gang_record_copy_matches_deepcopy() -> None:
-    rec = GangRecord("ns/g", cycle=3, valid=False, first_wait=1.0, satisfied_at=None, timed_out=False,
-                     trace="t", assumed={"ns/a"}, bound={"ns/b"}, rounds={"ns/a": 2})
+    rec = GangRecord(
+        "ns/g",
+        cycle=3,
+        valid=False,
+        first_wait=1.0,
+        satisfied_at=None,
+        timed_out=False,
+        trace="t",
+        assumed={"ns/a"},
+        bound={"ns/b"},
+        rounds={"ns/a": 2},
+    )
     copied = rec.copy()
     assert copied == copy.deepcopy(rec)
     for f in dataclasses.fields(GangRecord):  # every mutable field is copied, not shared

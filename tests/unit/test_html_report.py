@@ -39,33 +39,87 @@ GPU_RESERVED = [0.25, 0.0, 0.125, 0.0]  # job-a held 2 GPUs before it bound; job
 
 
 def _pod(name: str, bound: float | None, reason: str | None = None, gang: str | None = None) -> dict[str, Any]:
-    return {"namespace": "team", "name": name, "gang": gang, "node": "n1" if bound is not None else None,
-            "boundAt": bound, "startedAt": bound, "finishedAt": 130.0 if bound is not None else None,
-            "annotations": {}, "reason": reason}
+    return {
+        "namespace": "team",
+        "name": name,
+        "gang": gang,
+        "node": "n1" if bound is not None else None,
+        "boundAt": bound,
+        "startedAt": bound,
+        "finishedAt": 130.0 if bound is not None else None,
+        "annotations": {},
+        "reason": reason,
+    }
 
 
 def hand_report() -> dict[str, Any]:
-    pods = [_pod("job-a-0", 10.0), _pod("job-a-1", 10.0), _pod("job-c-0", 70.0),
-            _pod("job-b-0", None, "gang timed out", "team/job-b"), _pod("job-b-1", None, "gang timed out", "team/job-b"),
-            _pod("job-b-2", None, "gang timed out", "team/job-b"), _pod(EVIL_NAME, None, EVIL_REASON)]
+    pods = [
+        _pod("job-a-0", 10.0),
+        _pod("job-a-1", 10.0),
+        _pod("job-c-0", 70.0),
+        _pod("job-b-0", None, "gang timed out", "team/job-b"),
+        _pod("job-b-1", None, "gang timed out", "team/job-b"),
+        _pod("job-b-2", None, "gang timed out", "team/job-b"),
+        _pod(EVIL_NAME, None, EVIL_REASON),
+    ]
     return {
         "pods": pods,
         "podGroups": [
-            {"namespace": "team", "name": "job-a", "phase": "Finished", "bound": 2, "minMember": 2, "pods": 2,
-             "timedOut": False},
-            {"namespace": "team", "name": "job-b", "phase": "Failed", "bound": 0, "minMember": 4, "pods": 3,
-             "timedOut": True},
-            {"namespace": "team", "name": "job-c", "phase": "Running", "bound": 1, "minMember": 1, "pods": 1,
-             "timedOut": False},
+            {
+                "namespace": "team",
+                "name": "job-a",
+                "phase": "Finished",
+                "bound": 2,
+                "minMember": 2,
+                "pods": 2,
+                "timedOut": False,
+            },
+            {
+                "namespace": "team",
+                "name": "job-b",
+                "phase": "Failed",
+                "bound": 0,
+                "minMember": 4,
+                "pods": 3,
+                "timedOut": True,
+            },
+            {
+                "namespace": "team",
+                "name": "job-c",
+                "phase": "Running",
+                "bound": 1,
+                "minMember": 1,
+                "pods": 1,
+                "timedOut": False,
+            },
         ],
-        "summary": {"mode": "gang", "gangsTotal": 3, "gangsBound": 2, "partialGangs": 0, "gangsTimedOut": 1,
-                    "podsTotal": 7, "podsBound": 3, "podsFinished": 3, "podsUnbound": 4, "virtualSeconds": 130.0,
-                    "untilReached": False, "wallSeconds": 0.25, "steps": 4, "errors": ["boom <b>bold</b>"],
-                    "schedulerRestarts": 0},
+        "summary": {
+            "mode": "gang",
+            "gangsTotal": 3,
+            "gangsBound": 2,
+            "partialGangs": 0,
+            "gangsTimedOut": 1,
+            "podsTotal": 7,
+            "podsBound": 3,
+            "podsFinished": 3,
+            "podsUnbound": 4,
+            "virtualSeconds": 130.0,
+            "untilReached": False,
+            "wallSeconds": 0.25,
+            "steps": 4,
+            "errors": ["boom <b>bold</b>"],
+            "schedulerRestarts": 0,
+        },
         "series": {
-            "t": T, "pendingPods": PENDING_PODS, "pendingGangs": PENDING_GANGS, "arrivedGpuDemand": ARRIVED,
-            "allocated": {"nvidia.com/gpu": [r * 8 for r in GPU_RATIO], "cpu": [r * 64 for r in CPU_RATIO],
-                          "memory": [r * 256 * GIB for r in MEM_RATIO]},
+            "t": T,
+            "pendingPods": PENDING_PODS,
+            "pendingGangs": PENDING_GANGS,
+            "arrivedGpuDemand": ARRIVED,
+            "allocated": {
+                "nvidia.com/gpu": [r * 8 for r in GPU_RATIO],
+                "cpu": [r * 64 for r in CPU_RATIO],
+                "memory": [r * 256 * GIB for r in MEM_RATIO],
+            },
             "allocatedRatio": {"nvidia.com/gpu": GPU_RATIO, "cpu": CPU_RATIO, "memory": MEM_RATIO},
             "reserved": {"nvidia.com/gpu": [r * 8 for r in GPU_RESERVED], "cpu": [0.0] * 4, "memory": [0.0] * 4},
             "reservedRatio": {"nvidia.com/gpu": GPU_RESERVED, "cpu": [0.0] * 4, "memory": [0.0] * 4},
@@ -78,10 +132,16 @@ def hand_report() -> dict[str, Any]:
         "gpuAllocationAtDemand": {"0.9": 0.5, "1": 0.5, "1.1": 0.5, "1.3": None},
         "gpuDemandSweep": True,  # said so by hand: this report stands for an arrived-demand sweep
         "gangReasons": [
-            {"gang": "team/job-a", "reason": "gang team/job-a: 1/2 pods placed; waiting for the rest of the gang",
-             "cause": "gang <gang>: N/N pods placed; waiting for the rest of the gang"},
-            {"gang": "team/job-b", "reason": "gang team/job-b timed out after waiting 60s",
-             "cause": "gang <gang> timed out after waiting Ns"},
+            {
+                "gang": "team/job-a",
+                "reason": "gang team/job-a: 1/2 pods placed; waiting for the rest of the gang",
+                "cause": "gang <gang>: N/N pods placed; waiting for the rest of the gang",
+            },
+            {
+                "gang": "team/job-b",
+                "reason": "gang team/job-b timed out after waiting 60s",
+                "cause": "gang <gang> timed out after waiting Ns",
+            },
         ],
     }
 
@@ -195,8 +255,10 @@ def series_points(root: ET.Element, label: str) -> list[tuple[float, float]]:
         if line.get("data-series") == label:
             path = line.find(f"{NS}path")
             assert path is not None
-            return [(x0 + (px - left) / (right - left) * (x1 - x0), y0 + (bottom - py) / (bottom - top) * (y1 - y0))
-                    for px, py in path_points(path.get("d", ""))]
+            return [
+                (x0 + (px - left) / (right - left) * (x1 - x0), y0 + (bottom - py) / (bottom - top) * (y1 - y0))
+                for px, py in path_points(path.get("d", ""))
+            ]
     raise AssertionError(f"no series {label!r}")
 
 
@@ -231,7 +293,12 @@ def test_summary_table_shows_the_reports_numbers() -> None:
     cells = summary_cells(render_html(hand_report(), "hand"))
     assert cells["mode"] == "gang"
     assert (cells["podsTotal"], cells["podsBound"], cells["podsFinished"], cells["podsUnbound"]) == ("7", "3", "3", "4")
-    assert (cells["gangsTotal"], cells["gangsBound"], cells["partialGangs"], cells["gangsTimedOut"]) == ("3", "2", "0", "1")
+    assert (cells["gangsTotal"], cells["gangsBound"], cells["partialGangs"], cells["gangsTimedOut"]) == (
+        "3",
+        "2",
+        "0",
+        "1",
+    )
     assert cells["virtualSeconds"] == "2m 10s"
     assert cells["wallSeconds"] == "0.25 s"
     assert cells["untilReached"] == "no"
@@ -291,8 +358,11 @@ def test_time_axis_unit_follows_the_range() -> None:
         assert f"virtual time ({unit})" in text
         if unit == "days":
             # 1300 days: ticks are whole, readable day counts, not seconds.
-            ticks = [e.text for e in chart(render_html(r, "x"), "allocation").iter(f"{NS}text")
-                     if e.get("class") == "tick" and e.get("text-anchor") == "middle"]
+            ticks = [
+                e.text
+                for e in chart(render_html(r, "x"), "allocation").iter(f"{NS}text")
+                if e.get("class") == "tick" and e.get("text-anchor") == "middle"
+            ]
             assert "1,000" in ticks and all("e+" not in (t or "") for t in ticks)
 
 
@@ -386,31 +456,45 @@ def test_gangs_table_has_each_gangs_reason_and_their_causes_counted() -> None:
     assert re.search(r"<th>wait</th><th>reason</th>", gangs)
     assert re.search(r'team/job-b</td>.*?<td class="reason">gang team/job-b timed out after waiting 60s</td>', gangs)
     assert re.search(r'team/job-c</td>(?:(?!</tr>).)*<td class="reason"></td></tr>', gangs)  # no wait to explain
-    never = gangs[gangs.index("<h3>Why gangs never started</h3>"):gangs.index("<h3>Why gangs waited")]
-    assert ('<td class="num">3</td><td class="num">1</td><td class="reason">gang &lt;gang&gt; timed out after '
-            'waiting Ns</td><td class="example"><details><summary>team/job-b</summary>') in never
-    waited = gangs[gangs.index("<h3>Why gangs waited"):gangs.index("<h3>All gangs</h3>")]
+    never = gangs[gangs.index("<h3>Why gangs never started</h3>") : gangs.index("<h3>Why gangs waited")]
+    assert (
+        '<td class="num">3</td><td class="num">1</td><td class="reason">gang &lt;gang&gt; timed out after '
+        'waiting Ns</td><td class="example"><details><summary>team/job-b</summary>'
+    ) in never
+    waited = gangs[gangs.index("<h3>Why gangs waited") : gangs.index("<h3>All gangs</h3>")]
     assert "N/N pods placed; waiting for the rest of the gang" in waited and "team/job-a" in waited
 
 
 def test_many_gangs_timed_out_for_one_cause_make_one_row() -> None:
     r = hand_report()
-    r["pods"] = [_pod(f"g{g}-{i}", None, f"gang ns/g{g} timed out after waiting 300s with {i}/4 pods placed "
-                      f"(last failure: g{g}-3: 0/8 nodes are available: 8 Insufficient nvidia.com/gpu)", f"ns/g{g}")
-                 for g in range(89) for i in range(4)]
+    r["pods"] = [
+        _pod(
+            f"g{g}-{i}",
+            None,
+            f"gang ns/g{g} timed out after waiting 300s with {i}/4 pods placed "
+            f"(last failure: g{g}-3: 0/8 nodes are available: 8 Insufficient nvidia.com/gpu)",
+            f"ns/g{g}",
+        )
+        for g in range(89)
+        for i in range(4)
+    ]
     unbound = section(render_html(r, "many"), "Unbound pods")
-    by_reason = unbound[:unbound.index("<h3>Pods</h3>")]
+    by_reason = unbound[: unbound.index("<h3>Pods</h3>")]
     assert by_reason.count("<tr><td") == 1  # one cause, not 89 (nor 356) reasons
-    assert ('<td class="num">356</td><td class="num">89</td><td class="reason">gang &lt;gang&gt; timed out after '
-            'waiting Ns with N/N pods placed (last failure: &lt;pod&gt;: N/N nodes') in by_reason
+    assert (
+        '<td class="num">356</td><td class="num">89</td><td class="reason">gang &lt;gang&gt; timed out after '
+        "waiting Ns with N/N pods placed (last failure: &lt;pod&gt;: N/N nodes"
+    ) in by_reason
     assert "<summary>ns/g0</summary>" in by_reason
 
 
 def test_unbound_pods_with_reasons_and_escaping() -> None:
     page = render_html(hand_report(), "hand")
     unbound = section(page, "Unbound pods")
-    assert ('<td class="num">3</td><td class="num">1</td><td class="reason">gang timed out</td>'
-            '<td class="example"><details><summary>team/job-b</summary>') in unbound
+    assert (
+        '<td class="num">3</td><td class="num">1</td><td class="reason">gang timed out</td>'
+        '<td class="example"><details><summary>team/job-b</summary>'
+    ) in unbound
     # Jinja2's autoescape (markupsafe) writes a double quote as &#34;.
     assert "team/&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;&amp;x" in unbound
     assert "&lt;img src=http://evil.example/x.png onerror=alert(1)&gt; 0/2 nodes" in unbound
@@ -422,8 +506,18 @@ def test_unbound_pods_with_reasons_and_escaping() -> None:
 def test_long_tables_are_capped_and_say_so() -> None:
     r = hand_report()
     r["pods"] = [_pod(f"p{i}", None, f"reason {'abcdefghijklmnopqrstuvwxyzABCD'[i % 30]}") for i in range(450)]
-    r["podGroups"] = [{"namespace": "ns", "name": f"g{i}", "phase": "Pending", "bound": 0, "minMember": 2, "pods": 2,
-                       "timedOut": False} for i in range(300)]
+    r["podGroups"] = [
+        {
+            "namespace": "ns",
+            "name": f"g{i}",
+            "phase": "Pending",
+            "bound": 0,
+            "minMember": 2,
+            "pods": 2,
+            "timedOut": False,
+        }
+        for i in range(300)
+    ]
     page = render_html(r, "big")
     unbound, gangs = section(page, "Unbound pods"), section(page, "Gangs")
     assert unbound.count("<tr><td>ns/") + unbound.count("<tr><td>team/p") == ROW_CAP
@@ -440,12 +534,15 @@ LOADING_TAGS = {"script", "link", "iframe", "img", "object", "embed", "image", "
 LOADING_ATTRS = {"src", "href", "xlink:href", "action", "srcset", "data", "poster"}
 
 
-@pytest.mark.parametrize("build", [
-    lambda: render_html(hand_report(), "hand"),
-    lambda: render_html(no_gpu_no_gang_report(), "plain"),
-    lambda: render_html({}, "empty"),
-    lambda: render_compare_html(hand_report(), no_gpu_no_gang_report(), "a", "b"),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: render_html(hand_report(), "hand"),
+        lambda: render_html(no_gpu_no_gang_report(), "plain"),
+        lambda: render_html({}, "empty"),
+        lambda: render_compare_html(hand_report(), no_gpu_no_gang_report(), "a", "b"),
+    ],
+)
 def test_pages_are_self_contained_and_well_formed(build: Any) -> None:
     page = build()
     check_well_formed(page)
@@ -490,8 +587,11 @@ def test_gangs_that_never_started_say_so() -> None:
 
 
 def test_empty_and_series_less_reports_render() -> None:
-    reports: list[dict[str, Any]] = [{}, {"summary": hand_report()["summary"]},
-                                     {"series": {"t": [], "allocatedRatio": {}}}]
+    reports: list[dict[str, Any]] = [
+        {},
+        {"summary": hand_report()["summary"]},
+        {"series": {"t": [], "allocatedRatio": {}}},
+    ]
     for report in reports:
         page = render_html(report, "empty")
         check_well_formed(page)
@@ -521,8 +621,11 @@ def test_compare_page_has_both_summaries_and_overlaid_plots() -> None:
     assert "<th>pod &lt;1&gt;</th><th>gang</th>" in page
     for title, ca, cb in compare_rows(a, b, "pod <1>", "gang")[2:]:
         if title and not title.startswith("gang:") and "/" not in title:
-            assert re.search(rf"<th>{re.escape(title)}</th><td class=\"num\">{re.escape(ca)}</td>"
-                             rf"<td class=\"num\">{re.escape(cb)}</td>", page), title
+            assert re.search(
+                rf"<th>{re.escape(title)}</th><td class=\"num\">{re.escape(ca)}</td>"
+                rf"<td class=\"num\">{re.escape(cb)}</td>",
+                page,
+            ), title
     assert re.search(r'<th>gang wait p50</th><td class="num">–</td><td class="num">40 s</td>', page)
     assert re.search(r'<th>GPU allocation at 90% demand</th><td class="num">–</td><td class="num">50%</td>', page)
     assert re.search(r'<th>team/job-b</th><td class="num">-</td><td class="num">0/4 Failed</td>', page)
@@ -590,15 +693,17 @@ def test_unwritable_paths_are_reported(tmp_path: Path) -> None:
 
 # -- CLI --------------------------------------------------------------------------------------------------
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "phalanx.cli.main", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.integration
 def test_simulate_writes_html_and_png(tmp_path: Path) -> None:
     html, png, js = tmp_path / "demo.html", tmp_path / "demo.png", tmp_path / "demo.json"
-    proc = run_cli("simulate", "-f", "examples/demo-two-jobs.yaml", "--html", str(html), "--png", str(png),
-                   "-o", str(js))
+    proc = run_cli(
+        "simulate", "-f", "examples/demo-two-jobs.yaml", "--html", str(html), "--png", str(png), "-o", str(js)
+    )
     assert proc.returncode == 0, proc.stderr
     page = html.read_text()
     check_well_formed(page)
@@ -612,8 +717,9 @@ def test_simulate_writes_html_and_png(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_simulate_html_without_output(tmp_path: Path) -> None:
     html = tmp_path / "only.html"
-    proc = run_cli("simulate", "-f", "examples/demo-two-jobs.yaml", "--mode", "pod", "--until", "1h",
-                   "--html", str(html))
+    proc = run_cli(
+        "simulate", "-f", "examples/demo-two-jobs.yaml", "--mode", "pod", "--until", "1h", "--html", str(html)
+    )
     assert proc.returncode == 0, proc.stderr
     assert "0/2 nodes are available" in section(html.read_text(), "Unbound pods")
 

@@ -6,11 +6,17 @@ from phalanx.intake.errors import IntakeError, Subject, quoted
 
 
 def test_intake_error_text_names_kind_object_and_field():
-    error = IntakeError("Pod", "default", "worker-0",
-                        "metadata.annotations[gang.scheduling.koordinator.sh/min-available]",
-                        '"abc" is not a positive integer')
-    assert str(error) == ('Pod default/worker-0: metadata.annotations[gang.scheduling.koordinator.sh/min-available]: '
-                          '"abc" is not a positive integer')
+    error = IntakeError(
+        "Pod",
+        "default",
+        "worker-0",
+        "metadata.annotations[gang.scheduling.koordinator.sh/min-available]",
+        '"abc" is not a positive integer',
+    )
+    assert str(error) == (
+        "Pod default/worker-0: metadata.annotations[gang.scheduling.koordinator.sh/min-available]: "
+        '"abc" is not a positive integer'
+    )
     assert (error.kind, error.namespace, error.name) == ("Pod", "default", "worker-0")
     assert error.field.endswith("min-available]")
     assert error.message == '"abc" is not a positive integer'
@@ -51,7 +57,8 @@ def test_a_workload_with_mis_shaped_fields_reports_them_and_loads_the_rest(tmp_p
         "kind: Pod\nmetadata: {name: b}\nspec: [1]\n---\n"
         "kind: [Pod]\nmetadata: {name: c}\n---\n"
         "kind: Pod\nmetadata: {name: d, labels: [x]}\n---\n"
-        "kind: Pod\nmetadata: {name: e}\n")
+        "kind: Pod\nmetadata: {name: e}\n"
+    )
     w = load_workload([path])
     assert w.errors == [
         f"{path}#1: Pod default/a: metadata.annotations: expected a mapping, got str; skipped",

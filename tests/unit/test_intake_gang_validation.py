@@ -36,8 +36,11 @@ K = keys  # short alias for the table below
         (make_pod("worker-0").annotation(K.KOORD_NAME, "train"), annotation(K.KOORD_MIN_AVAILABLE), "is required"),
         (koord(**{K.KOORD_TOTAL_NUMBER: "many"}), annotation(K.KOORD_TOTAL_NUMBER), '"many" is not a positive integer'),
         (koord(**{K.KOORD_TOTAL_NUMBER: "1"}), annotation(K.KOORD_TOTAL_NUMBER), "1 is below min-available 2"),
-        (koord(**{K.KOORD_MODE: "strict"}), annotation(K.KOORD_MODE),
-         '"strict" is not a gang mode (Strict or NonStrict)'),
+        (
+            koord(**{K.KOORD_MODE: "strict"}),
+            annotation(K.KOORD_MODE),
+            '"strict" is not a gang mode (Strict or NonStrict)',
+        ),
         (koord(**{K.KOORD_MODE: "Lenient"}), annotation(K.KOORD_MODE), '"Lenient" is not a gang mode'),
         (koord(**{K.KOORD_WAITING_TIME: "abc"}), annotation(K.KOORD_WAITING_TIME), '"abc" is not a duration'),
         (koord(**{K.KOORD_WAITING_TIME: "-5s"}), annotation(K.KOORD_WAITING_TIME), '"-5s" is negative'),
@@ -56,33 +59,66 @@ K = keys  # short alias for the table below
         (koord(**{K.KOORD_NAME: "Train_1"}), annotation(K.KOORD_NAME), '"Train_1" is not a valid gang name (RFC 1123'),
         (koord(**{K.KOORD_NAME: "-train"}), annotation(K.KOORD_NAME), "is not a valid gang name"),
         (koord(**{K.KOORD_NAME: "a" * 254}), annotation(K.KOORD_NAME), "is not a valid gang name"),
-        (make_pod("worker-0").label(K.LABEL_X_K8S_PODGROUP, "Train"), f"metadata.labels[{K.LABEL_X_K8S_PODGROUP}]",
-         '"Train" is not a valid gang name'),
-        (make_pod("worker-0").label(K.LIGHT_NAME, "train").label(K.LIGHT_MIN_AVAILABLE, "abc"),
-         f"metadata.labels[{K.LIGHT_MIN_AVAILABLE}]", '"abc" is not a positive integer'),
+        (
+            make_pod("worker-0").label(K.LABEL_X_K8S_PODGROUP, "Train"),
+            f"metadata.labels[{K.LABEL_X_K8S_PODGROUP}]",
+            '"Train" is not a valid gang name',
+        ),
+        (
+            make_pod("worker-0").label(K.LIGHT_NAME, "train").label(K.LIGHT_MIN_AVAILABLE, "abc"),
+            f"metadata.labels[{K.LIGHT_MIN_AVAILABLE}]",
+            '"abc" is not a positive integer',
+        ),
         (make_pod("worker-0").annotation(K.LIGHT_NAME, "train"), annotation(K.LIGHT_MIN_AVAILABLE), "is required"),
-        (make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.KUBE_BATCH_MIN_MEMBER, "x"),
-         annotation(K.KUBE_BATCH_MIN_MEMBER), '"x" is not a positive integer'),
-        (make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.DELAYED_BIND_POD_NUM, "0"),
-         annotation(K.DELAYED_BIND_POD_NUM), '"0" is not a positive integer'),
-        (make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.KUBE_BATCH_MIN_MEMBER, "4")
-         .annotation(K.DELAYED_BIND_POD_NUM, "3"), annotation(K.DELAYED_BIND_POD_NUM), "3 is below min-available 4"),
+        (
+            make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.KUBE_BATCH_MIN_MEMBER, "x"),
+            annotation(K.KUBE_BATCH_MIN_MEMBER),
+            '"x" is not a positive integer',
+        ),
+        (
+            make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.DELAYED_BIND_POD_NUM, "0"),
+            annotation(K.DELAYED_BIND_POD_NUM),
+            '"0" is not a positive integer',
+        ),
+        (
+            make_pod("worker-0")
+            .annotation(K.VOLCANO_GROUP_NAME, "qj")
+            .annotation(K.KUBE_BATCH_MIN_MEMBER, "4")
+            .annotation(K.DELAYED_BIND_POD_NUM, "3"),
+            annotation(K.DELAYED_BIND_POD_NUM),
+            "3 is below min-available 4",
+        ),
         # A pod linked to an object is checked at once, before the object exists.
-        (make_pod("worker-0").label(K.LABEL_X_K8S_PODGROUP, "train").annotation(K.KOORD_MODE, "Fast"),
-         annotation(K.KOORD_MODE), '"Fast" is not a gang mode'),
-        (make_pod("worker-0").label(K.CONFIGMAP_LABEL, "pg").annotation(K.KOORD_MIN_AVAILABLE, "none"),
-         annotation(K.KOORD_MIN_AVAILABLE), '"none" is not a positive integer'),
+        (
+            make_pod("worker-0").label(K.LABEL_X_K8S_PODGROUP, "train").annotation(K.KOORD_MODE, "Fast"),
+            annotation(K.KOORD_MODE),
+            '"Fast" is not a gang mode',
+        ),
+        (
+            make_pod("worker-0").label(K.CONFIGMAP_LABEL, "pg").annotation(K.KOORD_MIN_AVAILABLE, "none"),
+            annotation(K.KOORD_MIN_AVAILABLE),
+            '"none" is not a positive integer',
+        ),
         # Gang sizes travel as protobuf int32: 2^31 used to be accepted, then overflow the field.
-        (koord(**{K.KOORD_MIN_AVAILABLE: str(2**31)}), annotation(K.KOORD_MIN_AVAILABLE),
-         '"2147483648" is too large (at most 2147483647)'),
+        (
+            koord(**{K.KOORD_MIN_AVAILABLE: str(2**31)}),
+            annotation(K.KOORD_MIN_AVAILABLE),
+            '"2147483648" is too large (at most 2147483647)',
+        ),
         (koord(**{K.KOORD_MIN_AVAILABLE: 2**31}), annotation(K.KOORD_MIN_AVAILABLE), "is too large"),
         (koord(**{K.KOORD_TOTAL_NUMBER: str(2**40)}), annotation(K.KOORD_TOTAL_NUMBER), "is too large"),
         (koord(**{K.KOORD_MIN_AVAILABLE: "9" * 5000}), annotation(K.KOORD_MIN_AVAILABLE), "not a positive integer"),
         (koord(**{K.KOORD_MIN_AVAILABLE: "\u0663"}), annotation(K.KOORD_MIN_AVAILABLE), "not a positive integer"),
-        (make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.KUBE_BATCH_MIN_MEMBER, str(2**31)),
-         annotation(K.KUBE_BATCH_MIN_MEMBER), "is too large"),
-        (make_pod("worker-0").annotation(K.LIGHT_NAME, "train").annotation(K.LIGHT_MIN_AVAILABLE, str(2**31)),
-         annotation(K.LIGHT_MIN_AVAILABLE), "is too large"),
+        (
+            make_pod("worker-0").annotation(K.VOLCANO_GROUP_NAME, "qj").annotation(K.KUBE_BATCH_MIN_MEMBER, str(2**31)),
+            annotation(K.KUBE_BATCH_MIN_MEMBER),
+            "is too large",
+        ),
+        (
+            make_pod("worker-0").annotation(K.LIGHT_NAME, "train").annotation(K.LIGHT_MIN_AVAILABLE, str(2**31)),
+            annotation(K.LIGHT_MIN_AVAILABLE),
+            "is too large",
+        ),
         (koord(**{K.KOORD_WAITING_TIME: "9" * 400 + "h"}), annotation(K.KOORD_WAITING_TIME), "too long"),
         (koord(**{K.KOORD_NAME: "a/b"}), annotation(K.KOORD_NAME), "is not a valid gang name"),
         (koord(**{K.KOORD_NAME: "train\n"}), annotation(K.KOORD_NAME), "is not a valid gang name"),
@@ -98,13 +134,17 @@ def test_invalid_pod_declaration_names_the_pod_and_field(builder, field, message
 
 def test_pod_override_inconsistent_with_its_podgroup_is_refused_naming_both():
     resolver = GangResolver()
-    resolver.add_object(make_podgroup("train", api_version=SIGS).min_member(2)
-                        .annotation(keys.KOORD_TOTAL_NUMBER, "5").build(), created_at=0)
+    resolver.add_object(
+        make_podgroup("train", api_version=SIGS).min_member(2).annotation(keys.KOORD_TOTAL_NUMBER, "5").build(),
+        created_at=0,
+    )
     pod = make_pod("worker-0").label(keys.LABEL_SIGS_PODGROUP, "train").annotation(keys.KOORD_MIN_AVAILABLE, "8")
     result = resolver.resolve(parse_pod(pod.build()))
     assert result.spec is None
-    assert result.error == (f"Pod default/worker-0: {annotation(keys.KOORD_MIN_AVAILABLE)}: 8 is above total-number 5"
-                            " of PodGroup default/train")
+    assert result.error == (
+        f"Pod default/worker-0: {annotation(keys.KOORD_MIN_AVAILABLE)}: 8 is above total-number 5"
+        " of PodGroup default/train"
+    )
     assert resolver.gang("default/train").invalid == result.error
 
 
@@ -114,57 +154,133 @@ def test_pod_total_below_the_podgroups_minimum_names_the_pod():
     pod = make_pod("worker-0").label(keys.LABEL_X_K8S_PODGROUP, "train").annotation(keys.KOORD_TOTAL_NUMBER, "3")
     assert resolver.resolve(parse_pod(pod.build())).error == (
         f"Pod default/worker-0: {annotation(keys.KOORD_TOTAL_NUMBER)}: 3 is below min-available 4 of PodGroup "
-        "default/train")
+        "default/train"
+    )
 
 
 @pytest.mark.parametrize(
     ("obj", "subject", "field", "message"),
     [
-        (make_podgroup("train").min_member("abc"), "PodGroup default/train", "spec.minMember",
-         '"abc" is not a positive integer'),
-        (make_podgroup("train").min_member(-1), "PodGroup default/train", "spec.minMember",
-         '"-1" is not a positive integer'),
+        (
+            make_podgroup("train").min_member("abc"),
+            "PodGroup default/train",
+            "spec.minMember",
+            '"abc" is not a positive integer',
+        ),
+        (
+            make_podgroup("train").min_member(-1),
+            "PodGroup default/train",
+            "spec.minMember",
+            '"-1" is not a positive integer',
+        ),
         (make_podgroup("train").min_member(0), "PodGroup default/train", "spec.minMember", "not a positive integer"),
         (make_podgroup("train").min_member(True), "PodGroup default/train", "spec.minMember", "not a positive integer"),
         (make_podgroup("train"), "PodGroup default/train", "spec.minMember", "is required"),
-        (make_podgroup("train").min_member(2).timeout("abc"), "PodGroup default/train", "spec.scheduleTimeoutSeconds",
-         '"abc" is not a duration'),
-        (make_podgroup("train").min_member(2).timeout(-5), "PodGroup default/train", "spec.scheduleTimeoutSeconds",
-         "-5"),
-        (make_podgroup("train").min_member(2).min_resource("cpu", "five"), "PodGroup default/train",
-         "spec.minResources.cpu", "not a quantity"),
-        (make_podgroup("train", "ml", api_version=SIGS).min_member(4).annotation(keys.KOORD_TOTAL_NUMBER, "3"),
-         "PodGroup ml/train", annotation(keys.KOORD_TOTAL_NUMBER), "3 is below min-available 4"),
-        (make_podgroup("train", api_version=SIGS).min_member(2).annotation(keys.KOORD_MODE, "Hard"),
-         "PodGroup default/train", annotation(keys.KOORD_MODE), '"Hard" is not a gang mode'),
-        (make_podgroup("train", api_version=SIGS).min_member(2).annotation(keys.KOORD_GROUPS, "[a]"),
-         "PodGroup default/train", annotation(keys.KOORD_GROUPS), '"a" is not "namespace/name"'),
-        (make_podgroup("train", api_version="v1alpha1").min_member(2), "PodGroup default/train", "apiVersion",
-         '"v1alpha1" is not a PodGroup API we read'),
-        (make_podgroup("Train").min_member(2), "PodGroup default/Train", "metadata.name",
-         "is not a valid gang name"),
+        (
+            make_podgroup("train").min_member(2).timeout("abc"),
+            "PodGroup default/train",
+            "spec.scheduleTimeoutSeconds",
+            '"abc" is not a duration',
+        ),
+        (
+            make_podgroup("train").min_member(2).timeout(-5),
+            "PodGroup default/train",
+            "spec.scheduleTimeoutSeconds",
+            "-5",
+        ),
+        (
+            make_podgroup("train").min_member(2).min_resource("cpu", "five"),
+            "PodGroup default/train",
+            "spec.minResources.cpu",
+            "not a quantity",
+        ),
+        (
+            make_podgroup("train", "ml", api_version=SIGS).min_member(4).annotation(keys.KOORD_TOTAL_NUMBER, "3"),
+            "PodGroup ml/train",
+            annotation(keys.KOORD_TOTAL_NUMBER),
+            "3 is below min-available 4",
+        ),
+        (
+            make_podgroup("train", api_version=SIGS).min_member(2).annotation(keys.KOORD_MODE, "Hard"),
+            "PodGroup default/train",
+            annotation(keys.KOORD_MODE),
+            '"Hard" is not a gang mode',
+        ),
+        (
+            make_podgroup("train", api_version=SIGS).min_member(2).annotation(keys.KOORD_GROUPS, "[a]"),
+            "PodGroup default/train",
+            annotation(keys.KOORD_GROUPS),
+            '"a" is not "namespace/name"',
+        ),
+        (
+            make_podgroup("train", api_version="v1alpha1").min_member(2),
+            "PodGroup default/train",
+            "apiVersion",
+            '"v1alpha1" is not a PodGroup API we read',
+        ),
+        (make_podgroup("Train").min_member(2), "PodGroup default/Train", "metadata.name", "is not a valid gang name"),
         (make_configmap("pg"), "ConfigMap default/pg", "data.minAvailable", "is required"),
-        (make_configmap("pg").data("minAvailable", "abc"), "ConfigMap default/pg", "data.minAvailable",
-         '"abc" is not a positive integer'),
-        (make_configmap("pg").data("minAvailable", "5").data("scheduleTimeoutSeconds", "soon"),
-         "ConfigMap default/pg", "data.scheduleTimeoutSeconds", '"soon" is not a duration'),
+        (
+            make_configmap("pg").data("minAvailable", "abc"),
+            "ConfigMap default/pg",
+            "data.minAvailable",
+            '"abc" is not a positive integer',
+        ),
+        (
+            make_configmap("pg").data("minAvailable", "5").data("scheduleTimeoutSeconds", "soon"),
+            "ConfigMap default/pg",
+            "data.scheduleTimeoutSeconds",
+            '"soon" is not a duration',
+        ),
         (make_configmap("pg").set("data", ["minAvailable"]), "ConfigMap default/pg", "data", "expected a mapping"),
-        (make_podgroup("train").min_member(2**31), "PodGroup default/train", "spec.minMember",
-         '"2147483648" is too large (at most 2147483647)'),
-        (make_podgroup("train").min_member(10**5000), "PodGroup default/train", "spec.minMember",
-         "a 16610-bit integer is too large"),
-        (make_configmap("pg").data("minAvailable", str(2**31)), "ConfigMap default/pg", "data.minAvailable",
-         "is too large"),
-        (make_podgroup("train").min_member(2).timeout(float("inf")), "PodGroup default/train",
-         "spec.scheduleTimeoutSeconds", "not a non-negative duration"),
-        (make_podgroup("train").min_member(2).timeout("9" * 400), "PodGroup default/train",
-         "spec.scheduleTimeoutSeconds", "too long"),
-        (make_podgroup("train").min_member(2).min_resource("cpu", "1e999999"), "PodGroup default/train",
-         "spec.minResources.cpu", "too large"),
-        (make_podgroup("train", "team/a").min_member(2), "PodGroup team/a/train", "metadata.namespace",
-         "DNS-1123 label"),
-        (make_configmap("a/b").data("minAvailable", "2"), "ConfigMap default/a/b", "metadata.name",
-         "is not a valid gang name"),
+        (
+            make_podgroup("train").min_member(2**31),
+            "PodGroup default/train",
+            "spec.minMember",
+            '"2147483648" is too large (at most 2147483647)',
+        ),
+        (
+            make_podgroup("train").min_member(10**5000),
+            "PodGroup default/train",
+            "spec.minMember",
+            "a 16610-bit integer is too large",
+        ),
+        (
+            make_configmap("pg").data("minAvailable", str(2**31)),
+            "ConfigMap default/pg",
+            "data.minAvailable",
+            "is too large",
+        ),
+        (
+            make_podgroup("train").min_member(2).timeout(float("inf")),
+            "PodGroup default/train",
+            "spec.scheduleTimeoutSeconds",
+            "not a non-negative duration",
+        ),
+        (
+            make_podgroup("train").min_member(2).timeout("9" * 400),
+            "PodGroup default/train",
+            "spec.scheduleTimeoutSeconds",
+            "too long",
+        ),
+        (
+            make_podgroup("train").min_member(2).min_resource("cpu", "1e999999"),
+            "PodGroup default/train",
+            "spec.minResources.cpu",
+            "too large",
+        ),
+        (
+            make_podgroup("train", "team/a").min_member(2),
+            "PodGroup team/a/train",
+            "metadata.namespace",
+            "DNS-1123 label",
+        ),
+        (
+            make_configmap("a/b").data("minAvailable", "2"),
+            "ConfigMap default/a/b",
+            "metadata.name",
+            "is not a valid gang name",
+        ),
     ],
 )
 def test_invalid_object_names_the_object_and_field(obj, subject, field, message):

@@ -17,8 +17,12 @@ T0 = "2024-05-01T12:00:00Z"  # 1714564800
 
 
 def koord(name="w0", gang="train", minimum=2, namespace="default"):
-    return make_pod(name, namespace).created(T0).annotation(keys.KOORD_NAME, gang).annotation(
-        keys.KOORD_MIN_AVAILABLE, str(minimum))
+    return (
+        make_pod(name, namespace)
+        .created(T0)
+        .annotation(keys.KOORD_NAME, gang)
+        .annotation(keys.KOORD_MIN_AVAILABLE, str(minimum))
+    )
 
 
 def resolve(builder, resolver=None):
@@ -29,20 +33,44 @@ def resolve(builder, resolver=None):
 
 
 def test_koordinator_annotations_with_every_parameter():
-    builder = (koord(minimum=5).annotation(keys.KOORD_WAITING_TIME, "3600s").annotation(keys.KOORD_TOTAL_NUMBER, "6")
-               .annotation(keys.KOORD_MODE, "NonStrict").annotation(keys.KOORD_MATCH_POLICY, "waiting-and-running")
-               .annotation(keys.KOORD_GROUPS, '["default/train","ns-b/eval"]'))
-    assert resolve(builder) == Resolution("default/train", GangSpec(
-        namespace="default", name="train", min_available=5, total_number=6, mode=GangMode.NON_STRICT,
-        groups=("default/train", "ns-b/eval"), wait_seconds=3600.0, created_at=0.0,
-        source="koordinator-annotations", match_policy="waiting-and-running"), "", "")
+    builder = (
+        koord(minimum=5)
+        .annotation(keys.KOORD_WAITING_TIME, "3600s")
+        .annotation(keys.KOORD_TOTAL_NUMBER, "6")
+        .annotation(keys.KOORD_MODE, "NonStrict")
+        .annotation(keys.KOORD_MATCH_POLICY, "waiting-and-running")
+        .annotation(keys.KOORD_GROUPS, '["default/train","ns-b/eval"]')
+    )
+    assert resolve(builder) == Resolution(
+        "default/train",
+        GangSpec(
+            namespace="default",
+            name="train",
+            min_available=5,
+            total_number=6,
+            mode=GangMode.NON_STRICT,
+            groups=("default/train", "ns-b/eval"),
+            wait_seconds=3600.0,
+            created_at=0.0,
+            source="koordinator-annotations",
+            match_policy="waiting-and-running",
+        ),
+        "",
+        "",
+    )
 
 
 @pytest.mark.parametrize("default_wait", [None, 42.0])
 def test_koordinator_defaults(default_wait):
     spec = GangResolver(default_wait_seconds=default_wait).resolve(parse_pod(koord(minimum=3).build())).spec
     assert (spec.min_available, spec.total_number, spec.mode, spec.groups, spec.wait_seconds, spec.match_policy) == (
-        3, 3, GangMode.STRICT, (), default_wait, "once-satisfied")
+        3,
+        3,
+        GangMode.STRICT,
+        (),
+        default_wait,
+        "once-satisfied",
+    )
     assert spec.group_keys == ("default/train",)
 
 
@@ -69,7 +97,12 @@ annotations:
     metadata["annotations"][keys.KOORD_GROUPS] = ["namespace-a/gang-a", "namespace-b/gang-b"]
     spec = GangResolver().resolve(parse_pod({"metadata": metadata})).spec
     assert (spec.key, spec.min_available, spec.total_number, spec.wait_seconds, spec.groups) == (
-        "namespace-a/gang-a", 5, 5, 3600.0, ("namespace-a/gang-a", "namespace-b/gang-b"))
+        "namespace-a/gang-a",
+        5,
+        5,
+        3600.0,
+        ("namespace-a/gang-a", "namespace-b/gang-b"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -116,8 +149,7 @@ def test_the_first_valid_pod_defines_the_gang():
 def test_an_invalid_pod_does_not_define_the_gang():
     resolver = GangResolver()
     bad = resolver.resolve(parse_pod(koord("w0").annotation(keys.KOORD_MIN_AVAILABLE, "abc").build()))
-    good = resolver.resolve(parse_pod(koord("w1", minimum=3).created("2024-05-01T12:00:07Z").build(),
-                                      epoch=1714564800))
+    good = resolver.resolve(parse_pod(koord("w1", minimum=3).created("2024-05-01T12:00:07Z").build(), epoch=1714564800))
     assert bad.error and bad.spec is None
     assert (good.spec.min_available, good.spec.created_at) == (3, 7.0)
 
@@ -146,14 +178,32 @@ def test_podgroup_label_waits_for_its_podgroup_then_reads_it(label, api_version,
     resolver = GangResolver(default_wait_seconds=60)
     pod = parse_pod(make_pod("w0").label(label, "train").build())
     assert resolver.resolve(pod) == Resolution(
-        "default/train", None, f"PodGroup default/train ({group}) does not exist yet", "")
-    podgroup = (make_podgroup("train", api_version=api_version).min_member(4).min_resource("cpu", "5")
-                .min_resource("memory", "2048Mi").timeout(600).build())
+        "default/train", None, f"PodGroup default/train ({group}) does not exist yet", ""
+    )
+    podgroup = (
+        make_podgroup("train", api_version=api_version)
+        .min_member(4)
+        .min_resource("cpu", "5")
+        .min_resource("memory", "2048Mi")
+        .timeout(600)
+        .build()
+    )
     assert resolver.add_object(podgroup, created_at=12.5) == "default/train"
-    assert resolver.resolve(pod) == Resolution("default/train", GangSpec(
-        namespace="default", name="train", min_available=4, total_number=4, wait_seconds=600.0,
-        min_resources={"cpu": 5000, "memory": 2048 * 2**20 * 1000}, created_at=12.5,
-        source=f"podgroup/{group}"), "", "")
+    assert resolver.resolve(pod) == Resolution(
+        "default/train",
+        GangSpec(
+            namespace="default",
+            name="train",
+            min_available=4,
+            total_number=4,
+            wait_seconds=600.0,
+            min_resources={"cpu": 5000, "memory": 2048 * 2**20 * 1000},
+            created_at=12.5,
+            source=f"podgroup/{group}",
+        ),
+        "",
+        "",
+    )
 
 
 def test_a_podgroup_of_another_api_group_does_not_satisfy_the_link():
@@ -194,23 +244,45 @@ spec:
     pod = make_pod("a-0", "namespace-a").label(keys.LABEL_SIGS_PODGROUP, "gang-a")
     spec = resolver.resolve(parse_pod(pod.build())).spec
     assert (spec.min_available, spec.total_number, spec.mode, spec.groups, spec.wait_seconds, spec.created_at) == (
-        5, 6, GangMode.NON_STRICT, ("namespace-a/gang-a", "namespace-b/gang-b"), 600.0, 3.0)
+        5,
+        6,
+        GangMode.NON_STRICT,
+        ("namespace-a/gang-a", "namespace-b/gang-b"),
+        600.0,
+        3.0,
+    )
     assert spec.source == "podgroup/scheduling.sigs.k8s.io"
 
 
 def test_pod_annotations_override_the_podgroup():
     resolver = GangResolver(default_wait_seconds=5)
     resolver.add_object(
-        make_podgroup("train", api_version=SIGS).min_member(4).timeout(600)
-        .annotation(keys.KOORD_TOTAL_NUMBER, "8").annotation(keys.KOORD_MODE, "Strict")
-        .annotation(keys.KOORD_GROUPS, '["default/train","default/other"]').build(),
-        created_at=1.0)
-    pod = (make_pod("w0").label(keys.LABEL_SIGS_PODGROUP, "train").annotation(keys.KOORD_MIN_AVAILABLE, "6")
-           .annotation(keys.KOORD_TOTAL_NUMBER, "10").annotation(keys.KOORD_MODE, "NonStrict")
-           .annotation(keys.KOORD_WAITING_TIME, "90s").annotation(keys.KOORD_GROUPS, ""))
+        make_podgroup("train", api_version=SIGS)
+        .min_member(4)
+        .timeout(600)
+        .annotation(keys.KOORD_TOTAL_NUMBER, "8")
+        .annotation(keys.KOORD_MODE, "Strict")
+        .annotation(keys.KOORD_GROUPS, '["default/train","default/other"]')
+        .build(),
+        created_at=1.0,
+    )
+    pod = (
+        make_pod("w0")
+        .label(keys.LABEL_SIGS_PODGROUP, "train")
+        .annotation(keys.KOORD_MIN_AVAILABLE, "6")
+        .annotation(keys.KOORD_TOTAL_NUMBER, "10")
+        .annotation(keys.KOORD_MODE, "NonStrict")
+        .annotation(keys.KOORD_WAITING_TIME, "90s")
+        .annotation(keys.KOORD_GROUPS, "")
+    )
     spec = resolver.resolve(parse_pod(pod.build())).spec
     assert (spec.min_available, spec.total_number, spec.mode, spec.wait_seconds, spec.groups) == (
-        6, 10, GangMode.NON_STRICT, 90.0, ())
+        6,
+        10,
+        GangMode.NON_STRICT,
+        90.0,
+        (),
+    )
     assert (spec.source, spec.created_at) == ("podgroup/scheduling.sigs.k8s.io", 1.0)
 
 
@@ -253,7 +325,11 @@ def test_volcano_group_name_waits_for_a_volcano_podgroup():
     resolver.add_object(podgroup.build(), created_at=9.0)
     spec = resolver.resolve(pod).spec
     assert (spec.min_available, spec.min_resources, spec.source, spec.created_at) == (
-        3, {"nvidia.com/gpu": 3000}, "podgroup/scheduling.volcano.sh", 9.0)
+        3,
+        {"nvidia.com/gpu": 3000},
+        "podgroup/scheduling.volcano.sh",
+        9.0,
+    )
 
 
 # --- self-contained community forms -------------------------------------------------------------------
@@ -265,11 +341,21 @@ def test_volcano_group_name_waits_for_a_volcano_podgroup():
         (make_pod("w0").annotation(keys.LIGHT_NAME, "train").annotation(keys.LIGHT_MIN_AVAILABLE, "3"), 3),
         (make_pod("w0").label(keys.LIGHT_NAME, "train").label(keys.LIGHT_MIN_AVAILABLE, "4"), 4),
         (make_pod("w0").label(keys.LIGHT_NAME, "train").annotation(keys.LIGHT_MIN_AVAILABLE, "5"), 5),
-        (make_pod("w0").annotation(keys.LIGHT_NAME, "train").annotation(keys.LIGHT_MIN_AVAILABLE, "2")
-         .label(keys.LIGHT_MIN_AVAILABLE, "9"), 2),
+        (
+            make_pod("w0")
+            .annotation(keys.LIGHT_NAME, "train")
+            .annotation(keys.LIGHT_MIN_AVAILABLE, "2")
+            .label(keys.LIGHT_MIN_AVAILABLE, "9"),
+            2,
+        ),
         # Koordinator's min-available overrides the lightweight one, and can stand in for it.
-        (make_pod("w0").label(keys.LIGHT_NAME, "train").label(keys.LIGHT_MIN_AVAILABLE, "4")
-         .annotation(keys.KOORD_MIN_AVAILABLE, "6"), 6),
+        (
+            make_pod("w0")
+            .label(keys.LIGHT_NAME, "train")
+            .label(keys.LIGHT_MIN_AVAILABLE, "4")
+            .annotation(keys.KOORD_MIN_AVAILABLE, "6"),
+            6,
+        ),
         (make_pod("w0").label(keys.LIGHT_NAME, "train").annotation(keys.KOORD_MIN_AVAILABLE, "7"), 7),
     ],
 )
@@ -313,19 +399,32 @@ data:
   scheduleTimeoutSeconds: "20"
 """)
     resolver = GangResolver(default_wait_seconds=300)
-    pod = parse_pod(make_pod("simple-train-worker-0", "sw-mpi-operator").label(keys.CONFIGMAP_LABEL, "gpu-pg")
-                    .scheduler("gang-scheduler").gpu(1).toleration("gpu", "Exists", effect="NoSchedule").build())
+    pod = parse_pod(
+        make_pod("simple-train-worker-0", "sw-mpi-operator")
+        .label(keys.CONFIGMAP_LABEL, "gpu-pg")
+        .scheduler("gang-scheduler")
+        .gpu(1)
+        .toleration("gpu", "Exists", effect="NoSchedule")
+        .build()
+    )
     assert resolver.resolve(pod) == Resolution(
-        "sw-mpi-operator/gpu-pg", None, "ConfigMap sw-mpi-operator/gpu-pg does not exist yet", "")
+        "sw-mpi-operator/gpu-pg", None, "ConfigMap sw-mpi-operator/gpu-pg does not exist yet", ""
+    )
     assert GangResolver.is_gang_object(configmap)
     assert resolver.add_object(configmap, created_at=2.0) == "sw-mpi-operator/gpu-pg"
     spec = resolver.resolve(pod).spec
     assert (spec.min_available, spec.total_number, spec.wait_seconds, spec.source, spec.created_at) == (
-        5, 5, 20.0, "configmap", 2.0)
+        5,
+        5,
+        20.0,
+        "configmap",
+        2.0,
+    )
 
 
 @pytest.mark.parametrize(
-    ("timeout", "expected"), [(None, 300.0), ("20s", 20.0), ("1m", 60.0), (15, 15.0), ("0", 300.0)])
+    ("timeout", "expected"), [(None, 300.0), ("20s", 20.0), ("1m", 60.0), (15, 15.0), ("0", 300.0)]
+)
 def test_configmap_timeout_forms(timeout, expected):
     configmap = make_configmap("pg").data("minAvailable", "2")
     if timeout is not None:
@@ -341,21 +440,51 @@ def test_configmap_timeout_forms(timeout, expected):
 @pytest.mark.parametrize(
     ("builder", "key", "source_or_wait"),
     [
-        (make_pod("w0").annotation(keys.KOORD_NAME, "koord").annotation(keys.KOORD_MIN_AVAILABLE, "1")
-         .label(keys.LABEL_SIGS_PODGROUP, "sigs").label(keys.LABEL_X_K8S_PODGROUP, "xk8s")
-         .annotation(keys.LIGHT_NAME, "light").annotation(keys.VOLCANO_GROUP_NAME, "volcano")
-         .label(keys.CONFIGMAP_LABEL, "cm"), "default/koord", "koordinator-annotations"),
-        (make_pod("w0").label(keys.LABEL_SIGS_PODGROUP, "sigs").label(keys.LABEL_X_K8S_PODGROUP, "xk8s")
-         .annotation(keys.LIGHT_NAME, "light").annotation(keys.VOLCANO_GROUP_NAME, "volcano")
-         .label(keys.CONFIGMAP_LABEL, "cm"), "default/sigs", "PodGroup default/sigs (scheduling.sigs.k8s.io)"),
-        (make_pod("w0").label(keys.LABEL_X_K8S_PODGROUP, "xk8s").annotation(keys.LIGHT_NAME, "light")
-         .annotation(keys.VOLCANO_GROUP_NAME, "volcano").label(keys.CONFIGMAP_LABEL, "cm"),
-         "default/xk8s", "PodGroup default/xk8s (scheduling.x-k8s.io)"),
-        (make_pod("w0").annotation(keys.LIGHT_NAME, "light").annotation(keys.LIGHT_MIN_AVAILABLE, "1")
-         .annotation(keys.VOLCANO_GROUP_NAME, "volcano").label(keys.CONFIGMAP_LABEL, "cm"),
-         "default/light", "lightweight-coscheduling"),
-        (make_pod("w0").annotation(keys.VOLCANO_GROUP_NAME, "volcano").label(keys.CONFIGMAP_LABEL, "cm"),
-         "default/volcano", "PodGroup default/volcano (scheduling.volcano.sh)"),
+        (
+            make_pod("w0")
+            .annotation(keys.KOORD_NAME, "koord")
+            .annotation(keys.KOORD_MIN_AVAILABLE, "1")
+            .label(keys.LABEL_SIGS_PODGROUP, "sigs")
+            .label(keys.LABEL_X_K8S_PODGROUP, "xk8s")
+            .annotation(keys.LIGHT_NAME, "light")
+            .annotation(keys.VOLCANO_GROUP_NAME, "volcano")
+            .label(keys.CONFIGMAP_LABEL, "cm"),
+            "default/koord",
+            "koordinator-annotations",
+        ),
+        (
+            make_pod("w0")
+            .label(keys.LABEL_SIGS_PODGROUP, "sigs")
+            .label(keys.LABEL_X_K8S_PODGROUP, "xk8s")
+            .annotation(keys.LIGHT_NAME, "light")
+            .annotation(keys.VOLCANO_GROUP_NAME, "volcano")
+            .label(keys.CONFIGMAP_LABEL, "cm"),
+            "default/sigs",
+            "PodGroup default/sigs (scheduling.sigs.k8s.io)",
+        ),
+        (
+            make_pod("w0")
+            .label(keys.LABEL_X_K8S_PODGROUP, "xk8s")
+            .annotation(keys.LIGHT_NAME, "light")
+            .annotation(keys.VOLCANO_GROUP_NAME, "volcano")
+            .label(keys.CONFIGMAP_LABEL, "cm"),
+            "default/xk8s",
+            "PodGroup default/xk8s (scheduling.x-k8s.io)",
+        ),
+        (
+            make_pod("w0")
+            .annotation(keys.LIGHT_NAME, "light")
+            .annotation(keys.LIGHT_MIN_AVAILABLE, "1")
+            .annotation(keys.VOLCANO_GROUP_NAME, "volcano")
+            .label(keys.CONFIGMAP_LABEL, "cm"),
+            "default/light",
+            "lightweight-coscheduling",
+        ),
+        (
+            make_pod("w0").annotation(keys.VOLCANO_GROUP_NAME, "volcano").label(keys.CONFIGMAP_LABEL, "cm"),
+            "default/volcano",
+            "PodGroup default/volcano (scheduling.volcano.sh)",
+        ),
         (make_pod("w0").label(keys.CONFIGMAP_LABEL, "cm"), "default/cm", "ConfigMap default/cm"),
     ],
 )
@@ -363,7 +492,8 @@ def test_link_precedence(builder, key, source_or_wait):
     result = resolve(builder)
     assert result.gang_key == key
     assert (result.spec.source if result.spec else result.waiting_for.removesuffix(" does not exist yet")) == (
-        source_or_wait)
+        source_or_wait
+    )
 
 
 # --- objects: recognising, removing, replacing --------------------------------------------------------
@@ -435,6 +565,7 @@ def test_resolution_is_deterministic():
         pods.append(make_pod("x").label(keys.LABEL_X_K8S_PODGROUP, "pg").build())
         resolver.add_object(make_podgroup("pg").min_member(1).build(), created_at=1.0)
         return [resolver.resolve(parse_pod(raw)) for raw in pods], parse_pod(make_pod("u").build()).uid
+
     assert run() == run()
 
 

@@ -29,14 +29,22 @@ def test_allocatable_wins_over_capacity():
 
 def test_hostname_label_is_added_unless_present():
     assert parse_node(make_node("n1").label("zone", "a").build()).labels == {
-        "zone": "a", "kubernetes.io/hostname": "n1"}
+        "zone": "a",
+        "kubernetes.io/hostname": "n1",
+    }
     assert parse_node(make_node("n1").label("kubernetes.io/hostname", "host-1").build()).labels == {
-        "kubernetes.io/hostname": "host-1"}
+        "kubernetes.io/hostname": "host-1"
+    }
 
 
 def test_taints_and_unschedulable():
-    raw = (make_node("n1").taint("gpu", "true", "NoSchedule").taint("dedicated", effect="NoExecute")
-           .unschedulable().build())
+    raw = (
+        make_node("n1")
+        .taint("gpu", "true", "NoSchedule")
+        .taint("dedicated", effect="NoExecute")
+        .unschedulable()
+        .build()
+    )
     node = parse_node(raw)
     assert node.taints == (Taint("gpu", "true", "NoSchedule"), Taint("dedicated", "", "NoExecute"))
     assert node.unschedulable is True
@@ -86,16 +94,19 @@ def test_a_node_without_a_name_is_refused():
         parse_node({"metadata": {}, "status": {}})
 
 
-@pytest.mark.parametrize(("builder", "field", "fragment"), [
-    # One column per GPU in the scheduler: 10^15 GPUs used to hang it.
-    (make_node("n1").gpu(1025), "status.allocatable.nvidia.com/gpu", "at most 1024"),
-    (make_node("n1").gpu(10**9).capacity_only(), "status.capacity.nvidia.com/gpu", "at most 1024"),
-    # Amounts must stay exact as the doubles the Redis state adds them up in.
-    (make_node("n1").memory(2**53), "status.allocatable.memory", "too large (at most 9007199254740991"),
-    (make_node("n1").cpu(10**5000), "status.allocatable.cpu", "too large"),
-    (make_node("a/b"), "metadata.name", "DNS-1123 subdomain"),
-    (make_node("N1"), "metadata.name", "DNS-1123 subdomain"),
-])
+@pytest.mark.parametrize(
+    ("builder", "field", "fragment"),
+    [
+        # One column per GPU in the scheduler: 10^15 GPUs used to hang it.
+        (make_node("n1").gpu(1025), "status.allocatable.nvidia.com/gpu", "at most 1024"),
+        (make_node("n1").gpu(10**9).capacity_only(), "status.capacity.nvidia.com/gpu", "at most 1024"),
+        # Amounts must stay exact as the doubles the Redis state adds them up in.
+        (make_node("n1").memory(2**53), "status.allocatable.memory", "too large (at most 9007199254740991"),
+        (make_node("n1").cpu(10**5000), "status.allocatable.cpu", "too large"),
+        (make_node("a/b"), "metadata.name", "DNS-1123 subdomain"),
+        (make_node("N1"), "metadata.name", "DNS-1123 subdomain"),
+    ],
+)
 def test_bounded_node_inputs_are_refused_by_name(builder, field, fragment):
     with pytest.raises(IntakeError) as caught:
         parse_node(builder.build())

@@ -60,8 +60,9 @@ def test_created_at_is_zero_without_a_timestamp_whatever_the_epoch():
 
 
 def test_labels_annotations_and_node_name_are_kept_as_strings():
-    raw = (make_pod("w0").label("app", "train").annotation("replicas", 5).annotation("flag", True)
-           .node_name("n3").build())
+    raw = (
+        make_pod("w0").label("app", "train").annotation("replicas", 5).annotation("flag", True).node_name("n3").build()
+    )
     pod = parse_pod(raw)
     assert pod.labels == {"app": "train"}
     assert pod.annotations == {"replicas": "5", "flag": "true"}
@@ -78,8 +79,14 @@ def test_duration_is_none_without_the_annotation():
     assert parse_pod(make_pod("w0").build()).duration is None
 
 
-@pytest.mark.parametrize(("spec", "name"), [({}, "default-scheduler"), ({"schedulerName": "phalanx"}, "phalanx"),
-                                            ({"schedulerName": ""}, "default-scheduler")])
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [
+        ({}, "default-scheduler"),
+        ({"schedulerName": "phalanx"}, "phalanx"),
+        ({"schedulerName": ""}, "default-scheduler"),
+    ],
+)
 def test_scheduler_name(spec, name):
     assert scheduler_name({"metadata": {"name": "p"}, "spec": spec}) == name
 
@@ -92,8 +99,12 @@ def test_scheduler_name_without_spec():
 
 
 def test_requests_sum_over_containers_in_milli_units_plus_one_pod_slot():
-    raw = (make_pod("w0").container(requests={"cpu": "500m", "memory": "1Gi"})
-           .container(requests={"cpu": "1.5", "memory": "512Mi"}).build())
+    raw = (
+        make_pod("w0")
+        .container(requests={"cpu": "500m", "memory": "1Gi"})
+        .container(requests={"cpu": "1.5", "memory": "512Mi"})
+        .build()
+    )
     assert parse_pod(raw).requests == {"cpu": 2000, "memory": (2**30 + 2**29) * 1000, "pods": 1000}
 
 
@@ -113,8 +124,14 @@ def test_gpu_limits_sum_over_containers():
 
 
 def test_init_containers_count_by_their_maximum_against_the_containers_sum():
-    raw = (make_pod("w0").container(requests={"cpu": "1", "memory": "1Gi"}).container(requests={"cpu": "1"})
-           .init_container(requests={"cpu": "3"}).init_container(requests={"cpu": "500m", "memory": "4Gi"}).build())
+    raw = (
+        make_pod("w0")
+        .container(requests={"cpu": "1", "memory": "1Gi"})
+        .container(requests={"cpu": "1"})
+        .init_container(requests={"cpu": "3"})
+        .init_container(requests={"cpu": "500m", "memory": "4Gi"})
+        .build()
+    )
     requests = parse_pod(raw).requests
     assert requests["cpu"] == 3000  # the first init container needs more than both app containers
     assert requests["memory"] == 4 * 2**30 * 1000  # the second needs more memory than the app
@@ -131,9 +148,13 @@ def test_init_container_limits_stand_in_for_requests():
 
 
 def test_sidecar_init_containers_add_to_the_app_and_to_later_init_containers():
-    raw = (make_pod("w0").container(requests={"cpu": "1"})
-           .init_container(requests={"cpu": "500m"}, sidecar=True)
-           .init_container(requests={"cpu": "2"}).build())
+    raw = (
+        make_pod("w0")
+        .container(requests={"cpu": "1"})
+        .init_container(requests={"cpu": "500m"}, sidecar=True)
+        .init_container(requests={"cpu": "2"})
+        .build()
+    )
     # Later init container: 2 + 0.5 sidecar = 2.5 > app 1 + 0.5 sidecar.
     assert parse_pod(raw).requests["cpu"] == 2500
     small = make_pod("w0").container(requests={"cpu": "1"}).init_container(requests={"cpu": "500m"}, sidecar=True)
@@ -159,24 +180,42 @@ def test_node_selector_is_sorted_pairs():
 @pytest.mark.parametrize(
     ("builder", "field", "fragment"),
     [
-        (make_pod("worker-0").container(requests={"cpu": "abc"}), "spec.containers[0].resources.requests.cpu",
-         "not a quantity"),
-        (make_pod("worker-0").container().container(limits={GPU: "one"}),
-         "spec.containers[1].resources.limits.nvidia.com/gpu", "not a quantity"),
-        (make_pod("worker-0").container(requests={"memory": "-1Gi"}),
-         "spec.containers[0].resources.requests.memory", "negative"),
-        (make_pod("worker-0").init_container(requests={"cpu": "1x"}),
-         "spec.initContainers[0].resources.requests.cpu", "not a quantity"),
+        (
+            make_pod("worker-0").container(requests={"cpu": "abc"}),
+            "spec.containers[0].resources.requests.cpu",
+            "not a quantity",
+        ),
+        (
+            make_pod("worker-0").container().container(limits={GPU: "one"}),
+            "spec.containers[1].resources.limits.nvidia.com/gpu",
+            "not a quantity",
+        ),
+        (
+            make_pod("worker-0").container(requests={"memory": "-1Gi"}),
+            "spec.containers[0].resources.requests.memory",
+            "negative",
+        ),
+        (
+            make_pod("worker-0").init_container(requests={"cpu": "1x"}),
+            "spec.initContainers[0].resources.requests.cpu",
+            "not a quantity",
+        ),
         (make_pod("worker-0").overhead("cpu", "fast"), "spec.overhead.cpu", "not a quantity"),
         (make_pod("worker-0").set("spec.containers", {"name": "c"}), "spec.containers", "expected a list"),
-        (make_pod("worker-0").set("spec.containers", [{"resources": {"requests": "1"}}]),
-         "spec.containers[0].resources.requests", "expected a mapping"),
+        (
+            make_pod("worker-0").set("spec.containers", [{"resources": {"requests": "1"}}]),
+            "spec.containers[0].resources.requests",
+            "expected a mapping",
+        ),
         (make_pod("worker-0").priority("high"), "spec.priority", '"high" is not an integer'),
         (make_pod("worker-0").priority(True), "spec.priority", "not an integer"),
         (make_pod("worker-0").created("yesterday"), "metadata.creationTimestamp", '"yesterday"'),
         (make_pod("worker-0").created(12345), "metadata.creationTimestamp", "RFC 3339"),
-        (make_pod("worker-0").annotation(SIM_DURATION, "forever"),
-         f"metadata.annotations[{SIM_DURATION}]", '"forever" is not a duration'),
+        (
+            make_pod("worker-0").annotation(SIM_DURATION, "forever"),
+            f"metadata.annotations[{SIM_DURATION}]",
+            '"forever" is not a duration',
+        ),
         (make_pod("worker-0").annotation(SIM_DURATION, "-5s"), f"metadata.annotations[{SIM_DURATION}]", "negative"),
         (make_pod("worker-0").set("metadata.annotations", "a=b"), "metadata.annotations", "expected a mapping"),
         (make_pod("worker-0").set("spec", []), "spec", "expected a mapping"),
@@ -185,18 +224,36 @@ def test_node_selector_is_sorted_pairs():
         (make_pod("worker-0").priority(2**31), "spec.priority", "out of range"),
         (make_pod("worker-0").priority(-(2**31) - 1), "spec.priority", "out of range"),
         (make_pod("worker-0").priority(10**5000), "spec.priority", "out of range"),
-        (make_pod("worker-0").container(requests={"cpu": 10**5000}), "spec.containers[0].resources.requests.cpu",
-         "too large"),
-        (make_pod("worker-0").container(requests={"cpu": "1e999990"}), "spec.containers[0].resources.requests.cpu",
-         "too large"),
-        (make_pod("worker-0").container(requests={"cpu": "1e10000000"}),
-         "spec.containers[0].resources.requests.cpu", "too large"),
-        (make_pod("worker-0").container(requests={"cpu": "9" * 100}), "spec.containers[0].resources.requests.cpu",
-         "too long"),
-        (make_pod("worker-0").container(requests={"cpu": "5T"}).container(requests={"cpu": "5T"}),
-         "spec.containers[*].resources.requests.cpu", "too large"),
-        (make_pod("worker-0").annotation(SIM_DURATION, "9" * 100 + "h"), f"metadata.annotations[{SIM_DURATION}]",
-         "too long"),
+        (
+            make_pod("worker-0").container(requests={"cpu": 10**5000}),
+            "spec.containers[0].resources.requests.cpu",
+            "too large",
+        ),
+        (
+            make_pod("worker-0").container(requests={"cpu": "1e999990"}),
+            "spec.containers[0].resources.requests.cpu",
+            "too large",
+        ),
+        (
+            make_pod("worker-0").container(requests={"cpu": "1e10000000"}),
+            "spec.containers[0].resources.requests.cpu",
+            "too large",
+        ),
+        (
+            make_pod("worker-0").container(requests={"cpu": "9" * 100}),
+            "spec.containers[0].resources.requests.cpu",
+            "too long",
+        ),
+        (
+            make_pod("worker-0").container(requests={"cpu": "5T"}).container(requests={"cpu": "5T"}),
+            "spec.containers[*].resources.requests.cpu",
+            "too large",
+        ),
+        (
+            make_pod("worker-0").annotation(SIM_DURATION, "9" * 100 + "h"),
+            f"metadata.annotations[{SIM_DURATION}]",
+            "too long",
+        ),
         (make_pod("worker-0").label("big", 10**5000), "metadata.labels[big]", "cannot be read as text"),
         (make_pod("worker-0").annotation("odd", "\ud800"), "metadata.annotations[odd]", "not valid UTF-8"),
         (make_pod("worker-0").node_name("node/1"), "spec.nodeName", "DNS-1123 subdomain"),
@@ -211,16 +268,19 @@ def test_errors_name_the_pod_and_the_field(builder, field, fragment):
     assert fragment in caught.value.message
 
 
-@pytest.mark.parametrize(("name", "namespace", "field"), [
-    ("a/b", "default", "metadata.name"),
-    ("worker-0", "team/a", "metadata.namespace"),
-    ("Worker-0", "default", "metadata.name"),
-    ("worker_0", "default", "metadata.name"),
-    ("w" * 254, "default", "metadata.name"),
-    ("worker-0", "n" * 64, "metadata.namespace"),
-    ("worker-0", "team.a", "metadata.namespace"),
-    ("worker-0\n", "default", "metadata.name"),
-])
+@pytest.mark.parametrize(
+    ("name", "namespace", "field"),
+    [
+        ("a/b", "default", "metadata.name"),
+        ("worker-0", "team/a", "metadata.namespace"),
+        ("Worker-0", "default", "metadata.name"),
+        ("worker_0", "default", "metadata.name"),
+        ("w" * 254, "default", "metadata.name"),
+        ("worker-0", "n" * 64, "metadata.namespace"),
+        ("worker-0", "team.a", "metadata.namespace"),
+        ("worker-0\n", "default", "metadata.name"),
+    ],
+)
 def test_pod_names_and_namespaces_must_be_kubernetes_names(name, namespace, field):
     # A "/" in either used to pass the intake and then fail a whole binder step.
     with pytest.raises(IntakeError) as caught:
@@ -253,23 +313,43 @@ def test_kubernetes_client_to_dict_form_gives_the_same_pod_as_camel_case():
 
     created = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
     typed = client.V1Pod(
-        metadata=client.V1ObjectMeta(name="w0", namespace="ml", uid="u-1", creation_timestamp=created,
-                                     labels={"app": "train"}, annotations={SIM_DURATION: "1m"}),
+        metadata=client.V1ObjectMeta(
+            name="w0",
+            namespace="ml",
+            uid="u-1",
+            creation_timestamp=created,
+            labels={"app": "train"},
+            annotations={SIM_DURATION: "1m"},
+        ),
         spec=client.V1PodSpec(
             priority=7,
             node_selector={"zone": "a"},
             scheduler_name="phalanx",
             tolerations=[client.V1Toleration(key="gpu", operator="Exists", effect="NoSchedule")],
-            affinity=client.V1Affinity(node_affinity=client.V1NodeAffinity(
-                required_during_scheduling_ignored_during_execution=client.V1NodeSelector(node_selector_terms=[
-                    client.V1NodeSelectorTerm(
-                        match_expressions=[client.V1NodeSelectorRequirement(key="zone", operator="In", values=["a"])],
-                        match_fields=[client.V1NodeSelectorRequirement(key="metadata.name", operator="In",
-                                                                       values=["n1"])])]))),
-            init_containers=[client.V1Container(name="i", resources=client.V1ResourceRequirements(
-                requests={"cpu": "4"}))],
-            containers=[client.V1Container(name="c", resources=client.V1ResourceRequirements(
-                requests={"cpu": "1"}, limits={GPU: "2"}))],
+            affinity=client.V1Affinity(
+                node_affinity=client.V1NodeAffinity(
+                    required_during_scheduling_ignored_during_execution=client.V1NodeSelector(
+                        node_selector_terms=[
+                            client.V1NodeSelectorTerm(
+                                match_expressions=[
+                                    client.V1NodeSelectorRequirement(key="zone", operator="In", values=["a"])
+                                ],
+                                match_fields=[
+                                    client.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=["n1"])
+                                ],
+                            )
+                        ]
+                    )
+                )
+            ),
+            init_containers=[
+                client.V1Container(name="i", resources=client.V1ResourceRequirements(requests={"cpu": "4"}))
+            ],
+            containers=[
+                client.V1Container(
+                    name="c", resources=client.V1ResourceRequirements(requests={"cpu": "1"}, limits={GPU: "2"})
+                )
+            ],
             overhead={"memory": "1Mi"},
         ),
     )

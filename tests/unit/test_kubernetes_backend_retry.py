@@ -62,8 +62,13 @@ def bind(core: FakeCore) -> dict[str, Any]:
 
 
 def test_transient_errors_are_retried() -> None:
-    core = FakeCore([ApiException(status=500, reason="boom"), ApiException(status=429, reason="slow down"),
-                     urllib3.exceptions.ProtocolError("reset")])
+    core = FakeCore(
+        [
+            ApiException(status=500, reason="boom"),
+            ApiException(status=429, reason="slow down"),
+            urllib3.exceptions.ProtocolError("reset"),
+        ]
+    )
     assert bind(core) == {}
     assert core.binds == 4
     assert [e["reason"] for e in core.events] == ["Scheduled"]

@@ -26,9 +26,11 @@ from phalanx.state.txn import Txn
 def registries() -> dict[str, CollectorRegistry]:
     """Each service's registry with its scrape-time collectors, as the services' main() make them."""
     gangs = GangManager(600.0)
-    return {"queue": registry_for("queue", QueueCollector(SchedulingQueue())),
-            "scheduler": registry_for("scheduler", GangCollector(lambda: gangs)),
-            "binder": registry_for("binder")}
+    return {
+        "queue": registry_for("queue", QueueCollector(SchedulingQueue())),
+        "scheduler": registry_for("scheduler", GangCollector(lambda: gangs)),
+        "binder": registry_for("binder"),
+    }
 
 
 def families(registry: CollectorRegistry) -> dict[str, object]:
@@ -45,11 +47,19 @@ def test_every_metric_has_help(service: str) -> None:
 KUBE_SCHEDULER = {
     "scheduler_pending_pods": ("queue", "gauge", {"queue"}, None),
     "scheduler_schedule_attempts": ("scheduler", "counter", {"result", "profile"}, None),
-    "scheduler_scheduling_attempt_duration_seconds": ("scheduler", "histogram", {"result", "profile"},
-                                                      [0.001 * 2 ** i for i in range(15)]),
+    "scheduler_scheduling_attempt_duration_seconds": (
+        "scheduler",
+        "histogram",
+        {"result", "profile"},
+        [0.001 * 2**i for i in range(15)],
+    ),
     # Without kube-scheduler's "attempts" label: the queue, which counts attempts, has forgotten a pod by then.
-    "scheduler_pod_scheduling_sli_duration_seconds": ("scheduler", "histogram", set(),
-                                                      [0.01 * 2 ** i for i in range(20)]),
+    "scheduler_pod_scheduling_sli_duration_seconds": (
+        "scheduler",
+        "histogram",
+        set(),
+        [0.01 * 2**i for i in range(20)],
+    ),
 }
 
 
@@ -94,8 +104,12 @@ def test_the_weighted_histogram_exports_what_prometheus_clients_would() -> None:
             reference.observe(value)
 
     def samples(r: CollectorRegistry) -> dict[tuple[str, str], float]:
-        return {(s.name, s.labels.get("le", "")): s.value for f in text_string_to_metric_families(
-            generate_latest(r).decode()) for s in f.samples if not s.name.endswith("_created")}
+        return {
+            (s.name, s.labels.get("le", "")): s.value
+            for f in text_string_to_metric_families(generate_latest(r).decode())
+            for s in f.samples
+            if not s.name.endswith("_created")
+        }
 
     assert samples(ours) == pytest.approx(samples(theirs))
 
@@ -107,14 +121,22 @@ def test_a_histogram_needs_help() -> None:
 
 # -- gangs by phase, and the partial-gang gauge ----------------------------------------------------------
 
+
 def spec(name: str, min_available: int, invalid: str = "") -> GangSpec:
     return gang_spec(name, min_available, ns="ns", invalid=invalid)
 
 
 def test_gangs_by_phase_and_partial_gangs() -> None:
     gangs = GangManager(600.0)
-    for s in (spec("pending", 2), spec("waiting", 2), spec("bound", 2), spec("short", 3), spec("binding", 3),
-              spec("late", 2), spec("broken", 2, invalid="minMember is not a number")):
+    for s in (
+        spec("pending", 2),
+        spec("waiting", 2),
+        spec("bound", 2),
+        spec("short", 3),
+        spec("binding", 3),
+        spec("late", 2),
+        spec("broken", 2, invalid="minMember is not a number"),
+    ):
         gangs.upsert(s)
     gangs.records = {
         "ns/waiting": GangRecord("ns/waiting", assumed={"ns/w-0"}),
@@ -133,30 +155,42 @@ def test_gangs_by_phase_and_partial_gangs() -> None:
 
 # -- the scheduler's attempt tally --------------------------------------------------------------------------
 
+
 def test_each_pod_counts_once_by_its_first_verdict() -> None:
     registry = registry_for("scheduler")
 
     def value(result: str) -> float:
-        return registry.get_sample_value("scheduler_schedule_attempts_total",
-                                         {"result": result, "profile": "tally-test"}) or 0.0
+        return (
+            registry.get_sample_value("scheduler_schedule_attempts_total", {"result": result, "profile": "tally-test"})
+            or 0.0
+        )
 
     tally = AttemptTally("tally-test")
     unit = [Popped(PodInfo("ns", f"p{i}")) for i in range(3)]
     released_earlier = Popped(PodInfo("ns", "held"))  # answered in this unit but popped in an earlier round
-    verdicts = [Verdict(Popped(PodInfo("ns", "before")), Outcome.ASSUMED),  # another unit's, before the mark
-                Verdict(released_earlier, Outcome.UNSCHEDULABLE),
-                Verdict(unit[0], Outcome.ASSUMED), Verdict(unit[1], Outcome.UNSCHEDULABLE),
-                Verdict(unit[0], Outcome.BOUND)]  # its bind, in the same round: not a second attempt
+    verdicts = [
+        Verdict(Popped(PodInfo("ns", "before")), Outcome.ASSUMED),  # another unit's, before the mark
+        Verdict(released_earlier, Outcome.UNSCHEDULABLE),
+        Verdict(unit[0], Outcome.ASSUMED),
+        Verdict(unit[1], Outcome.UNSCHEDULABLE),
+        Verdict(unit[0], Outcome.BOUND),
+    ]  # its bind, in the same round: not a second attempt
     tally.new_round()
     tally.unit(unit, verdicts, 1, 0.002)  # unit[2] got no verdict: handed on, counted elsewhere
     assert (value("scheduled"), value("unschedulable"), value("error")) == (1, 1, 0)
-    assert registry.get_sample_value("scheduler_scheduling_attempt_duration_seconds_bucket",
-                                     {"result": "scheduled", "profile": "tally-test", "le": "0.002"}) == 1
+    assert (
+        registry.get_sample_value(
+            "scheduler_scheduling_attempt_duration_seconds_bucket",
+            {"result": "scheduled", "profile": "tally-test", "le": "0.002"},
+        )
+        == 1
+    )
     tally.failed(popped=3, seconds=0.01)  # the round raised: the pod not judged yet is an error
     assert value("error") == 1
 
 
 # -- Redis transaction conflicts (a real redis-server) -----------------------------------------------------
+
 
 def test_refused_transactions_are_counted_by_reason(store: StateStore) -> None:
     registry = registry_for("binder")
@@ -172,16 +206,29 @@ def test_refused_transactions_are_counted_by_reason(store: StateStore) -> None:
     assert not store.apply(Txn(expect=[["ns/big", "assumed", ""]]))[0]
     assert not store.apply(Txn(fence=41))[0]
     assert store.apply(Txn(reserve=[store.reserve_entry(PodInfo("ns", "ok", uid="ok", requests={"cpu": 1}), "n1")]))[0]
-    assert {r: conflicts(r) - before[r] for r in before} == {"capacity": 1, "pod_state": 1, "node_gone": 1,
-                                                             "stale_fence": 1}
+    assert {r: conflicts(r) - before[r] for r in before} == {
+        "capacity": 1,
+        "pod_state": 1,
+        "node_gone": 1,
+        "stale_fence": 1,
+    }
 
 
 # -- --metrics-listen -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("listen, parsed", [
-    ("0.0.0.0:9091", ("0.0.0.0", 9091)), ("127.0.0.1:0", ("127.0.0.1", 0)), (":9092", ("0.0.0.0", 9092)),
-    ("[::1]:9093", ("::1", 9093)), ("", None), ("off", None), ("OFF", None),
-])
+
+@pytest.mark.parametrize(
+    "listen, parsed",
+    [
+        ("0.0.0.0:9091", ("0.0.0.0", 9091)),
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        (":9092", ("0.0.0.0", 9092)),
+        ("[::1]:9093", ("::1", 9093)),
+        ("", None),
+        ("off", None),
+        ("OFF", None),
+    ],
+)
 def test_metrics_listen(listen: str, parsed: tuple[str, int] | None) -> None:
     assert parse_listen(listen) == parsed
 

@@ -56,6 +56,7 @@ def place(fw: Framework, p: PodInfo, snap: Snapshot) -> str | None:
 
 # -- NodeResourcesFit -------------------------------------------------------------------------------
 
+
 def fit_nodes() -> Snapshot:
     return snapshot(
         NodeInfo("n1", {"cpu": 4000, "memory": 8000, "pods": 110_000, "example.com/fpga": 1000}),
@@ -65,20 +66,23 @@ def fit_nodes() -> Snapshot:
     )
 
 
-@pytest.mark.parametrize("requests, expected", [
-    ({}, ["n1", "n2", "n3"]),
-    ({"cpu": 2000}, ["n1", "n2"]),
-    ({"cpu": 4000}, ["n1", "n2"]),                      # exactly fits
-    ({"cpu": 4001}, []),
-    ({"cpu": 1500, GPU: 1000}, ["n2"]),                 # n3 has too little cpu
-    ({GPU: 1000, "pods": 1000}, ["n2"]),                # n3 has GPUs but no pod slot left
-    ({GPU: 3000}, ["n3"]),
-    ({GPU: 5000}, []),
-    ({"example.com/fpga": 1000}, ["n1"]),               # extended resource
-    ({"cpu": 0, "memory": 0}, ["n1", "n2", "n3"]),      # zero requests ask for nothing
-    ({"pods": 1000}, ["n1", "n2"]),                     # n3's pod slots are used up
-    ({"example.com/unknown": 1}, []),                   # a resource no node has
-])
+@pytest.mark.parametrize(
+    "requests, expected",
+    [
+        ({}, ["n1", "n2", "n3"]),
+        ({"cpu": 2000}, ["n1", "n2"]),
+        ({"cpu": 4000}, ["n1", "n2"]),  # exactly fits
+        ({"cpu": 4001}, []),
+        ({"cpu": 1500, GPU: 1000}, ["n2"]),  # n3 has too little cpu
+        ({GPU: 1000, "pods": 1000}, ["n2"]),  # n3 has GPUs but no pod slot left
+        ({GPU: 3000}, ["n3"]),
+        ({GPU: 5000}, []),
+        ({"example.com/fpga": 1000}, ["n1"]),  # extended resource
+        ({"cpu": 0, "memory": 0}, ["n1", "n2", "n3"]),  # zero requests ask for nothing
+        ({"pods": 1000}, ["n1", "n2"]),  # n3's pod slots are used up
+        ({"example.com/unknown": 1}, []),  # a resource no node has
+    ],
+)
 def test_node_resources_fit(requests: dict[str, int], expected: list[str]) -> None:
     assert allowed(NodeResourcesFit(), pod(requests), fit_nodes()) == expected
 
@@ -102,16 +106,20 @@ def test_unknown_resource_is_explained() -> None:
 
 # -- NodeUnschedulable ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("tolerations, expected", [
-    ((), ["n2"]),
-    ((Toleration(UNSCHEDULABLE_KEY, "Exists", effect="NoSchedule"),), ["n1", "n2"]),
-    ((Toleration(UNSCHEDULABLE_KEY, "Exists"),), ["n1", "n2"]),
-    ((Toleration(UNSCHEDULABLE_KEY, "Equal", ""),), ["n1", "n2"]),
-    ((Toleration(operator="Exists"),), ["n1", "n2"]),                     # tolerates everything
-    ((Toleration(UNSCHEDULABLE_KEY, "Exists", effect="NoExecute"),), ["n2"]),
-    ((Toleration(UNSCHEDULABLE_KEY, "Equal", "yes"),), ["n2"]),
-    ((Toleration("other", "Exists"),), ["n2"]),
-])
+
+@pytest.mark.parametrize(
+    "tolerations, expected",
+    [
+        ((), ["n2"]),
+        ((Toleration(UNSCHEDULABLE_KEY, "Exists", effect="NoSchedule"),), ["n1", "n2"]),
+        ((Toleration(UNSCHEDULABLE_KEY, "Exists"),), ["n1", "n2"]),
+        ((Toleration(UNSCHEDULABLE_KEY, "Equal", ""),), ["n1", "n2"]),
+        ((Toleration(operator="Exists"),), ["n1", "n2"]),  # tolerates everything
+        ((Toleration(UNSCHEDULABLE_KEY, "Exists", effect="NoExecute"),), ["n2"]),
+        ((Toleration(UNSCHEDULABLE_KEY, "Equal", "yes"),), ["n2"]),
+        ((Toleration("other", "Exists"),), ["n2"]),
+    ],
+)
 def test_node_unschedulable(tolerations: tuple[Toleration, ...], expected: list[str]) -> None:
     snap = snapshot(NodeInfo("n1", unschedulable=True), NodeInfo("n2"))
     assert allowed(NodeUnschedulable(), pod(placement=Placement(tolerations=tolerations)), snap) == expected
@@ -134,13 +142,16 @@ LABELLED = (
 )
 
 
-@pytest.mark.parametrize("selector, expected", [
-    ((), ["n1", "n2", "n3"]),
-    ((("zone", "a"),), ["n1", "n3"]),
-    ((("disk", "ssd"), ("zone", "a")), ["n1"]),       # ANDed
-    ((("zone", "c"),), []),
-    ((("missing", ""),), []),                         # a missing label is not an empty one
-])
+@pytest.mark.parametrize(
+    "selector, expected",
+    [
+        ((), ["n1", "n2", "n3"]),
+        ((("zone", "a"),), ["n1", "n3"]),
+        ((("disk", "ssd"), ("zone", "a")), ["n1"]),  # ANDed
+        ((("zone", "c"),), []),
+        ((("missing", ""),), []),  # a missing label is not an empty one
+    ],
+)
 def test_node_selector(selector: tuple[tuple[str, str], ...], expected: list[str]) -> None:
     assert allowed(NodeSelector(), pod(placement=Placement(node_selector=selector)), snapshot(*LABELLED)) == expected
 
@@ -186,9 +197,13 @@ AFFINITY_CASES = {
     "matchFields metadata.name In": ([term(fields=(expr("metadata.name", "In", "n3"),))], ["n3"]),
     "matchFields metadata.name NotIn": ([term(fields=(expr("metadata.name", "NotIn", "n1"),))], ["n2", "n3"]),
     "matchFields and matchExpressions ANDed": (
-        [term(expr("zone", "Exists"), fields=(expr("metadata.name", "In", "n1", "n3"),))], ["n1"]),
-    "terms are ORed": ([term(expr("zone", "In", "a")), term(fields=(expr("metadata.name", "In", "n3"),))],
-                       ["n1", "n3"]),
+        [term(expr("zone", "Exists"), fields=(expr("metadata.name", "In", "n1", "n3"),))],
+        ["n1"],
+    ),
+    "terms are ORed": (
+        [term(expr("zone", "In", "a")), term(fields=(expr("metadata.name", "In", "n3"),))],
+        ["n1", "n3"],
+    ),
     "an empty term matches nothing": ([term()], []),
     "an empty term ORed with another": ([term(), term(expr("zone", "In", "b"))], ["n2"]),
 }
@@ -238,6 +253,7 @@ def test_taint_toleration(tolerations: tuple[Toleration, ...], expected: list[st
 
 # -- the failure message ----------------------------------------------------------------------------
 
+
 def test_failure_message_counts_each_node_once_kube_scheduler_style() -> None:
     snap = snapshot(
         NodeInfo("n1", {"cpu": 8000, GPU: 1000}),
@@ -259,8 +275,10 @@ def test_failure_message_lists_every_reason() -> None:
     p = pod({"cpu": 2000, "memory": 2000}, Placement(node_selector=(("zone", "b"),)))
     snap.reserve(snap.index["n3"], {"cpu": 7000})
     res = in_tree_framework().place(p, snap)
-    assert res.message == ("0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match node selector, "
-                           "1 node(s) were unschedulable")
+    assert res.message == (
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match node selector, "
+        "1 node(s) were unschedulable"
+    )
 
 
 def test_failure_message_without_nodes() -> None:
@@ -270,10 +288,13 @@ def test_failure_message_without_nodes() -> None:
 
 # -- scores -----------------------------------------------------------------------------------------
 
+
 def two_nodes(**used: int) -> Snapshot:
-    return snapshot(NodeInfo("n1", {"cpu": 4000, "memory": 4000, "pods": 110_000}),
-                    NodeInfo("n2", {"cpu": 4000, "memory": 4000, "pods": 110_000}),
-                    used={(n, "cpu"): v for n, v in used.items()})
+    return snapshot(
+        NodeInfo("n1", {"cpu": 4000, "memory": 4000, "pods": 110_000}),
+        NodeInfo("n2", {"cpu": 4000, "memory": 4000, "pods": 110_000}),
+        used={(n, "cpu"): v for n, v in used.items()},
+    )
 
 
 def fill(fw: Framework, snap: Snapshot, count: int, requests: dict[str, int]) -> list[str]:
@@ -299,24 +320,31 @@ def test_most_allocated_packs() -> None:
     assert fill(fw, two_nodes(), 5, {"cpu": 1000, "pods": 1000}) == ["n1", "n1", "n1", "n1", "n2"]
 
 
-@pytest.mark.parametrize("used, requests, expected", [
-    # n1 would be 75% cpu / 25% memory, n2 25% / 25%.
-    ({("n1", "cpu"): 2000}, {"cpu": 1000, "memory": 1000}, "n2"),
-    # A cpu-only pod on n2 (half its memory used) evens it out.
-    ({("n2", "memory"): 2000}, {"cpu": 2000}, "n2"),
-])
+@pytest.mark.parametrize(
+    "used, requests, expected",
+    [
+        # n1 would be 75% cpu / 25% memory, n2 25% / 25%.
+        ({("n1", "cpu"): 2000}, {"cpu": 1000, "memory": 1000}, "n2"),
+        # A cpu-only pod on n2 (half its memory used) evens it out.
+        ({("n2", "memory"): 2000}, {"cpu": 2000}, "n2"),
+    ],
+)
 def test_min_fragment_prefers_balanced_cpu_and_memory(used: dict, requests: dict, expected: str) -> None:
-    snap = snapshot(NodeInfo("n1", {"cpu": 4000, "memory": 4000}), NodeInfo("n2", {"cpu": 4000, "memory": 4000}),
-                    used=used)
+    snap = snapshot(
+        NodeInfo("n1", {"cpu": 4000, "memory": 4000}), NodeInfo("n2", {"cpu": 4000, "memory": 4000}), used=used
+    )
     assert place(in_tree_framework(Profile(scores={"MinFragment": 1})), pod(requests), snap) == expected
 
 
-@pytest.mark.parametrize("weights, expected", [
-    ({"LeastAllocated": 3, "MostAllocated": 1}, "n2"),
-    ({"LeastAllocated": 1, "MostAllocated": 3}, "n1"),
-    ({"LeastAllocated": 1, "MostAllocated": 0}, "n2"),   # a zero weight switches a score off
-    ({"LeastAllocated": 0, "MostAllocated": 1}, "n1"),
-])
+@pytest.mark.parametrize(
+    "weights, expected",
+    [
+        ({"LeastAllocated": 3, "MostAllocated": 1}, "n2"),
+        ({"LeastAllocated": 1, "MostAllocated": 3}, "n1"),
+        ({"LeastAllocated": 1, "MostAllocated": 0}, "n2"),  # a zero weight switches a score off
+        ({"LeastAllocated": 0, "MostAllocated": 1}, "n1"),
+    ],
+)
 def test_score_weights_combine(weights: dict[str, float], expected: str) -> None:
     snap = two_nodes(n1=3000, n2=1000)
     assert place(in_tree_framework(Profile(scores=weights)), pod({"cpu": 500}), snap) == expected
@@ -337,24 +365,29 @@ def test_scores_ignore_the_pods_column() -> None:
 
 # -- percentageOfNodesToScore -----------------------------------------------------------------------
 
+
 def ten_nodes(cordoned: tuple[str, ...] = ()) -> Snapshot:
     nodes = [NodeInfo(f"n{i:02d}", {"cpu": 10_000}, unschedulable=f"n{i:02d}" in cordoned) for i in range(10)]
     return snapshot(*nodes, used={(f"n{i:02d}", "cpu"): i * 500 for i in range(10)})
 
 
-@pytest.mark.parametrize("pct, cordoned, expected", [
-    (100, (), "n09"),               # MostAllocated over every node
-    (30, (), "n02"),                # only the first 3 feasible nodes are scored
-    (30, ("n00", "n01"), "n04"),    # feasible ones: cordoned nodes do not count
-    (1, (), "n00"),                 # at least one node
-    (50, (), "n04"),
-])
+@pytest.mark.parametrize(
+    "pct, cordoned, expected",
+    [
+        (100, (), "n09"),  # MostAllocated over every node
+        (30, (), "n02"),  # only the first 3 feasible nodes are scored
+        (30, ("n00", "n01"), "n04"),  # feasible ones: cordoned nodes do not count
+        (1, (), "n00"),  # at least one node
+        (50, (), "n04"),
+    ],
+)
 def test_percentage_of_nodes_to_score(pct: int, cordoned: tuple[str, ...], expected: str) -> None:
     fw = in_tree_framework(Profile(scores={"MostAllocated": 1}, percentage_of_nodes_to_score=pct))
     assert place(fw, pod({"cpu": 100}), ten_nodes(cordoned)) == expected
 
 
 # -- registry ---------------------------------------------------------------------------------------
+
 
 def test_registry_refuses_duplicate_names() -> None:
     reg: Registry[object] = Registry("filter")
@@ -400,6 +433,7 @@ def test_a_profile_filter_list_restricts_the_filters() -> None:
 
 # -- profiles ---------------------------------------------------------------------------------------
 
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "profile.yaml"
     path.write_text(text)
@@ -407,8 +441,11 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_load_profile_reads_every_field(tmp_path: Path) -> None:
-    path = write(tmp_path, "filters: [NodeResourcesFit, TaintToleration]\n"
-                           "scores: {MostAllocated: 2, MinFragment: 0.5}\npercentageOfNodesToScore: 40\n")
+    path = write(
+        tmp_path,
+        "filters: [NodeResourcesFit, TaintToleration]\n"
+        "scores: {MostAllocated: 2, MinFragment: 0.5}\npercentageOfNodesToScore: 40\n",
+    )
     profile = load_profile(path)
     assert profile.filters == ("NodeResourcesFit", "TaintToleration")
     assert profile.scores == {"MostAllocated": 2.0, "MinFragment": 0.5}
@@ -460,6 +497,7 @@ def test_load_profile_missing_file_names_it(tmp_path: Path) -> None:
 
 # -- snapshot ---------------------------------------------------------------------------------------
 
+
 def test_snapshot_sorts_nodes_and_keeps_capacity_columns() -> None:
     snap = snapshot(NodeInfo("b", {"cpu": 2000}), NodeInfo("a", {"cpu": 1000, GPU: 3000}))
     assert [n.name for n in snap.nodes] == ["a", "b"] and snap.index == {"a": 0, "b": 1}
@@ -473,9 +511,9 @@ def test_snapshot_reserve_and_free_total() -> None:
     snap.reserve(snap.index["a"], {"cpu": 400})
     snap.reserve(snap.index["b"], {"cpu": 2000})
     assert snap.free_total() == {"cpu": 600}
-    snap.reserve(snap.index["a"], {"example.com/new": 5})   # a new resource gets a column
+    snap.reserve(snap.index["a"], {"example.com/new": 5})  # a new resource gets a column
     assert snap.used_map() == {("a", "cpu"): 400, ("b", "cpu"): 2000, ("a", "example.com/new"): 5}
-    assert snap.free_total()["example.com/new"] == 0       # over-use clips to zero
+    assert snap.free_total()["example.com/new"] == 0  # over-use clips to zero
     snap.reserve(snap.index["b"], {"cpu": 2000}, sign=-1)
     assert snap.free_total()["cpu"] == 2600
 

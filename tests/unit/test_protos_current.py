@@ -11,8 +11,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_generated_code_is_up_to_date() -> None:
-    proc = subprocess.run(["bash", "scripts/check-protos.sh"], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    proc = subprocess.run(
+        ["bash", "scripts/check-protos.sh"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -10,90 +10,102 @@ Gi = 2**30
 Mi = 2**20
 
 
-@pytest.mark.parametrize("text, milli", [
-    ("500m", 500),
-    ("2Gi", 2 * Gi * 1000),
-    ("100Mi", 100 * Mi * 1000),
-    ("1Ki", 1024 * 1000),
-    ("1.5", 1500),
-    ("0.1", 100),
-    ("1e3", 1_000_000),
-    ("1E3", 1_000_000),
-    ("1e-3", 1),
-    ("2k", 2_000_000),
-    ("1M", 1_000_000_000),
-    ("3G", 3 * 10**12),
-    ("1T", 10**15),
-    (".5", 500),
-    ("1.", 1000),
-    ("+2", 2000),
-    (" 4 ", 4000),
-    ("0", 0),
-    ("0m", 0),
-    ("1.5Gi", int(1.5 * Gi) * 1000),
-    ("1000000u", 1000),
-])
+@pytest.mark.parametrize(
+    "text, milli",
+    [
+        ("500m", 500),
+        ("2Gi", 2 * Gi * 1000),
+        ("100Mi", 100 * Mi * 1000),
+        ("1Ki", 1024 * 1000),
+        ("1.5", 1500),
+        ("0.1", 100),
+        ("1e3", 1_000_000),
+        ("1E3", 1_000_000),
+        ("1e-3", 1),
+        ("2k", 2_000_000),
+        ("1M", 1_000_000_000),
+        ("3G", 3 * 10**12),
+        ("1T", 10**15),
+        (".5", 500),
+        ("1.", 1000),
+        ("+2", 2000),
+        (" 4 ", 4000),
+        ("0", 0),
+        ("0m", 0),
+        ("1.5Gi", int(1.5 * Gi) * 1000),
+        ("1000000u", 1000),
+    ],
+)
 def test_parse_text(text: str, milli: int) -> None:
     assert parse_quantity(text) == milli
 
 
-@pytest.mark.parametrize("value, milli", [
-    (0, 0),
-    (1, 1000),
-    (64, 64_000),
-    (1.5, 1500),
-    (0.1, 100),    # not 100.00000000000001 rounded up to 101
-    (2.0, 2000),
-    (0.25, 250),
-])
+@pytest.mark.parametrize(
+    "value, milli",
+    [
+        (0, 0),
+        (1, 1000),
+        (64, 64_000),
+        (1.5, 1500),
+        (0.1, 100),  # not 100.00000000000001 rounded up to 101
+        (2.0, 2000),
+        (0.25, 250),
+    ],
+)
 def test_parse_numbers(value: int | float, milli: int) -> None:
     assert parse_quantity(value) == milli
 
 
-@pytest.mark.parametrize("value, milli", [
-    ("1n", 1),           # sub-milli values round up, as Kubernetes does
-    ("1u", 1),
-    ("999999n", 1),
-    ("1000001n", 2),
-    ("0.0001", 1),
-    ("1.0001", 1001),
-    ("1e-4", 1),
-    (0.0001, 1),
-    (1.0000001, 1001),
-])
+@pytest.mark.parametrize(
+    "value, milli",
+    [
+        ("1n", 1),  # sub-milli values round up, as Kubernetes does
+        ("1u", 1),
+        ("999999n", 1),
+        ("1000001n", 2),
+        ("0.0001", 1),
+        ("1.0001", 1001),
+        ("1e-4", 1),
+        (0.0001, 1),
+        (1.0000001, 1001),
+    ],
+)
 def test_sub_milli_values_round_up(value: str | float, milli: int) -> None:
     assert parse_quantity(value) == milli
 
 
-@pytest.mark.parametrize("value, message", [
-    ("abc", "'abc' is not a quantity (expected e.g. 500m, 2Gi, 1.5)"),
-    ("1.2.3", "'1.2.3' is not a quantity"),
-    ("", "'' is not a quantity"),
-    ("Gi", "'Gi' is not a quantity"),
-    ("2 Gi", "'2 Gi' is not a quantity"),
-    ("2gi", "'2gi' is not a quantity"),
-    ("1e", "'1e' is not a quantity"),
-    ("0x10", "'0x10' is not a quantity"),
-    ("-1", "'-1' is negative"),
-    ("-500m", "'-500m' is negative"),
-    (-1, "-1 is negative"),
-    (-0.5, "-0.5 is negative"),
-    (True, "True is not a quantity"),
-    (False, "False is not a quantity"),
-    (None, "None is not a quantity"),
-    ([1], "[1] is not a quantity"),
-    (float("nan"), "nan is not a quantity"),
-    (float("inf"), "inf is not a quantity"),
-    ("1e30", "'1e30' is too large"),
-    # The kubernetes client's parser reads these; the API server refuses them, and so does Phalanx.
-    ("1K", "'1K' is not a quantity"),
-    ("1e3Ki", "'1e3Ki' is not a quantity"),
-    ("1_000", "'1_000' is not a quantity"),
-    ("NaN", "'NaN' is not a quantity"),
-    ("Infinity", "'Infinity' is not a quantity"),
-    ("\u0661\u0662", "'\u0661\u0662' is not a quantity"),  # Arabic-Indic digits
-    (10**18, f"{10**18} is too large"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("abc", "'abc' is not a quantity (expected e.g. 500m, 2Gi, 1.5)"),
+        ("1.2.3", "'1.2.3' is not a quantity"),
+        ("", "'' is not a quantity"),
+        ("Gi", "'Gi' is not a quantity"),
+        ("2 Gi", "'2 Gi' is not a quantity"),
+        ("2gi", "'2gi' is not a quantity"),
+        ("1e", "'1e' is not a quantity"),
+        ("0x10", "'0x10' is not a quantity"),
+        ("-1", "'-1' is negative"),
+        ("-500m", "'-500m' is negative"),
+        (-1, "-1 is negative"),
+        (-0.5, "-0.5 is negative"),
+        (True, "True is not a quantity"),
+        (False, "False is not a quantity"),
+        (None, "None is not a quantity"),
+        ([1], "[1] is not a quantity"),
+        (float("nan"), "nan is not a quantity"),
+        (float("inf"), "inf is not a quantity"),
+        ("1e30", "'1e30' is too large"),
+        # The kubernetes client's parser reads these; the API server refuses them, and so does Phalanx.
+        ("1K", "'1K' is not a quantity"),
+        ("1e3Ki", "'1e3Ki' is not a quantity"),
+        ("1_000", "'1_000' is not a quantity"),
+        ("NaN", "'NaN' is not a quantity"),
+        ("Infinity", "'Infinity' is not a quantity"),
+        ("\u0661\u0662", "'\u0661\u0662' is not a quantity"),  # Arabic-Indic digits
+        (10**18, f"{10**18} is too large"),
+    ],
+)
 def test_bad_values_have_clear_messages(value: object, message: str) -> None:
     with pytest.raises(QuantityError) as exc:
         parse_quantity(value)
@@ -107,11 +119,14 @@ def test_the_largest_int64_milli_value_is_accepted() -> None:
         parse_quantity("9223372036854775808m")
 
 
-@pytest.mark.parametrize("text, milli", [
-    ("1.000000000000000000000000000001m", 2),       # 31 significant digits: more than Decimal's default 28
-    ("1.0000000000000000000000000001Ki", 1_024_001),
-    ("0.000000000000000000000000000000000001", 1),
-])
+@pytest.mark.parametrize(
+    "text, milli",
+    [
+        ("1.000000000000000000000000000001m", 2),  # 31 significant digits: more than Decimal's default 28
+        ("1.0000000000000000000000000001Ki", 1_024_001),
+        ("0.000000000000000000000000000000000001", 1),
+    ],
+)
 def test_long_quantities_round_up_exactly(text: str, milli: int) -> None:
     assert parse_quantity(text) == milli
 
@@ -126,20 +141,23 @@ def test_add_sums_in_place() -> None:
     assert into == {"cpu": 750, "memory": 7}
 
 
-@pytest.mark.parametrize("name, milli, text", [
-    ("cpu", 500, "0.5"),
-    ("cpu", 2000, "2"),
-    ("cpu", 1, "0.001"),
-    ("memory", 2 * Gi * 1000, "2Gi"),
-    ("memory", int(1.5 * Gi) * 1000, "1.5Gi"),
-    ("memory", 100 * Mi * 1000, "100Mi"),
-    ("memory", 512 * 1024 * 1000, "512Ki"),
-    ("memory", 1000 * 1000, "1000"),
-    ("memory", 0, "0"),
-    ("ephemeral-storage", 10 * Gi * 1000, "10Gi"),
-    ("nvidia.com/gpu", 3000, "3"),
-    ("pods", 110_000, "110"),
-])
+@pytest.mark.parametrize(
+    "name, milli, text",
+    [
+        ("cpu", 500, "0.5"),
+        ("cpu", 2000, "2"),
+        ("cpu", 1, "0.001"),
+        ("memory", 2 * Gi * 1000, "2Gi"),
+        ("memory", int(1.5 * Gi) * 1000, "1.5Gi"),
+        ("memory", 100 * Mi * 1000, "100Mi"),
+        ("memory", 512 * 1024 * 1000, "512Ki"),
+        ("memory", 1000 * 1000, "1000"),
+        ("memory", 0, "0"),
+        ("ephemeral-storage", 10 * Gi * 1000, "10Gi"),
+        ("nvidia.com/gpu", 3000, "3"),
+        ("pods", 110_000, "110"),
+    ],
+)
 def test_format_milli(name: str, milli: int, text: str) -> None:
     assert format_milli(name, milli) == text
 

@@ -19,9 +19,13 @@ from phalanx.testing.in_process import LocalQueue
 from phalanx.v1 import queue_pb2
 from phalanx_queue.servicer import QueueServicer
 
-_PB_OUTCOME = {Outcome.ASSUMED: queue_pb2.OUTCOME_ASSUMED, Outcome.BOUND: queue_pb2.OUTCOME_BOUND,
-               Outcome.UNSCHEDULABLE: queue_pb2.OUTCOME_UNSCHEDULABLE, Outcome.BACKOFF: queue_pb2.OUTCOME_BACKOFF,
-               Outcome.DROPPED: queue_pb2.OUTCOME_DROPPED}
+_PB_OUTCOME = {
+    Outcome.ASSUMED: queue_pb2.OUTCOME_ASSUMED,
+    Outcome.BOUND: queue_pb2.OUTCOME_BOUND,
+    Outcome.UNSCHEDULABLE: queue_pb2.OUTCOME_UNSCHEDULABLE,
+    Outcome.BACKOFF: queue_pb2.OUTCOME_BACKOFF,
+    Outcome.DROPPED: queue_pb2.OUTCOME_DROPPED,
+}
 HINT = Hint.of({"cpu": 4000}, ["cpu"])
 
 
@@ -51,8 +55,10 @@ def test_pods_placed_or_gone_leave_the_queue() -> None:
     for p in (pod("a"), pod("b"), pod("c")):
         q.add(p.key, priority=0, created_at=1.0, gang="", gang_created_at=0.0, payload=p, now=0.0)
     q.pop(10, now=0.0)
-    verdicts = [PodVerdict.of(f"default/{n}", o, pod(n), None)
-                for n, o in (("a", Outcome.ASSUMED), ("b", Outcome.BOUND), ("c", Outcome.DROPPED))]
+    verdicts = [
+        PodVerdict.of(f"default/{n}", o, pod(n), None)
+        for n, o in (("a", Outcome.ASSUMED), ("b", Outcome.BOUND), ("c", Outcome.DROPPED))
+    ]
     apply_verdicts(q, verdicts, [], [], now=1.0)
     assert len(q) == 0
 
@@ -64,8 +70,9 @@ def test_the_queue_service_applies_verdicts_as_the_local_queue_does() -> None:
     activate, failed = ["default/h"], ["default/g"]
 
     local_queue = make_queue()
-    LocalQueue(local_queue).done([Verdict(Popped(p), o, "", h) for p, o, h in zip(pods, outcomes, hints)],
-                                 activate, failed, now=5.0)
+    LocalQueue(local_queue).done(
+        [Verdict(Popped(p), o, "", h) for p, o, h in zip(pods, outcomes, hints)], activate, failed, now=5.0
+    )
 
     served_queue = make_queue()
     results = []

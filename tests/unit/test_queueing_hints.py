@@ -65,9 +65,14 @@ def test_a_gang_hint_counts_slots_across_nodes_and_captures_what_was_taken() -> 
     assert not helps(hint, [Freed("n2", frozenset({GPU}), {GPU: 4000})])  # 3 + 4 < 8
     assert helps(hint, [Freed("n3", frozenset({GPU}), {GPU: 1000})])  # 3 + 4 + 1
     hint = Hint.of({GPU: 1000}, {GPU}, pods=8, slots={"n1": 3})
-    assert not helps(hint, [Freed("n2", frozenset({GPU}), {GPU: 4000}),
-                            Freed("n1", free={GPU: 0}, taken_only=True),  # n1 was filled meanwhile
-                            Freed("n3", frozenset({GPU}), {GPU: 1000})])
+    assert not helps(
+        hint,
+        [
+            Freed("n2", frozenset({GPU}), {GPU: 4000}),
+            Freed("n1", free={GPU: 0}, taken_only=True),  # n1 was filled meanwhile
+            Freed("n3", frozenset({GPU}), {GPU: 1000}),
+        ],
+    )
     # A release on a node that still holds none of the pods changes nothing for the gang.
     hint = Hint.of({GPU: 8000}, {GPU}, pods=2, slots={"n1": 1, "n2": 1})
     assert not helps(hint, [Freed("n3", frozenset({GPU}), {GPU: 7000})])
@@ -82,8 +87,10 @@ def test_freed_capacity_merges_per_node_and_refreshes() -> None:
     (ev,) = f.events()  # n2 has no amounts yet: nothing to say about it
     assert ev.resources == {GPU, "cpu"} and ev.free == {GPU: 2000, "cpu": 5}
     f.refresh(lambda node: None if node == "gone" else {GPU: 7000})
-    assert [(e.node, e.free, e.taken_only) for e in f.events()] == [("n1", {GPU: 7000}, False),
-                                                                    ("n2", {GPU: 7000}, True)]
+    assert [(e.node, e.free, e.taken_only) for e in f.events()] == [
+        ("n1", {GPU: 7000}, False),
+        ("n2", {GPU: 7000}, True),
+    ]
     g = FreedCapacity()
     g.taken("n3")
     assert not g.released()
@@ -92,8 +99,13 @@ def test_freed_capacity_merges_per_node_and_refreshes() -> None:
 def test_hints_and_freed_capacity_survive_the_wire() -> None:
     hint = Hint.of({GPU: 8000, "cpu": 4000}, {GPU, "cpu"}, {"a", "b"}, pods=16, slots={"a": 1})
     back = hint_from_pb(hint_to_pb(hint))
-    assert (back.needs, back.insufficient, back.nodes, back.pods, back.slots) == \
-        (hint.needs, hint.insufficient, hint.nodes, hint.pods, hint.slots)
+    assert (back.needs, back.insufficient, back.nodes, back.pods, back.slots) == (
+        hint.needs,
+        hint.insufficient,
+        hint.nodes,
+        hint.pods,
+        hint.slots,
+    )
     assert back.tally is not None and back.tally.total == 1
     f = FreedCapacity()
     f.add("n1", {GPU}, {GPU: 8000})
@@ -170,8 +182,7 @@ def test_gangs_moved_by_their_slot_counts_go_a_budget_at_a_time() -> None:
     q = SchedulingQueue(QueueSettings(unschedulable_flush=0))
     for g in range(20):
         for i in range(8):
-            q.add(f"d/g{g:02}-{i}", priority=0, created_at=g, gang=f"d/g{g:02}", gang_created_at=g, payload=None,
-                  now=0)
+            q.add(f"d/g{g:02}-{i}", priority=0, created_at=g, gang=f"d/g{g:02}", gang_created_at=g, payload=None, now=0)
     popped = q.pop(1000, 0)
     assert len(popped) == 160
     for e in popped:  # each failed with 7 free GPUs on n1: 7 of its 8 pods fit
@@ -249,8 +260,9 @@ def test_a_gpu_starved_gang_is_retried_only_when_gpus_free(h: Harness) -> None:
         h.queue.add([_pod(f"cpu-{t}-{i}", cpu=4, created=t) for i in range(3)], t)
         h.step(t, finished=[f"default/cpu-{t - 1}-{i}" for i in range(3)] if t > 2 else [])
     assert h.attempts == 4 + 30
-    assert {p for p in h.bound() if p.startswith("default/cpu-")} == {f"default/cpu-{t}-{i}" for t in range(2, 12)
-                                                                         for i in range(3)}
+    assert {p for p in h.bound() if p.startswith("default/cpu-")} == {
+        f"default/cpu-{t}-{i}" for t in range(2, 12) for i in range(3)
+    }
     # The GPU pods finish: now it is tried, and binds.
     h.step(20, finished=["default/hold-0", "default/hold-1"])
     assert h.attempts == 4 + 30 + 2
@@ -258,7 +270,9 @@ def test_a_gpu_starved_gang_is_retried_only_when_gpus_free(h: Harness) -> None:
 
 
 def test_a_pod_waiting_for_a_labelled_node_ignores_releases_elsewhere(h: Harness) -> None:
-    h.sched.upsert_nodes([_node("a100", gpus=1, labels={"model": "A100"}), _node("t4-1", gpus=1), _node("t4-2", gpus=1)])
+    h.sched.upsert_nodes(
+        [_node("a100", gpus=1, labels={"model": "A100"}), _node("t4-1", gpus=1), _node("t4-2", gpus=1)]
+    )
     wants_a100 = Placement(node_selector=(("model", "A100"),))
     h.queue.add([_pod("first", gpus=1, created=0, placement=wants_a100)], 0)
     h.step(0)
@@ -309,8 +323,12 @@ def test_random_workloads_leave_nothing_placeable_waiting(h: Harness, seed: int)
     GPU, CPU-only pods, a node selector and a taint, arrivals and finishes at random."""
     rng = random.Random(seed)
     nodes = [_node(f"g{i}", gpus=8) for i in range(5)]
-    nodes += [_node("g-a100", gpus=8, labels={"model": "A100"}), _node("g-tainted", gpus=4, taints=(Taint("ded", "x"),)),
-              _node("c1", cpu=16), _node("c2", cpu=16)]
+    nodes += [
+        _node("g-a100", gpus=8, labels={"model": "A100"}),
+        _node("g-tainted", gpus=4, taints=(Taint("ded", "x"),)),
+        _node("c1", cpu=16),
+        _node("c2", cpu=16),
+    ]
     h.sched.upsert_nodes(nodes)
     running: dict[str, float] = {}  # pod -> finish time
     durations: dict[str, float] = {}
@@ -331,8 +349,14 @@ def test_random_workloads_leave_nothing_placeable_waiting(h: Harness, seed: int)
             elif kind == "share":
                 pods = [_pod(f"j{n}", requests={GPU_SHARE: rng.choice([300, 500])}, created=t)]
             else:
-                pods = [_pod(f"j{n}", gpus=rng.choice([1, 4]), created=t,
-                             placement=Placement(node_selector=(("model", "A100"),)))]
+                pods = [
+                    _pod(
+                        f"j{n}",
+                        gpus=rng.choice([1, 4]),
+                        created=t,
+                        placement=Placement(node_selector=(("model", "A100"),)),
+                    )
+                ]
             arrivals += pods
             durations.update((p.key, dur) for p in pods)
         if arrivals:
@@ -351,15 +375,24 @@ def test_random_workloads_leave_nothing_placeable_waiting(h: Harness, seed: int)
 def test_the_queue_refuses_malformed_hints_and_freed_capacity() -> None:
     pod = objects_pb2.Pod(namespace="default", name="p")
     good = queue_pb2.RetryHint(needs={GPU: 8000}, insufficient=[GPU], nodes=["n1"], pods=2, slots={"n1": 1})
-    ok = queue_pb2.DoneRequest(results=[queue_pb2.PodResult(pod=pod, outcome=queue_pb2.OUTCOME_UNSCHEDULABLE, hint=good)])
+    ok = queue_pb2.DoneRequest(
+        results=[queue_pb2.PodResult(pod=pod, outcome=queue_pb2.OUTCOME_UNSCHEDULABLE, hint=good)]
+    )
     assert validation.done_request(ok) == []
     bad = queue_pb2.RetryHint(needs={GPU: -1}, insufficient=[""], nodes=["Not A Node"], pods=-2, slots={"n1": -1})
-    errors = validation.done_request(queue_pb2.DoneRequest(results=[queue_pb2.PodResult(pod=pod, hint=bad,
-                                                                                        outcome=queue_pb2.OUTCOME_UNSCHEDULABLE)]))
+    errors = validation.done_request(
+        queue_pb2.DoneRequest(results=[queue_pb2.PodResult(pod=pod, hint=bad, outcome=queue_pb2.OUTCOME_UNSCHEDULABLE)])
+    )
     assert [e.split(":")[0] for e in errors] == [
-        "results[0].hint.needs['nvidia.com/gpu']", "results[0].hint.insufficient[0]", "results[0].hint.nodes[0]",
-        "results[0].hint.pods", "results[0].hint.slots['n1']"]
+        "results[0].hint.needs['nvidia.com/gpu']",
+        "results[0].hint.insufficient[0]",
+        "results[0].hint.nodes[0]",
+        "results[0].hint.pods",
+        "results[0].hint.slots['n1']",
+    ]
     freed = [queue_pb2.FreedCapacity(node="bad node", resources=[""], free={"cpu": -5})]
     assert len(validation.move_all_request(queue_pb2.MoveAllRequest(freed=freed))) == 3
     assert len(validation.pop_request(queue_pb2.PopRequest(freed=freed))) == 3
-    assert validation.pop_request(queue_pb2.PopRequest(freed=[queue_pb2.FreedCapacity(node="n1", free={"cpu": 5})])) == []
+    assert (
+        validation.pop_request(queue_pb2.PopRequest(freed=[queue_pb2.FreedCapacity(node="n1", free={"cpu": 5})])) == []
+    )

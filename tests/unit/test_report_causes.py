@@ -18,40 +18,52 @@ from phalanx.sim.report import build_report
 # -- causes ---------------------------------------------------------------------------------------------
 def test_names_are_taken_out_whole_and_numbers_become_n() -> None:
     names = causes.names_of_gang("default/job-7", [("default", "job-7-3"), ("default", "job-7-10")], {})
-    message = ("gang default/job-7 timed out after waiting 300s with 2/8 pods placed (last failure: job-7-10: "
-               "0/8 nodes are available: 8 Insufficient nvidia.com/gpu); default/job-70 and job-7-3x are others")
+    message = (
+        "gang default/job-7 timed out after waiting 300s with 2/8 pods placed (last failure: job-7-10: "
+        "0/8 nodes are available: 8 Insufficient nvidia.com/gpu); default/job-70 and job-7-3x are others"
+    )
     assert causes.cause_of(message, names) == (
         "gang <gang> timed out after waiting Ns with N/N pods placed (last failure: <pod>: N/N nodes are available: "
-        "N Insufficient nvidia.com/gpu); default/job-N and job-N-Nx are others")
+        "N Insufficient nvidia.com/gpu); default/job-N and job-N-Nx are others"
+    )
 
 
 def test_group_members_and_their_pods_are_named_as_such() -> None:
     names = causes.names_of_gang("a/trainer", [("a", "trainer-0")], {"b/eval": [("b", "eval-2")]})
-    message = ("gang a/trainer timed out after waiting 30s with 1/1 pods placed (waiting for GangGroup member b/eval "
-               "which has 2/3 pods placed, its last failure: eval-2: 0/1 nodes are available: 1 node(s) had no GPU "
-               "with 0.5 of it free)")
+    message = (
+        "gang a/trainer timed out after waiting 30s with 1/1 pods placed (waiting for GangGroup member b/eval "
+        "which has 2/3 pods placed, its last failure: eval-2: 0/1 nodes are available: 1 node(s) had no GPU "
+        "with 0.5 of it free)"
+    )
     assert causes.cause_of(message, names) == (
         "gang <gang> timed out after waiting Ns with N/N pods placed (waiting for GangGroup member <member gang> "
         "which has N/N pods placed, its last failure: <pod>: N/N nodes are available: N node(s) had no GPU with "
-        "N of it free)")
+        "N of it free)"
+    )
 
 
 def test_tally_counts_gangs_once_and_prefers_a_gang_as_example() -> None:
-    found = causes.tally([
-        ("c1", "", "ns/loose-pod", "c1 for a pod", 1),
-        ("c1", "ns/g1", "ns/g1", "c1 for g1", 3),
-        ("c1", "ns/g1", "ns/g1", "c1 for g1 again", 1),
-        ("c2", "ns/g2", "ns/g2", "c2 for g2", 9),
-    ])
+    found = causes.tally(
+        [
+            ("c1", "", "ns/loose-pod", "c1 for a pod", 1),
+            ("c1", "ns/g1", "ns/g1", "c1 for g1", 3),
+            ("c1", "ns/g1", "ns/g1", "c1 for g1 again", 1),
+            ("c2", "ns/g2", "ns/g2", "c2 for g2", 9),
+        ]
+    )
     assert [(c.cause, c.pods, c.gangs, c.example, c.example_reason) for c in found] == [
-        ("c2", 9, 1, "ns/g2", "c2 for g2"), ("c1", 5, 1, "ns/g1", "c1 for g1")]
+        ("c2", 9, 1, "ns/g2", "c2 for g2"),
+        ("c1", 5, 1, "ns/g1", "c1 for g1"),
+    ]
 
 
 # -- the report built from a simulation's result ----------------------------------------------------------
 def timeout_message(gang: str, pod: str) -> str:
     """As the scheduler words a timeout (phalanx.scheduling.scheduler.GangScheduler._timeout_message)."""
-    return (f"gang {gang} timed out after waiting 300s with 0/4 pods placed (last failure: {pod}: 0/8 nodes are "
-            f"available: 8 Insufficient nvidia.com/gpu); it will not be scheduled again until its pods are recreated")
+    return (
+        f"gang {gang} timed out after waiting 300s with 0/4 pods placed (last failure: {pod}: 0/8 nodes are "
+        f"available: 8 Insufficient nvidia.com/gpu); it will not be scheduled again until its pods are recreated"
+    )
 
 
 def result(n_timed_out: int = 89) -> SimResult:
@@ -80,10 +92,26 @@ def result(n_timed_out: int = 89) -> SimResult:
             add(name, f"{name}-{i}", bound)
     messages["default/slow"] = "gang default/slow: 1/2 pods placed; waiting for the rest of the gang"
     conditions["default/loose-0"] = "gang default/loose is not declared yet: its PodGroup or ConfigMap does not exist"
-    series = {"gangWaits": [{"gang": "default/quick", "waitSeconds": 0.0},
-                            {"gang": "default/slow", "waitSeconds": 50.0}]}
-    return SimResult(pods, gangs, {t.gang for t in pods.values()}, [], 15630.0, 2.5, 10, "gang",
-                     {k for k in gangs if k.startswith("default/job-")}, conditions, {}, False, series, 0, messages)
+    series = {
+        "gangWaits": [{"gang": "default/quick", "waitSeconds": 0.0}, {"gang": "default/slow", "waitSeconds": 50.0}]
+    }
+    return SimResult(
+        pods,
+        gangs,
+        {t.gang for t in pods.values()},
+        [],
+        15630.0,
+        2.5,
+        10,
+        "gang",
+        {k for k in gangs if k.startswith("default/job-")},
+        conditions,
+        {},
+        False,
+        series,
+        0,
+        messages,
+    )
 
 
 def report_of(r: SimResult) -> dict[str, Any]:
@@ -99,14 +127,16 @@ def test_each_gang_that_did_not_bind_at_once_has_its_reason_and_cause() -> None:
     assert reasons["default/slow"]["reason"] == "gang default/slow: 1/2 pods placed; waiting for the rest of the gang"
     assert reasons["default/slow"]["cause"] == "gang <gang>: N/N pods placed; waiting for the rest of the gang"
     # Never taken up as a gang by the scheduler: what its pods were told.
-    assert reasons["default/loose"]["cause"] == ("gang <gang> is not declared yet: its PodGroup or ConfigMap does "
-                                                  "not exist")
+    assert reasons["default/loose"]["cause"] == (
+        "gang <gang> is not declared yet: its PodGroup or ConfigMap does not exist"
+    )
     assert reasons["default/job-001"]["reason"] == timeout_message("default/job-001", "job-001-3")
     pods = {p["name"]: p for p in report["pods"]}
     assert pods["job-001-0"]["gang"] == "default/job-001"
     assert pods["job-001-0"]["cause"] == causes.cause_of(
         timeout_message("default/job-001", "job-001-3"),
-        causes.names_of_gang("default/job-001", [("default", f"job-001-{i}") for i in range(4)], {}))
+        causes.names_of_gang("default/job-001", [("default", f"job-001-{i}") for i in range(4)], {}),
+    )
     assert pods["quick-0"]["cause"] is None and pods["quick-0"]["reason"] is None
 
 
@@ -124,11 +154,21 @@ def test_eighty_nine_gangs_timed_out_for_one_cause_count_as_one_cause() -> None:
 
 
 def test_reports_without_causes_fall_back_to_the_pods_own_name() -> None:
-    old = {"pods": [{"namespace": "ns", "name": f"p{i}", "boundAt": None,
-                     "reason": f"p{i}: 0/{i + 2} nodes are available: {i + 2} Insufficient cpu"} for i in range(5)]}
+    old = {
+        "pods": [
+            {
+                "namespace": "ns",
+                "name": f"p{i}",
+                "boundAt": None,
+                "reason": f"p{i}: 0/{i + 2} nodes are available: {i + 2} Insufficient cpu",
+            }
+            for i in range(5)
+        ]
+    }
     found = causes.unbound_causes(old)
     assert [(c.cause, c.pods, c.gangs, c.example) for c in found] == [
-        ("<pod>: N/N nodes are available: N Insufficient cpu", 5, 0, "ns/p0")]
+        ("<pod>: N/N nodes are available: N Insufficient cpu", 5, 0, "ns/p0")
+    ]
 
 
 def test_text_summary_names_causes_and_reads_durations() -> None:
@@ -140,10 +180,23 @@ def test_text_summary_names_causes_and_reads_durations() -> None:
 
 
 # -- durations and numbers --------------------------------------------------------------------------------
-@pytest.mark.parametrize("seconds, text", [
-    (0, "0 s"), (0.25, "0.25 s"), (0.0291, "0.029 s"), (13.481, "13.48 s"), (59.999, "1m"), (69.4, "1m 9s"),
-    (3599.7, "1h"), (15630, "4h 20m"), (86399, "1d"), (136076, "1d 14h"), (12902960, "149d 8h"), (-75, "-1m 15s"),
-])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (0, "0 s"),
+        (0.25, "0.25 s"),
+        (0.0291, "0.029 s"),
+        (13.481, "13.48 s"),
+        (59.999, "1m"),
+        (69.4, "1m 9s"),
+        (3599.7, "1h"),
+        (15630, "4h 20m"),
+        (86399, "1d"),
+        (136076, "1d 14h"),
+        (12902960, "149d 8h"),
+        (-75, "-1m 15s"),
+    ],
+)
 def test_durations_read_as_a_person_writes_them(seconds: float, text: str) -> None:
     assert units.fmt_duration(seconds) == text
 

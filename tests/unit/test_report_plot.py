@@ -24,8 +24,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_labels_are_shown_as_written_and_escaped() -> None:
     label = 'cost $5 & <b>"more"</b>'
-    svg = draw([Line(label, [0.0, 1.0], [0.0, 1.0], "#000000")], time_scale(1.0), count_scale(1.0, "n"),
-               name="t", title="a <title>")
+    svg = draw(
+        [Line(label, [0.0, 1.0], [0.0, 1.0], "#000000")],
+        time_scale(1.0),
+        count_scale(1.0, "n"),
+        name="t",
+        title="a <title>",
+    )
     root = ET.fromstring(svg)  # well-formed, whatever the label holds
     assert labels(root) == [label]
     assert label in "".join(root.itertext())  # the legend shows it verbatim: "$" is no math
@@ -36,8 +41,17 @@ def test_labels_are_shown_as_written_and_escaped() -> None:
 def test_a_line_maps_back_to_its_data_at_any_size() -> None:
     xs, ys = [0.0, 3.0, 7.5, 10.0], [1.0, 4.0, 2.0, 2.0]
     for width, height in ((560, 320), (1100, 260)):
-        root = ET.fromstring(draw([Line("n", xs, ys, "#000000")], time_scale(10.0), count_scale(4.0, "n"),
-                                  name="t", title="t", width=width, height=height))
+        root = ET.fromstring(
+            draw(
+                [Line("n", xs, ys, "#000000")],
+                time_scale(10.0),
+                count_scale(4.0, "n"),
+                name="t",
+                title="t",
+                width=width,
+                height=height,
+            )
+        )
         assert root.get("viewBox") == f"0 0 {width} {height}"
         pts = series_points(root, "n")
         assert pts[0] == pytest.approx((0.0, 1.0), abs=1e-4) and pts[-1][0] == pytest.approx(10.0, abs=1e-4)
@@ -47,24 +61,39 @@ def test_a_line_maps_back_to_its_data_at_any_size() -> None:
 
 def test_missing_samples_are_left_out_not_drawn_as_gaps() -> None:
     nan = float("nan")
-    root = ET.fromstring(draw([Line("n", [0.0, 1.0, 2.0, 3.0], [1.0, nan, 3.0, 3.0], "#000000")],
-                              time_scale(3.0), count_scale(3.0, "n"), name="t", title="t"))
+    root = ET.fromstring(
+        draw(
+            [Line("n", [0.0, 1.0, 2.0, 3.0], [1.0, nan, 3.0, 3.0], "#000000")],
+            time_scale(3.0),
+            count_scale(3.0, "n"),
+            name="t",
+            title="t",
+        )
+    )
     pts = series_points(root, "n")
     assert step_value(pts, 1.5) == pytest.approx(1.0, abs=1e-4)  # the value held over the missing sample
     assert step_value(pts, 2.0) == pytest.approx(3.0, abs=1e-4)
 
 
 def test_markers_outside_the_axis_are_left_out() -> None:
-    root = ET.fromstring(draw([Line("n", [0.0, 10.0], [0.0, 1.0], "#000000")], time_scale(10.0),
-                              ratio_scale(1.0, "share"), name="t", title="t",
-                              markers=[Marker(5.0, "in"), Marker(50.0, "out")]))
+    root = ET.fromstring(
+        draw(
+            [Line("n", [0.0, 10.0], [0.0, 1.0], "#000000")],
+            time_scale(10.0),
+            ratio_scale(1.0, "share"),
+            name="t",
+            title="t",
+            markers=[Marker(5.0, "in"), Marker(50.0, "out")],
+        )
+    )
     assert [e.text for e in root.iter(f"{NS}text") if e.get("class") == "marker"] == ["in"]
 
 
 def test_ticks_are_the_scales() -> None:
     x = Scale(0.0, 4.0, "x", [0.0, 2.0, 4.0, 6.0], lambda v: f"<{v:g}>")
-    root = ET.fromstring(draw([Line("n", [0.0, 4.0], [0.0, 1.0], "#000000")], x, count_scale(1.0, "n"),
-                              name="t", title="t"))
+    root = ET.fromstring(
+        draw([Line("n", [0.0, 4.0], [0.0, 1.0], "#000000")], x, count_scale(1.0, "n"), name="t", title="t")
+    )
     ticks = [e.text for e in root.iter(f"{NS}text") if e.get("class") == "tick" and e.get("text-anchor") == "middle"]
     assert ticks == ["<0>", "<2>", "<4>"]  # 6 is off the axis
 

@@ -38,9 +38,14 @@ class UnsyncedFeed:
 
 
 def duties(loop: IdleLoop, feed: Any = None, *, run_loop: bool = True, sync_timeout: float = 5.0) -> SchedulingDuties:
-    return SchedulingDuties(loop, HealthMonitor(object(), "phalanx.v1.Scheduler"),  # type: ignore[arg-type]
-                            start_feed=lambda: feed, run_loop=run_loop, liveness_timeout=30.0,
-                            sync_timeout=sync_timeout)
+    return SchedulingDuties(
+        loop,
+        HealthMonitor(object(), "phalanx.v1.Scheduler"),  # type: ignore[arg-type]
+        start_feed=lambda: feed,
+        run_loop=run_loop,
+        liveness_timeout=30.0,
+        sync_timeout=sync_timeout,
+    )
 
 
 def test_the_loop_runs_on_the_wall_clock_and_stops_with_halt() -> None:

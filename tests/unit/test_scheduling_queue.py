@@ -17,11 +17,26 @@ def make_queue(**settings: float) -> SchedulingQueue:
     return SchedulingQueue(QueueSettings(**{"unschedulable_flush": 0.0, **settings}))
 
 
-def add(q: SchedulingQueue, name: str, *, gang: str = "", prio: int = 0, created: float = 0.0,
-        gang_created: float | None = None, payload: object = None, now: float = 0.0) -> None:
-    q.add(f"{NS}/{name}", priority=prio, created_at=created, gang=f"{NS}/{gang}" if gang else "",
-          gang_created_at=created if gang_created is None else gang_created,
-          payload=name if payload is None else payload, now=now)
+def add(
+    q: SchedulingQueue,
+    name: str,
+    *,
+    gang: str = "",
+    prio: int = 0,
+    created: float = 0.0,
+    gang_created: float | None = None,
+    payload: object = None,
+    now: float = 0.0,
+) -> None:
+    q.add(
+        f"{NS}/{name}",
+        priority=prio,
+        created_at=created,
+        gang=f"{NS}/{gang}" if gang else "",
+        gang_created_at=created if gang_created is None else gang_created,
+        payload=name if payload is None else payload,
+        now=now,
+    )
 
 
 def names(entries: list) -> list[str]:
@@ -58,9 +73,11 @@ ORDER_CASES = {
         [["a"], ["b"]],
     ),
     "gang creation time orders gangs": (
-        [dict(name="a", gang="late", created=0, gang_created=2),
-         dict(name="x", gang="early", created=9, gang_created=1),
-         dict(name="y", gang="early", created=9, gang_created=1)],
+        [
+            dict(name="a", gang="late", created=0, gang_created=2),
+            dict(name="x", gang="early", created=9, gang_created=1),
+            dict(name="y", gang="early", created=9, gang_created=1),
+        ],
         [["x", "y"], ["a"]],
     ),
     "gang name breaks a gang time tie": (
@@ -68,8 +85,11 @@ ORDER_CASES = {
         [["p2"], ["p1"]],
     ),
     "gang priority beats an older single pod": (
-        [dict(name="single", created=0), dict(name="w0", gang="g", prio=5, created=3),
-         dict(name="w1", gang="g", prio=5, created=3)],
+        [
+            dict(name="single", created=0),
+            dict(name="w0", gang="g", prio=5, created=3),
+            dict(name="w1", gang="g", prio=5, created=3),
+        ],
         [["w0", "w1"], ["single"]],
     ),
     "single pod by its own time against a gang": (
@@ -144,6 +164,7 @@ def test_a_pop_leaves_gang_members_that_are_not_active() -> None:
 
 # -- failed gangs -----------------------------------------------------------------------------------
 
+
 def test_a_failed_gang_sorts_by_its_failure_time_behind_a_newer_gang() -> None:
     q = make_queue()
     add(q, "a", gang="old", created=0)
@@ -197,10 +218,14 @@ def test_gang_failed_resorts_gang_pods_already_active() -> None:
 
 # -- backoff ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("settings, expected", [
-    ({}, [1, 2, 4, 8, 10, 10]),
-    ({"initial_backoff": 0.5, "max_backoff": 3.0}, [0.5, 1, 2, 3, 3]),
-])
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({}, [1, 2, 4, 8, 10, 10]),
+        ({"initial_backoff": 0.5, "max_backoff": 3.0}, [0.5, 1, 2, 3, 3]),
+    ],
+)
 def test_backoff_doubles_up_to_the_maximum(settings: dict, expected: list[float]) -> None:
     q = make_queue(**settings)
     add(q, "p")
@@ -230,8 +255,9 @@ def test_backoff_never_overflows_however_many_attempts() -> None:
 
 
 @pytest.mark.parametrize("attempts", [0, 1, 2, 11, 1_024, 1_025, 1_026, 5_000, 10**9, 10**30])
-@pytest.mark.parametrize("initial, maximum", [(1.0, 10.0), (0.5, 3.0), (5e-324, 1e308), (1e300, float("inf")),
-                                              (0.0, 10.0)])
+@pytest.mark.parametrize(
+    "initial, maximum", [(1.0, 10.0), (0.5, 3.0), (5e-324, 1e308), (1e300, float("inf")), (0.0, 10.0)]
+)
 def test_backoff_delay_is_the_capped_doubling(attempts: int, initial: float, maximum: float) -> None:
     exact = Fraction(initial) * 2 ** min(max(attempts - 1, 0), 3000)  # exact; past 2^3000 the cap always wins
     as_float = float(exact) if exact < 2**1024 else float("inf")  # beyond the largest double: infinite
@@ -254,14 +280,15 @@ def test_next_ready_at_is_the_earliest_backoff() -> None:
     add(q, "a")
     add(q, "b")
     q.pop(10, 0)
-    q.done(key("a"), Outcome.BACKOFF, 5)   # ready at 6
-    q.done(key("b"), Outcome.BACKOFF, 3)   # ready at 4
+    q.done(key("a"), Outcome.BACKOFF, 5)  # ready at 6
+    q.done(key("b"), Outcome.BACKOFF, 3)  # ready at 4
     assert q.next_ready_at() == pytest.approx(4)
     q.remove([key("b")])
     assert q.next_ready_at() == pytest.approx(6)
 
 
 # -- unschedulable and move requests ------------------------------------------------------------------
+
 
 def test_unschedulable_waits_for_move_all() -> None:
     q = make_queue()
@@ -289,7 +316,7 @@ def test_a_move_request_while_in_flight_sends_the_pod_to_backoff(event_while_in_
     if event_while_in_flight:
         s = q.stats(1.0)
         assert (s.active, s.backoff, s.unschedulable) == (1, 1, 0)
-        assert q.next_ready_at() == pytest.approx(2.0)   # first attempt: 1 s
+        assert q.next_ready_at() == pytest.approx(2.0)  # first attempt: 1 s
         assert names(q.pop(10, 1.5)) == ["other"]
         assert names(q.pop(10, 2.0)) == ["p"]
     else:
@@ -301,9 +328,9 @@ def test_move_all_sends_a_pod_still_backing_off_to_backoff() -> None:
     q = make_queue()
     add(q, "p")
     q.pop(1, 0)
-    q.done(key("p"), Outcome.BACKOFF, 0)        # backoff until 1
+    q.done(key("p"), Outcome.BACKOFF, 0)  # backoff until 1
     assert names(q.pop(1, 1)) == ["p"]
-    q.done(key("p"), Outcome.BACKOFF, 1)        # until 3
+    q.done(key("p"), Outcome.BACKOFF, 1)  # until 3
     assert names(q.pop(1, 3)) == ["p"]
     q.done(key("p"), Outcome.UNSCHEDULABLE, 3)
     q.move_all(3)  # its last backoff (until 3) has expired: straight to active
@@ -328,11 +355,12 @@ def test_activate_gang_moves_waiting_siblings_to_active() -> None:
 
 # -- remove, re-add, in flight ----------------------------------------------------------------------
 
+
 def test_remove_forgets_pods_wherever_they_are() -> None:
     q = make_queue()
     for n in ("a", "b", "c", "d"):
         add(q, n)
-    q.pop(2, 0)                               # a, b in flight
+    q.pop(2, 0)  # a, b in flight
     q.done(key("b"), Outcome.BACKOFF, 0)
     assert q.remove([key("b"), key("c"), key("nope")]) == 2
     assert len(q) == 2
@@ -369,9 +397,9 @@ def test_re_adding_a_pod_in_backoff_keeps_its_attempts() -> None:
         q.pop(1, now)
         q.done(key("p"), Outcome.BACKOFF, now)  # attempts 1, 2
     add(q, "p", payload="p-v2", now=1.5)
-    assert q.stats(1.5).active == 1          # replaced: active at once
+    assert q.stats(1.5).active == 1  # replaced: active at once
     q.pop(1, 1.5)
-    q.done(key("p"), Outcome.BACKOFF, 1.5)   # third attempt: 4 s
+    q.done(key("p"), Outcome.BACKOFF, 1.5)  # third attempt: 4 s
     assert q.next_ready_at() == pytest.approx(5.5)
 
 
@@ -382,7 +410,7 @@ def test_re_adding_an_in_flight_pod_keeps_it_in_flight() -> None:
     add(q, "p", prio=100, payload="p-v2")
     s = q.stats(0)
     assert (s.active, s.in_flight) == (0, 1)
-    assert q.pop(1, 0) == []                  # not handed out twice
+    assert q.pop(1, 0) == []  # not handed out twice
     q.done(key("p"), Outcome.UNSCHEDULABLE, 0)
     q.move_all(0)
     popped = q.pop(1, 0)
@@ -408,7 +436,7 @@ def test_done_for_a_pod_the_queue_forgot_re_adds_it_with_its_payload() -> None:
     q.done(key("p"), Outcome.BACKOFF, 0, payload="p", gang=f"{NS}/g", gang_created_at=0)
     assert q.stats(0).backoff == 1
     assert names(q.pop(1, 1)) == ["p"]
-    q.done(key("q"), Outcome.BACKOFF, 0)   # no payload: nothing to re-add
+    q.done(key("q"), Outcome.BACKOFF, 0)  # no payload: nothing to re-add
     assert len(q) == 1
 
 
@@ -423,6 +451,7 @@ def test_leaving_outcomes_drop_the_pod(outcome: Outcome) -> None:
 
 
 # -- periodic flush ---------------------------------------------------------------------------------
+
 
 def test_unschedulable_pods_are_flushed_after_the_period() -> None:
     q = make_queue(unschedulable_flush=60)
@@ -443,6 +472,7 @@ def test_a_zero_flush_period_never_flushes() -> None:
 
 
 # -- stats and waiting ------------------------------------------------------------------------------
+
 
 def test_stats_count_each_sub_queue() -> None:
     q = make_queue()

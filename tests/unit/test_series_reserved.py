@@ -80,11 +80,14 @@ def test_a_sweep_in_small_steps_with_nothing_leaving_is_one() -> None:
     assert rec.report()["gpuDemandSweep"] is True
 
 
-@pytest.mark.parametrize("why, build", [
-    ("a pod finished before 130%", lambda rec: sweep(rec, 26, 1, finish_at=10.5)),
-    ("demand jumped 25% at once", lambda rec: sweep(rec, 6, 5)),
-    ("demand never reached 90%", lambda rec: sweep(rec, 10, 1)),
-])
+@pytest.mark.parametrize(
+    "why, build",
+    [
+        ("a pod finished before 130%", lambda rec: sweep(rec, 26, 1, finish_at=10.5)),
+        ("demand jumped 25% at once", lambda rec: sweep(rec, 6, 5)),
+        ("demand never reached 90%", lambda rec: sweep(rec, 10, 1)),
+    ],
+)
 def test_runs_that_are_no_sweep(why: str, build: Callable[[SeriesRecorder], None]) -> None:
     rec = recorder(20)
     build(rec)

@@ -18,8 +18,11 @@ import pytest
 from phalanx import config
 
 REPO = Path(__file__).resolve().parents[2]
-SERVICES = {"phalanx_queue": "services/queue", "phalanx_scheduler": "services/scheduler",
-            "phalanx_binder": "services/binder"}
+SERVICES = {
+    "phalanx_queue": "services/queue",
+    "phalanx_scheduler": "services/scheduler",
+    "phalanx_binder": "services/binder",
+}
 # The config helpers that declare flags for the services that call them.
 FLAG_HELPERS: dict[str, Callable[..., Any]] = {"common_parser": config.common_parser, "redis_args": config.redis_args}
 
@@ -36,8 +39,13 @@ def variables_read(service_dir: Path) -> set[str]:
 
 def service_help(module: str) -> str:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
-    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60,
-                         env={**clean, "COLUMNS": "100"})
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, "COLUMNS": "100"},
+    )
     assert out.returncode == 0, out.stderr
     return " ".join(out.stdout.split())  # argparse wraps lines
 

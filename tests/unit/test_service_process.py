@@ -21,8 +21,9 @@ sys.exit(3)
 @pytest.fixture
 def stand_in(tmp_path: Path) -> ServiceProcess:
     (tmp_path / "stand_in.py").write_text(STAND_IN)
-    return ServiceProcess("queue", "stand_in", ["--clock", "real"], 4242, tmp_path / "queue.log",
-                          extra_env={"PYTHONPATH": str(tmp_path)})
+    return ServiceProcess(
+        "queue", "stand_in", ["--clock", "real"], 4242, tmp_path / "queue.log", extra_env={"PYTHONPATH": str(tmp_path)}
+    )
 
 
 def run(svc: ServiceProcess, **start: object) -> int:
@@ -32,8 +33,17 @@ def run(svc: ServiceProcess, **start: object) -> int:
 
 
 def test_the_command_line_is_the_services_own(stand_in: ServiceProcess) -> None:
-    assert stand_in.argv() == [sys.executable, "-m", "stand_in", "--listen", "127.0.0.1:4242",
-                               "--metrics-listen", "off", "--clock", "real"]
+    assert stand_in.argv() == [
+        sys.executable,
+        "-m",
+        "stand_in",
+        "--listen",
+        "127.0.0.1:4242",
+        "--metrics-listen",
+        "off",
+        "--clock",
+        "real",
+    ]
     stand_in.metrics_port = 9100
     assert stand_in.argv()[5:7] == ["--metrics-listen", "127.0.0.1:9100"]
     assert stand_in.metrics_url == "http://127.0.0.1:9100/metrics"
@@ -49,16 +59,21 @@ def test_each_incarnation_gets_its_own_fault(stand_in: ServiceProcess, monkeypat
     said = [line.split()[0] for line in log if line.startswith("fault=")]
     assert said == ["fault=inherited:1", "fault=binder.between_pods:2", "fault=-"]
     banners = [line for line in log if line.startswith("=== incarnation")]
-    assert banners == ["=== incarnation 1 ===", f"=== incarnation 2 {FAULT_ENV}=binder.between_pods:2 ===",
-                       "=== incarnation 3 ==="]
+    assert banners == [
+        "=== incarnation 1 ===",
+        f"=== incarnation 2 {FAULT_ENV}=binder.between_pods:2 ===",
+        "=== incarnation 3 ===",
+    ]
     assert stand_in.incarnations == 3 and stand_in.exit_code() == 3 and not stand_in.alive()
 
 
 def test_a_service_that_exits_while_starting_is_named_with_its_last_line(stand_in: ServiceProcess) -> None:
     with pytest.raises(ServiceExited) as exited:
         stand_in.start()
-    assert str(exited.value) == (f"phalanx-queue exited with status 3 while starting: fault=- --listen "
-                                 f"127.0.0.1:4242 --metrics-listen off --clock real (log: {stand_in.log_path})")
+    assert str(exited.value) == (
+        f"phalanx-queue exited with status 3 while starting: fault=- --listen "
+        f"127.0.0.1:4242 --metrics-listen off --clock real (log: {stand_in.log_path})"
+    )
 
 
 def test_stop_forgets_the_process_and_kill_keeps_its_status(stand_in: ServiceProcess) -> None:

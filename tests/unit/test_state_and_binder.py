@@ -43,8 +43,13 @@ def snapshot_keys(client: redis.Redis, keys: Keys) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in client.scan_iter(match=keys.pattern):
         kind = client.type(k)
-        out[k] = {"hash": client.hgetall, "set": client.smembers, "zset": lambda x: client.zrange(x, 0, -1, withscores=True),
-                  "list": lambda x: client.lrange(x, 0, -1), "string": client.get}[kind](k)
+        out[k] = {
+            "hash": client.hgetall,
+            "set": client.smembers,
+            "zset": lambda x: client.zrange(x, 0, -1, withscores=True),
+            "list": lambda x: client.lrange(x, 0, -1),
+            "string": client.get,
+        }[kind](k)
     return out
 
 
@@ -56,6 +61,7 @@ def nodes(store: StateStore) -> StateStore:
 
 # -- the Lua transaction ----------------------------------------------------------------------------
 
+
 def test_reserve_within_capacity_writes_record_state_and_usage(nodes: StateStore) -> None:
     ok, reason = nodes.apply(Txn(reserve=[reserve(pod("a", 3000, GANG), "n1")]))
     assert (ok, reason) == (True, "")
@@ -65,15 +71,19 @@ def test_reserve_within_capacity_writes_record_state_and_usage(nodes: StateStore
     assert rec.pod.name == "a"
 
 
-@pytest.mark.parametrize("entries, reason", [
-    ([("a", 5000, "n1")], "conflict: node n1 has 4000 cpu free, needs 5000"),
-    # Each fits alone; together they exceed n1, and a fitting reservation on n2 is not written either.
-    ([("b", 1000, "n2"), ("a", 2500, "n1"), ("c", 2000, "n1")], "conflict: node n1 has 4000 cpu free, needs 4500"),
-    ([("a", 1000, "nx")], "node nx does not exist"),
-    ([("a", 1000, "n1"), ("a", 1000, "n2")], "pod default/a is already reserved"),
-])
-def test_refused_reservations_write_nothing(nodes: StateStore, redis_client: redis.Redis, keys: Keys,
-                                            entries: list[tuple[str, int, str]], reason: str) -> None:
+@pytest.mark.parametrize(
+    "entries, reason",
+    [
+        ([("a", 5000, "n1")], "conflict: node n1 has 4000 cpu free, needs 5000"),
+        # Each fits alone; together they exceed n1, and a fitting reservation on n2 is not written either.
+        ([("b", 1000, "n2"), ("a", 2500, "n1"), ("c", 2000, "n1")], "conflict: node n1 has 4000 cpu free, needs 4500"),
+        ([("a", 1000, "nx")], "node nx does not exist"),
+        ([("a", 1000, "n1"), ("a", 1000, "n2")], "pod default/a is already reserved"),
+    ],
+)
+def test_refused_reservations_write_nothing(
+    nodes: StateStore, redis_client: redis.Redis, keys: Keys, entries: list[tuple[str, int, str]], reason: str
+) -> None:
     before = snapshot_keys(redis_client, keys)
     txn = Txn(reserve=[reserve(pod(n, cpu), node) for n, cpu, node in entries])
     txn.cmd("HSET", "marker", "x", "1")
@@ -147,7 +157,9 @@ EXPECT_CASES = {
 
 
 @pytest.mark.parametrize("expect, reason", EXPECT_CASES.values(), ids=EXPECT_CASES.keys())
-def test_expect(nodes: StateStore, redis_client: redis.Redis, keys: Keys, expect: list[str], reason: str | None) -> None:
+def test_expect(
+    nodes: StateStore, redis_client: redis.Redis, keys: Keys, expect: list[str], reason: str | None
+) -> None:
     nodes.must_apply(Txn(reserve=[reserve(pod("a"), "n1")]))
     before = snapshot_keys(redis_client, keys)
     ok, why = nodes.apply(Txn(expect=[expect], set_state=[["default/a", "bound"]]))
@@ -161,7 +173,8 @@ def test_expect(nodes: StateStore, redis_client: redis.Redis, keys: Keys, expect
 
 @pytest.mark.parametrize("op", ["FLUSHALL", "SET", "EVAL", "hset", "KEYS"])
 def test_disallowed_commands_are_rejected_before_anything_is_written(
-        nodes: StateStore, redis_client: redis.Redis, keys: Keys, op: str) -> None:
+    nodes: StateStore, redis_client: redis.Redis, keys: Keys, op: str
+) -> None:
     before = snapshot_keys(redis_client, keys)
     txn = Txn(reserve=[reserve(pod("a"), "n1")], set_state=[["default/a", "bound"]])
     txn.cmd("HSET", "marker", "x", "1")
@@ -181,6 +194,7 @@ def test_commands_address_keys_under_the_base(nodes: StateStore, redis_client: r
 
 
 # -- the fenced lock --------------------------------------------------------------------------------
+
 
 def test_fences_strictly_increase(redis_client: redis.Redis, keys: Keys) -> None:
     lock = FencedLock(redis_client, keys)
@@ -225,8 +239,11 @@ def test_a_holder_whose_lease_expired_is_fenced_out(store: StateStore, redis_cli
 
 
 def test_processes_never_hold_the_lock_at_once(redis_server: Any, redis_client: redis.Redis, keys: Keys) -> None:
-    process_workers.run_together(redis_client, keys, [
-        process_workers.command("hammer_lock", redis_server.url, keys.prefix, i, 0.6) for i in range(4)])
+    process_workers.run_together(
+        redis_client,
+        keys,
+        [process_workers.command("hammer_lock", redis_server.url, keys.prefix, i, 0.6) for i in range(4)],
+    )
     assert redis_client.lrange(f"{keys.base}:test:violations", 0, -1) == []
     log = [tuple(map(int, x.split(":"))) for x in redis_client.lrange(f"{keys.base}:test:log", 0, -1)]
     assert {w for w, _ in log} == {0, 1, 2, 3}, "every process got the lock"
@@ -238,6 +255,7 @@ def test_processes_never_hold_the_lock_at_once(redis_server: Any, redis_client: 
 
 
 # -- the batch binder -------------------------------------------------------------------------------
+
 
 class FlakyBackend(SimulatedBackend):
     """The simulated cluster, refusing the pods it is told to (an API error or a deleted pod)."""
@@ -270,7 +288,9 @@ class StallingBackend(SimulatedBackend):
         return super().bind(assignments, now, commit)
 
 
-def reserve_gang(store: StateStore, names: list[str], node: str = "n1", gang: str = GANG, deadline: float = 60.0) -> None:
+def reserve_gang(
+    store: StateStore, names: list[str], node: str = "n1", gang: str = GANG, deadline: float = 60.0
+) -> None:
     pods = [pod(n, 500, gang) for n in names]
     txn = Txn(reserve=[reserve(p, node) for p in pods])
     if gang:
@@ -320,12 +340,16 @@ def _spoil_move(store: StateStore) -> None:
     store.must_apply(Txn(release=["default/w1"], reserve=[reserve(pod("w1", 500, GANG), "n2")]))
 
 
-@pytest.mark.parametrize("spoil, w1_status, message", [
-    (_spoil_release, FAILED, "its reservation no longer exists"),  # the pod may exist: it is placed again
-    (_spoil_move, FAILED, "it is reserved on n2, not n1"),
-])
-def test_all_or_nothing_rolls_back_the_whole_batch(nodes: StateStore, keys: Keys, spoil: Any, w1_status: int,
-                                                   message: str) -> None:
+@pytest.mark.parametrize(
+    "spoil, w1_status, message",
+    [
+        (_spoil_release, FAILED, "its reservation no longer exists"),  # the pod may exist: it is placed again
+        (_spoil_move, FAILED, "it is reserved on n2, not n1"),
+    ],
+)
+def test_all_or_nothing_rolls_back_the_whole_batch(
+    nodes: StateStore, keys: Keys, spoil: Any, w1_status: int, message: str
+) -> None:
     names = ["w0", "w1", "w2"]
     reserve_gang(nodes, names)
     spoil(nodes)
@@ -335,7 +359,7 @@ def test_all_or_nothing_rolls_back_the_whole_batch(nodes: StateStore, keys: Keys
     assert by_name["default/w1"] == message
     assert by_name["default/w0"] == f"rolled back with its gang: default/w1: {message}"
     assert sim_binds(nodes) == []
-    assert nodes.load_pods() == {}              # every reservation released
+    assert nodes.load_pods() == {}  # every reservation released
     assert used(nodes) == {}
     assert nodes.redis.smembers(keys.gang_assumed(GANG)) == set()
     assert nodes.redis.smembers(keys.gang_bound(GANG)) == set()
@@ -368,8 +392,11 @@ def test_without_all_or_nothing_only_the_bad_pod_fails(nodes: StateStore, keys: 
 def test_per_pod_cluster_failures_after_satisfaction(nodes: StateStore, keys: Keys) -> None:
     names = ["w0", "w1", "w2"]
     reserve_gang(nodes, names)
-    backend = FlakyBackend(nodes.redis, keys, {"default/w1": BindFailure("admission webhook said no"),
-                                              "default/w2": BindFailure("pod not found", gone=True)})
+    backend = FlakyBackend(
+        nodes.redis,
+        keys,
+        {"default/w1": BindFailure("admission webhook said no"), "default/w2": BindFailure("pod not found", gone=True)},
+    )
     results, _ = make_binder(nodes, backend).bind(assignments(names), False, now=4.0)
     assert statuses(results) == {"w0": BOUND, "w1": FAILED, "w2": GONE}
     assert [r.message for r in results] == ["", "admission webhook said no", "pod not found"]
@@ -380,7 +407,8 @@ def test_per_pod_cluster_failures_after_satisfaction(nodes: StateStore, keys: Ke
 
 
 def test_a_binder_whose_lease_expired_records_nothing_and_the_next_holder_rolls_forward(
-        nodes: StateStore, keys: Keys) -> None:
+    nodes: StateStore, keys: Keys
+) -> None:
     """Fenced out after its intent: the stale binder records no binding and releases nothing (the pods
     stay `binding`, answered PENDING); the next holder of the mutex finishes the batch."""
     names = ["w0", "w1"]
@@ -422,7 +450,7 @@ def test_a_bind_waits_for_the_mutex_held_by_another_binder(nodes: StateStore, ke
         worker = threading.Thread(target=lambda: out.append(binder.bind(assignments(["w0"]), True, now=1.0)))
         worker.start()
         time.sleep(0.15)
-        assert out == [] and sim_binds(nodes) == []   # nothing written while another holds the mutex
+        assert out == [] and sim_binds(nodes) == []  # nothing written while another holds the mutex
     worker.join(timeout=10)
     results, fence = out[0]
     assert statuses(results) == {"w0": BOUND} and fence > held
@@ -435,11 +463,15 @@ def test_a_refused_command_in_a_locked_script_releases_the_lock(nodes: StateStor
     assert nodes.redis.get(keys.bind_lock) is None
 
 
-@pytest.mark.parametrize("reason_txn", [
-    Txn(expect=[["default/zz", "assumed", ""]]),
-    Txn(reserve=[StateStore.reserve_entry(pod("huge", 10**9), "n1")]),
-    Txn(fence=999),
-], ids=["expect", "capacity", "fence"])
+@pytest.mark.parametrize(
+    "reason_txn",
+    [
+        Txn(expect=[["default/zz", "assumed", ""]]),
+        Txn(reserve=[StateStore.reserve_entry(pod("huge", 10**9), "n1")]),
+        Txn(fence=999),
+    ],
+    ids=["expect", "capacity", "fence"],
+)
 def test_a_failed_check_in_a_locked_script_releases_the_lock(nodes: StateStore, keys: Keys, reason_txn: Txn) -> None:
     reason_txn.lock = ["token", 30_000]
     ok, _, fence = nodes.apply_fenced(reason_txn)
@@ -460,16 +492,22 @@ def test_ordinary_pods_bind_without_gang_bookkeeping(nodes: StateStore, keys: Ke
 
 @pytest.mark.parametrize("transactional", [True, False], ids=["one-script", "locked-commit"])
 def test_a_gang_batch_never_interleaves_with_concurrent_ordinary_binds(
-        redis_server: Any, nodes: StateStore, keys: Keys, transactional: bool) -> None:
+    redis_server: Any, nodes: StateStore, keys: Keys, transactional: bool
+) -> None:
     gang_pods = [f"g{i:02d}" for i in range(30)]
     solo_pods = [f"s{i:02d}" for i in range(60)]
     nodes.put_nodes([model_node("big", cpu=1000, pods=1000)])
     reserve_gang(nodes, gang_pods, node="big", gang=GANG)
     reserve_gang(nodes, solo_pods, node="big", gang="")
     jobs = [(solo_pods[:30], "", True), (gang_pods, GANG, False), (solo_pods[30:], "", True)]
-    process_workers.run_together(nodes.redis, keys, [
-        process_workers.command("bind", redis_server.url, keys.prefix, names, gang, one_by_one, transactional)
-        for names, gang, one_by_one in jobs])
+    process_workers.run_together(
+        nodes.redis,
+        keys,
+        [
+            process_workers.command("bind", redis_server.url, keys.prefix, names, gang, one_by_one, transactional)
+            for names, gang, one_by_one in jobs
+        ],
+    )
     assert nodes.redis.lrange(f"{keys.base}:test:errors", 0, -1) == []
     log = [b["pod"].split("/")[1] for b in sim_binds(nodes)]
     assert sorted(log) == sorted(gang_pods + solo_pods)
@@ -492,7 +530,8 @@ class SilentApiBackend(FlakyBackend):
 
 
 def test_a_binding_the_api_server_did_not_answer_stays_started_and_is_rolled_forward(
-        nodes: StateStore, keys: Keys) -> None:
+    nodes: StateStore, keys: Keys
+) -> None:
     names = ["w0", "w1", "w2"]
     reserve_gang(nodes, names)
     silent = BindFailure("API server timed out", retryable=True)
@@ -501,7 +540,10 @@ def test_a_binding_the_api_server_did_not_answer_stays_started_and_is_rolled_for
     assert statuses(results) == {"w0": BOUND, "w1": PENDING, "w2": BOUND}
     # Two of the gang are bound: w1's reservation must survive, never be released or rolled back.
     assert {k: p.state for k, p in nodes.load_pods().items()} == {
-        "default/w0": "bound", "default/w1": "binding", "default/w2": "bound"}
+        "default/w0": "bound",
+        "default/w1": "binding",
+        "default/w2": "bound",
+    }
     assert used(nodes)[("n1", "cpu")] == 1500
     later = make_binder(nodes, SilentApiBackend(nodes.redis, keys, {}))
     assert statuses(later.finish_interrupted(now=2.0)) == {"w1": BOUND}
@@ -637,7 +679,8 @@ def test_one_gang_refused_in_a_joint_pass_leaves_the_others_bound(nodes: StateSt
     assert by_gang[1] == {"b0": ROLLED_BACK, "b1": FAILED, "b2": ROLLED_BACK}
     assert not any(k.startswith("default/b") for k in nodes.load_pods())  # its reservations given back
     assert sorted(k for call in backend.calls for k in call) == sorted(
-        f"default/{g}{i}" for g in "ac" for i in range(3))
+        f"default/{g}{i}" for g in "ac" for i in range(3)
+    )
 
 
 def test_a_joint_intent_refused_falls_back_to_batch_by_batch(nodes: StateStore, keys: Keys) -> None:

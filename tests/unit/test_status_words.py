@@ -26,10 +26,18 @@ def test_members_travel_as_their_strings() -> None:
 
 
 def test_volcano_gets_each_gang_phase_in_its_own_words() -> None:
-    said = {phase: status_patch(keys.GROUP_VOLCANO, GangReport(gang_key="ns/g", phase=phase), 0.0)["status"]["phase"]
-            for phase in GangPhase}
-    assert said == {"Pending": "Pending", "Scheduling": "Inqueue", "Scheduled": "Running", "Running": "Running",
-                    "Finished": "Completed", "Failed": "Pending"}
+    said = {
+        phase: status_patch(keys.GROUP_VOLCANO, GangReport(gang_key="ns/g", phase=phase), 0.0)["status"]["phase"]
+        for phase in GangPhase
+    }
+    assert said == {
+        "Pending": "Pending",
+        "Scheduling": "Inqueue",
+        "Scheduled": "Running",
+        "Running": "Running",
+        "Finished": "Completed",
+        "Failed": "Pending",
+    }
     assert all(type(v) is str for v in said.values())  # plain strings in the JSON body
     unknown = GangReport(gang_key="ns/g", phase="Evicted")
     assert status_patch(keys.GROUP_VOLCANO, unknown, 0.0)["status"]["phase"] == "Unknown"

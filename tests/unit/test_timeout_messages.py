@@ -44,8 +44,12 @@ def gang_events(s: GangScheduler, phase: str) -> dict[str, str]:
 def test_a_gang_held_by_its_group_partner_names_the_partner_and_its_progress(sched: GangScheduler) -> None:
     sched.upsert_nodes([node("n1", 3)])
     group = ("default/trainer", "default/evaluator")
-    sched.upsert_gangs([gang_spec("trainer", 2, mode=GangMode.STRICT, groups=group, wait=30.0),
-                        gang_spec("evaluator", 3, mode=GangMode.NON_STRICT, groups=group, wait=30.0)])
+    sched.upsert_gangs(
+        [
+            gang_spec("trainer", 2, mode=GangMode.STRICT, groups=group, wait=30.0),
+            gang_spec("evaluator", 3, mode=GangMode.NON_STRICT, groups=group, wait=30.0),
+        ]
+    )
     # The trainer's two pods are placed; the evaluator gets the last GPU and waits for two more.
     sched.queue.add([pod("t0", "trainer"), pod("t1", "trainer"), pod("e0", "evaluator")], 0)  # type: ignore[attr-defined]
     sched.step(0)

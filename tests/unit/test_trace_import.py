@@ -29,11 +29,16 @@ def write(tmp_path: Path, name: str, header: str, rows: list[str]) -> Path:
 
 
 def default_nodes(tmp_path: Path) -> Path:
-    return write(tmp_path, "nodes.csv", NODE_HEADER, [
-        "n-0,64000,262144,2,P100",
-        "n-1,96000,393216,8,V100M32",
-        "n-2,32000,131072,0,",
-    ])
+    return write(
+        tmp_path,
+        "nodes.csv",
+        NODE_HEADER,
+        [
+            "n-0,64000,262144,2,P100",
+            "n-1,96000,393216,8,V100M32",
+            "n-2,32000,131072,0,",
+        ],
+    )
 
 
 def run_cli(argv: list[str]) -> int:
@@ -46,8 +51,20 @@ def run_cli(argv: list[str]) -> int:
 def import_docs(tmp_path: Path, pod_rows: list[str], *extra: str, header: str = POD_HEADER) -> list[dict[str, Any]]:
     pods = write(tmp_path, "pods.csv", header, pod_rows)
     out = tmp_path / "out.yaml"
-    code = run_cli(["trace", "import", "openb", "--nodes", str(default_nodes(tmp_path)), "--pods", str(pods),
-                    "-o", str(out), *extra])
+    code = run_cli(
+        [
+            "trace",
+            "import",
+            "openb",
+            "--nodes",
+            str(default_nodes(tmp_path)),
+            "--pods",
+            str(pods),
+            "-o",
+            str(out),
+            *extra,
+        ]
+    )
     assert code == 0
     return list(yaml.safe_load_all(out.read_text()))
 
@@ -71,7 +88,10 @@ def test_nodes_columns_and_units(tmp_path: Path) -> None:
     nodes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Node"}
     assert set(nodes) == {"n-0", "n-1", "n-2"}
     assert nodes["n-0"]["status"]["allocatable"] == {
-        "cpu": "64000m", "memory": "262144Mi", "nvidia.com/gpu": "2", "pods": "110",
+        "cpu": "64000m",
+        "memory": "262144Mi",
+        "nvidia.com/gpu": "2",
+        "pods": "110",
     }
     assert nodes["n-0"]["metadata"]["labels"]["phalanx.dev/gpu-model"] == "P100"
     assert "nvidia.com/gpu" not in nodes["n-2"]["status"]["allocatable"]
@@ -88,11 +108,14 @@ def test_model_label_is_sanitised(tmp_path: Path) -> None:
 
 
 def test_pod_requests_and_scheduler(tmp_path: Path) -> None:
-    docs = import_docs(tmp_path, [
-        "cpu-pod,2000,4096,0,0,,BE,Running,0,100,0",
-        "gpu-pod,12000,16384,2,1000,,LS,Running,5,100,7",
-        "empty-milli,8000,8192,1,,,LS,Running,6,100,6",
-    ])
+    docs = import_docs(
+        tmp_path,
+        [
+            "cpu-pod,2000,4096,0,0,,BE,Running,0,100,0",
+            "gpu-pod,12000,16384,2,1000,,LS,Running,5,100,7",
+            "empty-milli,8000,8192,1,,,LS,Running,6,100,6",
+        ],
+    )
     pods = pods_of(docs)
     cpu = pods["cpu-pod"]["spec"]["containers"][0]["resources"]
     assert cpu["requests"] == {"cpu": "2000m", "memory": "4096Mi"}
@@ -107,14 +130,17 @@ def test_pod_requests_and_scheduler(tmp_path: Path) -> None:
 
 
 def test_creation_timestamps_and_durations(tmp_path: Path) -> None:
-    docs = import_docs(tmp_path, [
-        "late,1000,1024,0,0,,BE,Running,3725,4000,3730",  # created 1h2m5s in: runs 4000 - 3730
-        "first,1000,1024,0,0,,BE,Running,5,35,5",
-        "pending,1000,1024,0,0,,BE,Pending,10,70,",  # never scheduled: deletion - creation
-        "no-deletion,1000,1024,0,0,,BE,Running,11,,11",
-        "backwards,1000,1024,0,0,,BE,Running,12,8,12",
-        "half,1000,1024,0,0,,BE,Running,12.25,13.75,12.25",
-    ])
+    docs = import_docs(
+        tmp_path,
+        [
+            "late,1000,1024,0,0,,BE,Running,3725,4000,3730",  # created 1h2m5s in: runs 4000 - 3730
+            "first,1000,1024,0,0,,BE,Running,5,35,5",
+            "pending,1000,1024,0,0,,BE,Pending,10,70,",  # never scheduled: deletion - creation
+            "no-deletion,1000,1024,0,0,,BE,Running,11,,11",
+            "backwards,1000,1024,0,0,,BE,Running,12,8,12",
+            "half,1000,1024,0,0,,BE,Running,12.25,13.75,12.25",
+        ],
+    )
     pods = pods_of(docs)
     stamps = {name: pod["metadata"]["creationTimestamp"] for name, pod in pods.items()}
     assert stamps["first"] == "2026-01-01T00:00:05Z"
@@ -122,22 +148,36 @@ def test_creation_timestamps_and_durations(tmp_path: Path) -> None:
     assert stamps["half"] == "2026-01-01T00:00:12.250Z"
     durations = {name: pod["metadata"].get("annotations", {}).get(keys.SIM_DURATION) for name, pod in pods.items()}
     assert durations == {
-        "late": "270s", "first": "30s", "pending": "60s", "no-deletion": None, "backwards": None, "half": "1.5s",
+        "late": "270s",
+        "first": "30s",
+        "pending": "60s",
+        "no-deletion": None,
+        "backwards": None,
+        "half": "1.5s",
     }
     # Written in arrival order, not row order.
     assert list(pods) == ["first", "pending", "no-deletion", "backwards", "half", "late"]
 
 
 def test_gpu_spec_becomes_required_affinity(tmp_path: Path) -> None:
-    docs = import_docs(tmp_path, [
-        "spec-pod,1000,1024,1,1000,V100M16|V100M32|V100M32,LS,Running,0,10,0",
-        "any-pod,1000,1024,1,1000,,LS,Running,0,10,0",
-    ])
+    docs = import_docs(
+        tmp_path,
+        [
+            "spec-pod,1000,1024,1,1000,V100M16|V100M32|V100M32,LS,Running,0,10,0",
+            "any-pod,1000,1024,1,1000,,LS,Running,0,10,0",
+        ],
+    )
     pods = pods_of(docs)
     affinity = pods["spec-pod"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert affinity == {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "phalanx.dev/gpu-model", "operator": "In", "values": ["V100M16", "V100M32"]},
-    ]}]}
+    assert affinity == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "phalanx.dev/gpu-model", "operator": "In", "values": ["V100M16", "V100M32"]},
+                ]
+            }
+        ]
+    }
     assert "affinity" not in pods["any-pod"]["spec"]
 
 
@@ -170,12 +210,14 @@ def test_a_share_of_one_gpu_is_kept_exactly_as_a_gpu_share(tmp_path: Path) -> No
 
 
 def test_a_fractional_share_of_several_gpus_is_refused_naming_row_and_pod(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = FRACTIONAL_ROWS + ["multi,1000,1024,2,500,,LS,Running,3,10,3"]
     pods = write(tmp_path, "pods.csv", POD_HEADER, rows)
     out = tmp_path / "out.yaml"
-    code = run_cli(["trace", "import", "openb", "--nodes", str(default_nodes(tmp_path)), "--pods", str(pods),
-                    "-o", str(out)])
+    code = run_cli(
+        ["trace", "import", "openb", "--nodes", str(default_nodes(tmp_path)), "--pods", str(pods), "-o", str(out)]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("phalanx trace: ")
@@ -206,16 +248,23 @@ def test_no_time_columns_need_rate_or_fgd(tmp_path: Path, capsys: pytest.Capture
     assert run_cli([*base, "--arrival", "rate:4", "-o", str(tmp_path / "x.yaml")]) == 0
     pods_out = pods_of(list(yaml.safe_load_all((tmp_path / "x.yaml").read_text())))
     assert [p["metadata"]["creationTimestamp"] for p in pods_out.values()] == [
-        "2026-01-01T00:00:00Z", "2026-01-01T00:00:00.250Z", "2026-01-01T00:00:00.500Z",
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00.250Z",
+        "2026-01-01T00:00:00.500Z",
     ]
     assert all(keys.SIM_DURATION not in p["metadata"].get("annotations", {}) for p in pods_out.values())
 
 
 def test_rate_arrival_follows_creation_order_and_keeps_durations(tmp_path: Path) -> None:
-    docs = import_docs(tmp_path, [
-        "b,1000,1024,0,0,,BE,Running,50,80,60",
-        "a,1000,1024,0,0,,BE,Running,10,40,10",
-    ], "--arrival", "rate:0.5")
+    docs = import_docs(
+        tmp_path,
+        [
+            "b,1000,1024,0,0,,BE,Running,50,80,60",
+            "a,1000,1024,0,0,,BE,Running,10,40,10",
+        ],
+        "--arrival",
+        "rate:0.5",
+    )
     pods = pods_of(docs)
     assert list(pods) == ["a", "b"]
     assert pods["b"]["metadata"]["creationTimestamp"] == "2026-01-01T00:00:02Z"
@@ -238,7 +287,9 @@ def test_fgd_arrival_samples_until_factor_of_cluster_gpus(tmp_path: Path) -> Non
     assert len(pods) > 7  # the 9 trace GPUs are not enough: sampled with replacement
     assert len({p["metadata"]["name"] for p in pods}) == len(pods)
     assert [p["metadata"]["creationTimestamp"] for p in pods[:3]] == [
-        "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z",
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:01Z",
+        "2026-01-01T00:00:02Z",
     ]
     assert all(keys.SIM_DURATION not in p["metadata"].get("annotations", {}) for p in pods)
 
@@ -257,8 +308,14 @@ def test_fgd_arrival_is_deterministic_per_seed(tmp_path: Path) -> None:
 def test_bad_arrival_and_rule_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pods = write(tmp_path, "pods.csv", POD_HEADER, ["a,1000,1024,0,0,,BE,Running,0,1,0"])
     base = ["trace", "import", "openb", "--nodes", str(default_nodes(tmp_path)), "--pods", str(pods), "-o", "-"]
-    for extra in (["--arrival", "rate:0"], ["--arrival", "fgd:x"], ["--arrival", "poisson"],
-                  ["--gang-rule", "window:abc"], ["--gang-rule", "size:0"], ["--gang-rule", "bogus"]):
+    for extra in (
+        ["--arrival", "rate:0"],
+        ["--arrival", "fgd:x"],
+        ["--arrival", "poisson"],
+        ["--gang-rule", "window:abc"],
+        ["--gang-rule", "size:0"],
+        ["--gang-rule", "bogus"],
+    ):
         assert run_cli([*base, *extra]) == 2, extra
         err = capsys.readouterr().err
         assert err.startswith("phalanx trace: ") and "Traceback" not in err
@@ -286,10 +343,13 @@ def test_gang_size_groups_consecutive_pods_of_one_shape(tmp_path: Path) -> None:
     pods = pods_of(import_docs(tmp_path, rows, "--gang-size", "2"))
     gangs = {name: gang_of(pod) for name, pod in pods.items()}
     assert gangs == {
-        "a1": ("gang-00001", "2"), "a2": ("gang-00001", "2"),
-        "b1": ("gang-00002", "2"), "b2": ("gang-00002", "2"),
+        "a1": ("gang-00001", "2"),
+        "a2": ("gang-00001", "2"),
+        "b1": ("gang-00002", "2"),
+        "b2": ("gang-00002", "2"),
         "cpu": None,
-        "a3": ("gang-00003", "2"), "a4": ("gang-00003", "2"),
+        "a3": ("gang-00003", "2"),
+        "a4": ("gang-00003", "2"),
         "a5": ("gang-00004", "1"),  # trailing incomplete group: a smaller gang
     }
     assert pods["a1"]["metadata"]["annotations"][keys.KOORD_TOTAL_NUMBER] == "2"
@@ -303,8 +363,24 @@ def test_gang_rule_size_equals_gang_size(tmp_path: Path) -> None:
     nodes = default_nodes(tmp_path)
     pods = write(tmp_path, "pods.csv", POD_HEADER, rows)
     out = tmp_path / "a.yaml"
-    assert run_cli(["trace", "import", "openb", "--nodes", str(nodes), "--pods", str(pods), "--gang-rule", "size:3",
-                    "-o", str(out)]) == 0
+    assert (
+        run_cli(
+            [
+                "trace",
+                "import",
+                "openb",
+                "--nodes",
+                str(nodes),
+                "--pods",
+                str(pods),
+                "--gang-rule",
+                "size:3",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert {gang_of(p) for p in pods_of(list(yaml.safe_load_all(out.read_text()))).values()} == {("gang-00001", "3")}
 
 
@@ -322,9 +398,14 @@ def test_gang_window_groups_multi_gpu_pods_of_one_shape(tmp_path: Path) -> None:
     pods = pods_of(import_docs(tmp_path, rows, "--gang-rule", "window:60"))
     gangs = {name: gang_of(pod) for name, pod in pods.items()}
     assert gangs == {
-        "w1": ("gang-00001", "3"), "w2": ("gang-00001", "3"), "w3": ("gang-00001", "3"),
-        "single-gpu": None, "other-shape": None, "spec": None,  # groups of one stay plain pods
-        "late": ("gang-00002", "2"), "late2": ("gang-00002", "2"),
+        "w1": ("gang-00001", "3"),
+        "w2": ("gang-00001", "3"),
+        "w3": ("gang-00001", "3"),
+        "single-gpu": None,
+        "other-shape": None,
+        "spec": None,  # groups of one stay plain pods
+        "late": ("gang-00002", "2"),
+        "late2": ("gang-00002", "2"),
     }
 
 
@@ -332,14 +413,19 @@ def test_gang_window_respects_max_gang_size(tmp_path: Path) -> None:
     rows = [f"p{i},8000,1024,2,1000,,LS,Running,{i},999,{i}" for i in range(5)]
     pods = pods_of(import_docs(tmp_path, rows, "--gang-rule", "window:3600", "--max-gang-size", "2"))
     assert [gang_of(p) for p in pods.values()] == [
-        ("gang-00001", "2"), ("gang-00001", "2"), ("gang-00002", "2"), ("gang-00002", "2"), None,
+        ("gang-00001", "2"),
+        ("gang-00001", "2"),
+        ("gang-00002", "2"),
+        ("gang-00002", "2"),
+        None,
     ]
 
 
 def test_gang_size_and_rule_are_exclusive(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
-        run_cli(["trace", "import", "openb", "--nodes", "n", "--pods", "p", "--gang-size", "2",
-                 "--gang-rule", "window:5"])
+        run_cli(
+            ["trace", "import", "openb", "--nodes", "n", "--pods", "p", "--gang-size", "2", "--gang-rule", "window:5"]
+        )
 
 
 # ---------------------------------------------------------------- malformed input
@@ -402,8 +488,9 @@ def test_real_default_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         pytest.skip(f"the openb trace is not at {TRACES} (it lives in /work/shared/traces next to the repo)")
     out = tmp_path / "openb.yaml"
     started = time.perf_counter()
-    code = run_cli(["trace", "import", "openb", "--nodes", str(nodes), "--pods", str(pods), "--skip-fractional",
-                    "-o", str(out)])
+    code = run_cli(
+        ["trace", "import", "openb", "--nodes", str(nodes), "--pods", str(pods), "--skip-fractional", "-o", str(out)]
+    )
     elapsed = time.perf_counter() - started
     assert code == 0
     assert elapsed < 5.0

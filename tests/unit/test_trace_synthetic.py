@@ -47,8 +47,17 @@ def test_node_shape_syntax() -> None:
     assert (cpu_only.count, cpu_only.gpus, cpu_only.cpu_milli, cpu_only.memory) == (3, 0, 500, "2048Mi")
 
 
-@pytest.mark.parametrize("text", ["8gpu,64cpu,512Gi", "0x8gpu,64cpu,512Gi", "2x8gpu,512Gi", "2x8gpu,64cpu",
-                                  "2x8gpu,64cpu,512", "2x8gpu,64cpu,512Gi,color=red"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "8gpu,64cpu,512Gi",
+        "0x8gpu,64cpu,512Gi",
+        "2x8gpu,512Gi",
+        "2x8gpu,64cpu",
+        "2x8gpu,64cpu,512",
+        "2x8gpu,64cpu,512Gi,color=red",
+    ],
+)
 def test_bad_node_shapes(text: str) -> None:
     with pytest.raises(TraceError, match="--nodes"):
         synthetic.parse_node_group(text)
@@ -56,10 +65,17 @@ def test_bad_node_shapes(text: str) -> None:
 
 def test_gang_kind_syntax_and_defaults() -> None:
     assert synthetic.parse_gang_kind("16x8") == synthetic.GangKind(
-        size=16, gpus_per_pod=8, cpu_milli=32000, memory="256Gi", weight=1.0)
+        size=16, gpus_per_pod=8, cpu_milli=32000, memory="256Gi", weight=1.0
+    )
     kind = synthetic.parse_gang_kind("8x1,6cpu,48Gi,model=A100|H100@3")
     assert (kind.size, kind.gpus_per_pod, kind.cpu_milli, kind.memory, kind.models, kind.weight) == (
-        8, 1, 6000, "48Gi", ("A100", "H100"), 3.0)
+        8,
+        1,
+        6000,
+        "48Gi",
+        ("A100", "H100"),
+        3.0,
+    )
     cpu_only = synthetic.parse_gang_kind("4x0")
     assert (cpu_only.cpu_milli, cpu_only.memory) == (1000, "4Gi")
 
@@ -82,12 +98,27 @@ def test_duration_syntax() -> None:
 
 
 def test_nodes_and_gang_pods(tmp_path: Path) -> None:
-    _, docs = generate(tmp_path, "--nodes", "2x8gpu,64cpu,512Gi,model=A100", "--nodes", "1x32cpu,128Gi",
-                       "--gangs", "4x2,8cpu,64Gi", "--count", "3", "--rate", "2")
+    _, docs = generate(
+        tmp_path,
+        "--nodes",
+        "2x8gpu,64cpu,512Gi,model=A100",
+        "--nodes",
+        "1x32cpu,128Gi",
+        "--gangs",
+        "4x2,8cpu,64Gi",
+        "--count",
+        "3",
+        "--rate",
+        "2",
+    )
     nodes = [d for d in docs if d["kind"] == "Node"]
     assert [n["metadata"]["name"] for n in nodes] == ["node-0-0000", "node-0-0001", "node-1-0000"]
-    assert nodes[0]["status"]["allocatable"] == {"cpu": "64000m", "memory": "512Gi", "nvidia.com/gpu": "8",
-                                                 "pods": "110"}
+    assert nodes[0]["status"]["allocatable"] == {
+        "cpu": "64000m",
+        "memory": "512Gi",
+        "nvidia.com/gpu": "8",
+        "pods": "110",
+    }
     assert nodes[0]["metadata"]["labels"]["phalanx.dev/gpu-model"] == "A100"
     assert "nvidia.com/gpu" not in nodes[2]["status"]["allocatable"]
     pods = pods_of(docs)
@@ -95,7 +126,10 @@ def test_nodes_and_gang_pods(tmp_path: Path) -> None:
     first = pods[0]
     assert first["metadata"]["name"] == "gang-00001-0"
     assert first["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "8000m", "memory": "64Gi", "nvidia.com/gpu": "2"}
+        "cpu": "8000m",
+        "memory": "64Gi",
+        "nvidia.com/gpu": "2",
+    }
     assert annotation(first, keys.KOORD_NAME) == "gang-00001"
     assert annotation(first, keys.KOORD_MIN_AVAILABLE) == "4"
     assert annotation(first, keys.KOORD_TOTAL_NUMBER) == "4"
@@ -109,7 +143,8 @@ def test_model_constraint_becomes_affinity(tmp_path: Path) -> None:
     _, docs = generate(tmp_path, *BASIC[:2], "--gangs", "2x1,model=A100|H100", "--count", "1")
     terms = pods_of(docs)[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "phalanx.dev/gpu-model", "operator": "In", "values": ["A100", "H100"]}]
+        {"key": "phalanx.dev/gpu-model", "operator": "In", "values": ["A100", "H100"]}
+    ]
 
 
 def test_weighted_mix_and_count(tmp_path: Path) -> None:
@@ -126,8 +161,19 @@ def test_weighted_mix_and_count(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_file_different_seed_differs(tmp_path: Path) -> None:
-    args = [*BASIC[:2], "--gangs", "2x1", "--gangs", "4x8", "--count", "30", "--arrivals", "poisson",
-            "--duration", "10m-2h"]
+    args = [
+        *BASIC[:2],
+        "--gangs",
+        "2x1",
+        "--gangs",
+        "4x8",
+        "--count",
+        "30",
+        "--arrivals",
+        "poisson",
+        "--duration",
+        "10m-2h",
+    ]
     first, _ = generate(tmp_path, *args, "--seed", "5", name="a.yaml")
     again, _ = generate(tmp_path, *args, "--seed", "5", name="b.yaml")
     other, _ = generate(tmp_path, *args, "--seed", "6", name="c.yaml")
@@ -136,8 +182,9 @@ def test_same_seed_same_file_different_seed_differs(tmp_path: Path) -> None:
 
 
 def test_poisson_arrivals_and_duration_range(tmp_path: Path) -> None:
-    _, docs = generate(tmp_path, *BASIC, "--count", "50", "--rate", "6", "--arrivals", "poisson",
-                       "--duration", "10m-2h", "--seed", "3")
+    _, docs = generate(
+        tmp_path, *BASIC, "--count", "50", "--rate", "6", "--arrivals", "poisson", "--duration", "10m-2h", "--seed", "3"
+    )
     pods = pods_of(docs)
     gang_times = sorted({p["metadata"]["creationTimestamp"] for p in pods})
     assert gang_times[0] == "2026-01-01T00:00:00Z"
@@ -158,7 +205,10 @@ def test_poisson_arrivals_and_duration_range(tmp_path: Path) -> None:
 def test_arrival_mode_does_not_change_the_mix() -> None:
     base = synthetic.SyntheticOptions(
         nodes=(synthetic.parse_node_group("1x8gpu,64cpu,512Gi"),),
-        gangs=(synthetic.parse_gang_kind("2x1"), synthetic.parse_gang_kind("3x2")), count=40, seed=9)
+        gangs=(synthetic.parse_gang_kind("2x1"), synthetic.parse_gang_kind("3x2")),
+        count=40,
+        seed=9,
+    )
     fixed = synthetic.generate(base)
     poisson = synthetic.generate(synthetic.SyntheticOptions(**{**_fields(base), "poisson": True}))
     assert [p.name for p in fixed.pods] == [p.name for p in poisson.pods]
@@ -174,8 +224,13 @@ def test_duration_none_means_no_annotation(tmp_path: Path) -> None:
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for extra in (["--nodes", "2x8gpu", "--gangs", "4x2"], [*BASIC, "--rate", "0"], [*BASIC, "--duration", "x"],
-                  [*BASIC, "--count", "0"], [*BASIC, "--namespace", "Bad_NS"]):
+    for extra in (
+        ["--nodes", "2x8gpu", "--gangs", "4x2"],
+        [*BASIC, "--rate", "0"],
+        [*BASIC, "--duration", "x"],
+        [*BASIC, "--count", "0"],
+        [*BASIC, "--namespace", "Bad_NS"],
+    ):
         assert run_cli(["trace", "synthetic", "-o", str(tmp_path / "x.yaml"), *extra]) == 2, extra
         err = capsys.readouterr().err
         assert err.startswith("phalanx trace: ") and "Traceback" not in err

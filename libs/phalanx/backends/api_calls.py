@@ -17,7 +17,7 @@ def json_or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
         if exc.status == 404:
             return None
         raise
-    return json.loads(resp.data)  # type: ignore[no-any-return]
+    return json.loads(resp.data)
 
 
 def release(resp: Any) -> None:

@@ -60,11 +60,17 @@ class PodFacts:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         groups = tuple((group, labels[k]) for k, group in _PODGROUP_LABELS if labels.get(k)) + tuple(
-            (group, annotations[k]) for k, group in _PODGROUP_ANNOTATIONS if annotations.get(k))
+            (group, annotations[k]) for k, group in _PODGROUP_ANNOTATIONS if annotations.get(k)
+        )
         owners = tuple(str(o.get("name")) for o in meta.get("ownerReferences") or () if o.get("name"))
-        return cls(uid=str(meta.get("uid") or ""), scheduler=str(spec.get("schedulerName") or ""),
-                   node=str(spec.get("nodeName") or ""), deleting=bool(meta.get("deletionTimestamp")),
-                   podgroups=groups, owners=owners)
+        return cls(
+            uid=str(meta.get("uid") or ""),
+            scheduler=str(spec.get("schedulerName") or ""),
+            node=str(spec.get("nodeName") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
+            podgroups=groups,
+            owners=owners,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +82,9 @@ class NodeFacts:
         return cls(deleting=bool((obj.get("metadata") or {}).get("deletionTimestamp")))
 
 
-def verdict(a: Assignment, pod: PodFacts | None | Exception, node: NodeFacts | None | Exception,
-            scheduler: str) -> BindFailure | None:
+def verdict(
+    a: Assignment, pod: PodFacts | None | Exception, node: NodeFacts | None | Exception, scheduler: str
+) -> BindFailure | None:
     """Whether `a` may be bound, given what is known of its pod and node; None: yes."""
     key = a.pod_key
     if isinstance(pod, Exception):
@@ -114,8 +121,7 @@ def report_annotations(pod_key: str, annotations: Mapping[str, str]) -> dict[str
         if value in REPORT_ANNOTATIONS.get(key, ()):
             out[key] = value
         else:
-            log.warning("report on pod %s: annotation %s=%r dropped (not one Phalanx writes)", pod_key, key,
-                        value[:64])
+            log.warning("report on pod %s: annotation %s=%r dropped (not one Phalanx writes)", pod_key, key, value[:64])
     return out
 
 
@@ -129,8 +135,9 @@ def event_reason_allowed(reason: str, where: str) -> bool:
 class ClusterView:
     """The binder's watch-fed view of nodes and of our scheduler's pods, with a GET on a miss."""
 
-    def __init__(self, core: Any, scheduler_name: str, *, request_timeout: float = 15.0,
-                 watch_timeout: int = 300) -> None:
+    def __init__(
+        self, core: Any, scheduler_name: str, *, request_timeout: float = 15.0, watch_timeout: int = 300
+    ) -> None:
         self.core = core
         self.scheduler_name = scheduler_name
         self.request_timeout = request_timeout
@@ -150,11 +157,20 @@ class ClusterView:
         with self._lock:
             if self._watchers or self._stop.is_set():
                 return self
-            pods = Collection(_PODS, self.core.list_pod_for_all_namespaces, "Pod", "v1",
-                              kwargs={"field_selector": f"spec.schedulerName={self.scheduler_name}"})
+            pods = Collection(
+                _PODS,
+                self.core.list_pod_for_all_namespaces,
+                "Pod",
+                "v1",
+                kwargs={"field_selector": f"spec.schedulerName={self.scheduler_name}"},
+            )
             nodes = Collection(_NODES, self.core.list_node, "Node", "v1")
-            self._watchers = [Watcher(c, self._sink, self._stop, watch_timeout=self.watch_timeout,
-                                      request_timeout=self.request_timeout) for c in (pods, nodes)]
+            self._watchers = [
+                Watcher(
+                    c, self._sink, self._stop, watch_timeout=self.watch_timeout, request_timeout=self.request_timeout
+                )
+                for c in (pods, nodes)
+            ]
         for w in self._watchers:
             w.start()
         return self
@@ -201,8 +217,9 @@ class ClusterView:
                     self._podgroup_owners.setdefault((g, namespace, n), Counter()).update(facts.owners)
 
     # -- bind checks -------------------------------------------------------------------------------------
-    def check(self, assignments: list[Assignment],
-              fetch: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map) -> dict[str, BindFailure]:
+    def check(
+        self, assignments: list[Assignment], fetch: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map
+    ) -> dict[str, BindFailure]:
         """Failures by pod key for the assignments that may not be bound. `fetch` maps the GETs of cache
         misses (a thread pool's map makes them concurrent)."""
         pods: dict[str, PodFacts | None | Exception] = {}
@@ -263,16 +280,23 @@ class ClusterView:
             if self._podgroups.get((group, namespace, name), 0) > 0:
                 return True
         # Not in the cache (not synced yet, or its pods arrived a moment ago): list our pods of its namespace.
-        resp = self.core.list_namespaced_pod(namespace, field_selector=f"spec.schedulerName={self.scheduler_name}",
-                                             _preload_content=False, _request_timeout=self.request_timeout)
+        resp = self.core.list_namespaced_pod(
+            namespace,
+            field_selector=f"spec.schedulerName={self.scheduler_name}",
+            _preload_content=False,
+            _request_timeout=self.request_timeout,
+        )
         items = json.loads(resp.data).get("items") or []
         return any((group, name) in PodFacts.of(item).podgroups for item in items)
 
     # -- API calls ---------------------------------------------------------------------------------------
     def _get_pod(self, pod_key: str) -> PodFacts | None:
         namespace, name = pod_key.split("/", 1)
-        obj = json_or_none(lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False,
-                                                              _request_timeout=self.request_timeout))
+        obj = json_or_none(
+            lambda: self.core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.request_timeout
+            )
+        )
         return PodFacts.of(obj) if obj is not None else None
 
     def _fetch_pod(self, pod_key: str) -> PodFacts | None | Exception:
@@ -283,8 +307,9 @@ class ClusterView:
 
     def _fetch_node(self, name: str) -> NodeFacts | None | Exception:
         try:
-            obj = json_or_none(lambda: self.core.read_node(name, _preload_content=False,
-                                                        _request_timeout=self.request_timeout))
+            obj = json_or_none(
+                lambda: self.core.read_node(name, _preload_content=False, _request_timeout=self.request_timeout)
+            )
         except Exception as exc:
             return exc
         return NodeFacts.of(obj) if obj is not None else None

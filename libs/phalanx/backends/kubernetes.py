@@ -63,8 +63,6 @@ class RetryPolicy:
     request_timeout: float = 15.0
 
 
-
-
 class _Retry(Exception):
     """A transient answer: try again after the backoff."""
 
@@ -73,8 +71,15 @@ class KubernetesBackend:
     name = "kubernetes"
     transactional = False  # bindings are API calls made before the commit, not writes inside it
 
-    def __init__(self, api_client: Any, *, component: str = DEFAULT_SCHEDULER_NAME,
-                 retry: RetryPolicy | None = None, bind_workers: int = 8, report_workers: int = 8) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        component: str = DEFAULT_SCHEDULER_NAME,
+        retry: RetryPolicy | None = None,
+        bind_workers: int = 8,
+        report_workers: int = 8,
+    ) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -124,8 +129,12 @@ class KubernetesBackend:
             uid = found
         # Precondition: only this incarnation of the pod (and schedulerName is immutable: only one of ours).
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
-                "target": {"apiVersion": "v1", "kind": "Node", "name": a.node}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
+        }
         delay, last = self.retry.initial_delay, ""
         for attempt in range(self.retry.attempts):
             if attempt:
@@ -134,9 +143,15 @@ class KubernetesBackend:
             try:
                 # _preload_content=False: the answer is a Status, which the client mis-reads as a Binding.
                 # A plain dict body is serialized as is; the client's annotation says V1Binding only.
-                release(self.core.create_namespaced_pod_binding(name, namespace, body,  # type: ignore[arg-type]
-                                                                _preload_content=False,
-                                                                _request_timeout=self.retry.request_timeout))
+                release(
+                    self.core.create_namespaced_pod_binding(
+                        name,
+                        namespace,
+                        body,  # type: ignore[arg-type]
+                        _preload_content=False,
+                        _request_timeout=self.retry.request_timeout,
+                    )
+                )
             except Exception as exc:
                 try:
                     failure = self._bind_error(a, exc)
@@ -150,11 +165,16 @@ class KubernetesBackend:
             # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
             faults.reached("binder.between_pods")
             target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
-            self._writes.put(a.pod_key, partial(self._event_safe, target, EventReason.SCHEDULED,
-                                      f"Successfully assigned {a.pod_key} to {a.node}"))
+            self._writes.put(
+                a.pod_key,
+                partial(
+                    self._event_safe, target, EventReason.SCHEDULED, f"Successfully assigned {a.pod_key} to {a.node}"
+                ),
+            )
             return None
-        return BindFailure(f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}",
-                           retryable=True)
+        return BindFailure(
+            f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}", retryable=True
+        )
 
     def _our_uid(self, pod_key: str) -> str | BindFailure:
         try:
@@ -164,8 +184,9 @@ class KubernetesBackend:
         if facts is None:
             return BindFailure(f"pod {pod_key} does not exist", gone=True)
         if not self.view.ours(facts):
-            return BindFailure(f'pod {pod_key} names scheduler "{facts.scheduler}", not "{self.component}": '
-                               "not Phalanx's to bind")
+            return BindFailure(
+                f'pod {pod_key} names scheduler "{facts.scheduler}", not "{self.component}": not Phalanx\'s to bind'
+            )
         return facts.uid
 
     def _bind_error(self, a: Assignment, exc: Exception) -> BindFailure | None:
@@ -233,8 +254,12 @@ class KubernetesBackend:
         if facts is None:
             return  # gone: nothing to report on
         if not self.view.ours(facts):
-            log.warning('report on pod %s dropped: it names scheduler "%s", not "%s"', p.pod_key, facts.scheduler,
-                        self.component)
+            log.warning(
+                'report on pod %s dropped: it names scheduler "%s", not "%s"',
+                p.pod_key,
+                facts.scheduler,
+                self.component,
+            )
             return
         annotations = report_annotations(p.pod_key, p.annotations)
         pod: dict[str, Any] | None = None
@@ -260,39 +285,70 @@ class KubernetesBackend:
         if p.event_reason and event_reason_allowed(p.event_reason, f"pod {p.pod_key}"):
             uid = (pod.get("metadata") or {}).get("uid", "") if pod is not None else facts.uid
             if pod is None or self.view.ours(pod):
-                self._event({"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
-                            p.event_reason, p.event_message or p.unschedulable_message)
+                self._event(
+                    {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
+                    p.event_reason,
+                    p.event_message or p.unschedulable_message,
+                )
 
     def _report_gang(self, g: GangReport) -> None:
         namespace, _, name = g.gang_key.partition("/")
         group = podgroups.group_of(g.source)
         target: dict[str, Any] | None = None
         if group is not None and not self.view.owns_podgroup(group, namespace, name):
-            log.warning('report on PodGroup %s (%s) dropped: no pod naming scheduler "%s" names it', g.gang_key,
-                        group, self.component)
+            log.warning(
+                'report on PodGroup %s (%s) dropped: no pod naming scheduler "%s" names it',
+                g.gang_key,
+                group,
+                self.component,
+            )
             group = None
         if group is not None:
             body = podgroups.status_patch(group, g, time.time(), self.view.occupied_by(group, namespace, name))
             pruned = self._pruned.get(group, frozenset())
             body["status"] = {k: v for k, v in body["status"].items() if k not in pruned}
-            obj = json_or_none(lambda: self.custom.patch_namespaced_custom_object_status(
-                group, podgroups.VERSIONS[group], namespace, podgroups.PLURAL, name, body,
-                _content_type=MERGE_PATCH, _preload_content=False))
+            obj = json_or_none(
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    group,
+                    podgroups.VERSIONS[group],
+                    namespace,
+                    podgroups.PLURAL,
+                    name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                )
+            )
             if obj is not None:
                 self._learn_schema(group, body["status"], obj.get("status") or {})
-                target = {"apiVersion": podgroups.api_version(group), "kind": "PodGroup", "namespace": namespace,
-                          "name": name, "uid": (obj.get("metadata") or {}).get("uid", "")}
+                target = {
+                    "apiVersion": podgroups.api_version(group),
+                    "kind": "PodGroup",
+                    "namespace": namespace,
+                    "name": name,
+                    "uid": (obj.get("metadata") or {}).get("uid", ""),
+                }
         if not g.event_reason or not g.message or not event_reason_allowed(g.event_reason, f"gang {g.gang_key}"):
             return
         if target is None and g.pod_key:  # no PodGroup: the Event goes on a pod of the gang, if it is ours
             pod_namespace, pod_name = g.pod_key.split("/", 1)
             facts = self.view.pod(g.pod_key)
             if facts is not None and self.view.ours(facts):
-                target = {"apiVersion": "v1", "kind": "Pod", "namespace": pod_namespace, "name": pod_name,
-                          "uid": facts.uid}
+                target = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "namespace": pod_namespace,
+                    "name": pod_name,
+                    "uid": facts.uid,
+                }
             elif facts is not None:
-                log.warning('gang report %s: no Event on pod %s: it names scheduler "%s", not "%s"', g.gang_key,
-                            g.pod_key, facts.scheduler, self.component)
+                log.warning(
+                    'gang report %s: no Event on pod %s: it names scheduler "%s", not "%s"',
+                    g.gang_key,
+                    g.pod_key,
+                    facts.scheduler,
+                    self.component,
+                )
         if target is not None:
             self._event(target, g.event_reason, g.message)
 
@@ -302,19 +358,32 @@ class KubernetesBackend:
         status.scheduled, Phalanx's copy in deploy/crds does)."""
         dropped = {k for k in sent if k not in kept}
         if dropped - self._pruned.get(group, frozenset()):
-            log.info("PodGroup status in %s: the installed CRD has no %s; not written from now on", group,
-                     ", ".join(f"status.{k}" for k in sorted(dropped)))
+            log.info(
+                "PodGroup status in %s: the installed CRD has no %s; not written from now on",
+                group,
+                ", ".join(f"status.{k}" for k in sorted(dropped)),
+            )
             self._pruned[group] = self._pruned.get(group, frozenset()) | dropped
 
     # -- API calls -------------------------------------------------------------------------------------
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return json_or_none(lambda: self.core.read_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=self.retry.request_timeout))
+        return json_or_none(
+            lambda: self.core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.retry.request_timeout
+            )
+        )
 
     def _patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        return json_or_none(lambda: self.core.patch_namespaced_pod(
-            name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False,
-            _request_timeout=self.retry.request_timeout))
+        return json_or_none(
+            lambda: self.core.patch_namespaced_pod(
+                name,
+                namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.retry.request_timeout,
+            )
+        )
 
     def _set_unschedulable(self, pod: dict[str, Any], message: str) -> bool:
         """PodScheduled=False on the pod as it was read; False when it changed since (409).
@@ -325,14 +394,27 @@ class KubernetesBackend:
         from kubernetes.client.rest import ApiException
 
         meta = pod.get("metadata") or {}
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                     "lastProbeTime": None, "lastTransitionTime": podgroups.rfc3339(time.time())}
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": podgroups.rfc3339(time.time()),
+        }
         # Strategic merge: conditions merge by type, so the pod's other conditions are kept.
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": {"conditions": [condition]}}
         try:
-            json_or_none(lambda: self.core.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], body, _content_type=STRATEGIC_MERGE_PATCH,
-                _preload_content=False, _request_timeout=self.retry.request_timeout))
+            json_or_none(
+                lambda: self.core.patch_namespaced_pod_status(
+                    meta["name"],
+                    meta["namespace"],
+                    body,
+                    _content_type=STRATEGIC_MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=self.retry.request_timeout,
+                )
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -342,17 +424,29 @@ class KubernetesBackend:
     def _event(self, target: dict[str, Any], reason: str, message: str) -> None:
         stamp = podgroups.rfc3339(time.time())
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{target['name']}.{uuid.uuid4().hex[:16]}", "namespace": target["namespace"]},
             "involvedObject": {k: v for k, v in target.items() if v},
-            "reason": reason, "message": message[:_MAX_EVENT_MESSAGE],
+            "reason": reason,
+            "message": message[:_MAX_EVENT_MESSAGE],
             "type": "Normal" if reason in NORMAL_EVENT_REASONS else "Warning",
-            "source": {"component": self.component}, "reportingComponent": self.component,
-            "reportingInstance": self.instance, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
         }
         # A plain dict body is serialized as is; the client's annotation says CoreV1Event only.
-        release(self.core.create_namespaced_event(target["namespace"], body,  # type: ignore[arg-type]
-                                                  _preload_content=False, _request_timeout=self.retry.request_timeout))
+        release(
+            self.core.create_namespaced_event(
+                target["namespace"],
+                body,  # type: ignore[arg-type]
+                _preload_content=False,
+                _request_timeout=self.retry.request_timeout,
+            )
+        )
 
     def _event_safe(self, target: dict[str, Any], reason: str, message: str) -> None:
         try:

@@ -47,9 +47,15 @@ class SimulatedBackend:
             if p.unschedulable_message:
                 pipe.hset(self.keys.sim_conditions, p.pod_key, p.unschedulable_message)
             if p.event_reason:
-                pipe.rpush(self.keys.sim_events, json.dumps(
-                    {"object": f"Pod/{p.pod_key}", "reason": p.event_reason, "message": p.event_message, "at": now}))
+                pipe.rpush(
+                    self.keys.sim_events,
+                    json.dumps(
+                        {"object": f"Pod/{p.pod_key}", "reason": p.event_reason, "message": p.event_message, "at": now}
+                    ),
+                )
         for g in gangs:
-            pipe.rpush(self.keys.sim_events, json.dumps(
-                {"object": f"PodGroup/{g.gang_key}", "reason": g.phase, "message": g.message, "at": now}))
+            pipe.rpush(
+                self.keys.sim_events,
+                json.dumps({"object": f"PodGroup/{g.gang_key}", "reason": g.phase, "message": g.message, "at": now}),
+            )
         pipe.execute()

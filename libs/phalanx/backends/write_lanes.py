@@ -22,8 +22,10 @@ _STOP = object()
 class WriteLanes:
     def __init__(self, count: int, name: str = "k8s-report") -> None:
         self._queues: list[queue.SimpleQueue[object]] = [queue.SimpleQueue() for _ in range(max(1, count))]
-        self._threads = [threading.Thread(target=self._run, args=(q,), name=f"{name}-{i}", daemon=True)
-                         for i, q in enumerate(self._queues)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(q,), name=f"{name}-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
+        ]
         for t in self._threads:
             t.start()
 

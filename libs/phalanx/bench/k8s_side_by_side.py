@@ -65,6 +65,7 @@ class BenchK8sError(RuntimeError):
 
 # --- workloads --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -76,7 +77,7 @@ class Shape:
     plain_pods: int = 0
     pod_gpus: int = 0
     expected_bound: int = 0  # pods that fit (all, unless the workload is a contention case)
-    timeout: float = 300.0   # seconds from launch to give up waiting for expected_bound
+    timeout: float = 300.0  # seconds from launch to give up waiting for expected_bound
 
     @property
     def pods(self) -> int:
@@ -90,18 +91,29 @@ class Shape:
         node = f"{self.nodes:,} nodes ({self.node_cpu} cpu{f', {self.node_gpus} GPUs' if self.node_gpus else ''})"
         per_pod = f"{POD_CPU_MILLI}m cpu{f' + {self.pod_gpus} GPUs' if self.pod_gpus else ''} per pod"
         if self.gangs:
-            what = (f"{self.gangs:,} gangs of {self.gang_size} (minMember {self.gang_size}) = {self.pods:,} pods")
+            what = f"{self.gangs:,} gangs of {self.gang_size} (minMember {self.gang_size}) = {self.pods:,} pods"
         else:
             what = f"{self.plain_pods:,} plain pods"
-        fit = f"; {self.expected_bound:,} pods ({self.expected_bound // max(self.gang_size, 1)} gangs) fit" \
-            if self.contention else ""
+        fit = (
+            f"; {self.expected_bound:,} pods ({self.expected_bound // max(self.gang_size, 1)} gangs) fit"
+            if self.contention
+            else ""
+        )
         return f"{node}, {what}, {per_pod}{fit}"
 
 
 def _gpu_contention(name: str, nodes: int, gangs: int, timeout: float) -> Shape:
     # 8 GPUs a node, gangs of 4 pods x 2 GPUs: each gang fills one node's worth, so exactly `nodes` gangs fit.
-    return Shape(name, nodes=nodes, node_gpus=8, gangs=gangs, gang_size=4, pod_gpus=2,
-                 expected_bound=min(gangs, nodes) * 4, timeout=timeout)
+    return Shape(
+        name,
+        nodes=nodes,
+        node_gpus=8,
+        gangs=gangs,
+        gang_size=4,
+        pod_gpus=2,
+        expected_bound=min(gangs, nodes) * 4,
+        timeout=timeout,
+    )
 
 
 def workloads(quick: bool = False, large: bool = False) -> list[Shape]:
@@ -126,6 +138,7 @@ def workloads(quick: bool = False, large: bool = False) -> list[Shape]:
 
 # --- small helpers ------------------------------------------------------------------------------------------
 
+
 def _pct(values: Iterable[float], q: float) -> float | None:
     xs = sorted(values)
     if not xs:
@@ -137,8 +150,14 @@ def _pct(values: Iterable[float], q: float) -> float | None:
 def _dist(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, Any]:
     if not values:
         return {"n": 0, "p50": None, "p95": None, "max": None}
-    return {"n": len(values), "p50": round(_pct(values, 0.5) * scale, digits),  # type: ignore[operator]
-            "p95": round(_pct(values, 0.95) * scale, digits), "max": round(max(values) * scale, digits)}  # type: ignore[operator]
+    p50, p95 = _pct(values, 0.5), _pct(values, 0.95)
+    assert p50 is not None and p95 is not None  # `values` is not empty
+    return {
+        "n": len(values),
+        "p50": round(p50 * scale, digits),
+        "p95": round(p95 * scale, digits),
+        "max": round(max(values) * scale, digits),
+    }
 
 
 def _cpu_milli(q: str) -> int:
@@ -171,8 +190,9 @@ def peer_binary_path() -> Path | None:
         gomod = ""
 
     def version(module: str) -> str:
-        m = re.search(rf"^\s*{re.escape(module)}\s+=>\s+{re.escape(module)}\s+(v\S+)", gomod, re.MULTILINE) \
-            or re.search(rf"^\s*{re.escape(module)}\s+(v\d\S*)", gomod, re.MULTILINE)
+        m = re.search(
+            rf"^\s*{re.escape(module)}\s+=>\s+{re.escape(module)}\s+(v\S+)", gomod, re.MULTILINE
+        ) or re.search(rf"^\s*{re.escape(module)}\s+(v\d\S*)", gomod, re.MULTILINE)
         return m.group(1) if m else ""
 
     root = Path(os.environ.get("PHALANX_PEER_CACHE") or Path.home() / ".cache" / "phalanx" / "peer-scheduler")
@@ -190,15 +210,20 @@ def peer_versions() -> dict[str, str]:
     except OSError:
         return {}
     out = {}
-    for module, key in (("k8s.io/kubernetes", "kube_scheduler"), ("sigs.k8s.io/scheduler-plugins", "scheduler_plugins")):
-        m = re.search(rf"^\s*{re.escape(module)}\s+=>\s+{re.escape(module)}\s+(v\S+)", gomod, re.MULTILINE) \
-            or re.search(rf"^\s*{re.escape(module)}\s+(v\d\S*)", gomod, re.MULTILINE)
+    for module, key in (
+        ("k8s.io/kubernetes", "kube_scheduler"),
+        ("sigs.k8s.io/scheduler-plugins", "scheduler_plugins"),
+    ):
+        m = re.search(
+            rf"^\s*{re.escape(module)}\s+=>\s+{re.escape(module)}\s+(v\S+)", gomod, re.MULTILINE
+        ) or re.search(rf"^\s*{re.escape(module)}\s+(v\d\S*)", gomod, re.MULTILINE)
         if m:
             out[key] = m.group(1)
     return out
 
 
 # --- the API server ---------------------------------------------------------------------------------------
+
 
 class Api:
     """Raw JSON over one pooled urllib3 connection manager: light enough not to steal the CPU that the
@@ -209,11 +234,22 @@ class Api:
 
         self.base = server.url
         self.headers = {"Authorization": f"Bearer {server.token}", "Accept": "application/json"}
-        self.http = urllib3.PoolManager(maxsize=32, ca_certs=str(server.ca_cert_path), cert_reqs="CERT_REQUIRED",
-                                        timeout=urllib3.Timeout(connect=10, read=60), retries=False)
+        self.http = urllib3.PoolManager(
+            maxsize=32,
+            ca_certs=str(server.ca_cert_path),
+            cert_reqs="CERT_REQUIRED",
+            timeout=urllib3.Timeout(connect=10, read=60),
+            retries=False,
+        )
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                ok: tuple[int, ...] = (200, 201)) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        ok: tuple[int, ...] = (200, 201),
+    ) -> Any:
         headers = dict(self.headers)
         data = None
         if body is not None:
@@ -274,8 +310,14 @@ class Watch(threading.Thread):
     """One watch stream of raw JSON lines; `on_event(t, type, obj)` with the monotonic time the line arrived.
     Re-watches from the last resourceVersion if the server ends the stream."""
 
-    def __init__(self, api: Api, path: str, resource_version: str, on_event: Callable[[float, str, dict[str, Any]], None],
-                 params: str = "") -> None:
+    def __init__(
+        self,
+        api: Api,
+        path: str,
+        resource_version: str,
+        on_event: Callable[[float, str, dict[str, Any]], None],
+        params: str = "",
+    ) -> None:
         super().__init__(name=f"watch {path}", daemon=True)
         self.api, self.path, self.rv, self.on_event, self.params = api, path, resource_version, on_event, params
         self._halt = threading.Event()
@@ -288,8 +330,13 @@ class Watch(threading.Thread):
         while not self._halt.is_set():
             url = f"{self.api.base}{self.path}?watch=1&resourceVersion={self.rv}{self.params}"
             try:
-                self._resp = self.api.http.request("GET", url, headers=self.api.headers, preload_content=False,
-                                                   timeout=urllib3.Timeout(connect=10, read=None))
+                self._resp = self.api.http.request(
+                    "GET",
+                    url,
+                    headers=self.api.headers,
+                    preload_content=False,
+                    timeout=urllib3.Timeout(connect=10, read=None),
+                )
                 if self._resp.status != 200:
                     self.error = f"watch {self.path}: {self._resp.status}"
                     return
@@ -333,16 +380,17 @@ class Watch(threading.Thread):
 
 # --- what the watches saw -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Observed:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    bound: dict[str, float] = field(default_factory=dict)        # pod -> time its nodeName was first seen
+    bound: dict[str, float] = field(default_factory=dict)  # pod -> time its nodeName was first seen
     node_of: dict[str, str] = field(default_factory=dict)
-    condition: dict[str, float] = field(default_factory=dict)    # pod -> PodScheduled=True first seen
-    event: dict[str, float] = field(default_factory=dict)        # pod -> `Scheduled` Event first seen
+    condition: dict[str, float] = field(default_factory=dict)  # pod -> PodScheduled=True first seen
+    event: dict[str, float] = field(default_factory=dict)  # pod -> `Scheduled` Event first seen
     event_sources: set[str] = field(default_factory=set)
-    podgroup: dict[str, float] = field(default_factory=dict)     # gang -> status saying it is scheduled
-    podgroup_writes: int = 0                                     # status changes seen on any PodGroup
+    podgroup: dict[str, float] = field(default_factory=dict)  # gang -> status saying it is scheduled
+    podgroup_writes: int = 0  # status changes seen on any PodGroup
 
     def on_pod(self, t: float, kind: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -352,8 +400,9 @@ class Observed:
             if node and name not in self.bound:
                 self.bound[name] = t
                 self.node_of[name] = node
-            if name not in self.condition and any(c.get("type") == "PodScheduled" and c.get("status") == "True"
-                                                  for c in conds):
+            if name not in self.condition and any(
+                c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conds
+            ):
                 self.condition[name] = t
 
     def on_event(self, t: float, kind: str, obj: dict[str, Any]) -> None:
@@ -375,12 +424,15 @@ class Observed:
         min_member = int((obj.get("spec") or {}).get("minMember") or 1)
         with self.lock:
             self.podgroup_writes += 1
-            if name not in self.podgroup and (status.get("phase") in ("Scheduled", "Running", "Finished")
-                                              or int(status.get("scheduled") or 0) >= min_member):
+            if name not in self.podgroup and (
+                status.get("phase") in ("Scheduled", "Running", "Finished")
+                or int(status.get("scheduled") or 0) >= min_member
+            ):
                 self.podgroup[name] = t
 
 
 # --- the schedulers under test --------------------------------------------------------------------------------
+
 
 class SchedulerUnderTest:
     name = ""
@@ -410,8 +462,9 @@ class PhalanxUnderTest(SchedulerUnderTest):
         from phalanx.chaos.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
-        self.stack = ChaosStack.create(StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-k8s", run_dir,
-                                                   log_level="WARNING"))
+        self.stack = ChaosStack.create(
+            StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-k8s", run_dir, log_level="WARNING")
+        )
 
     def launch(self) -> None:
         self.stack.start(timeout=120)
@@ -439,17 +492,21 @@ def peer_config(kubeconfig: str) -> dict[str, Any]:
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
         "clientConnection": {"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000},
-        "profiles": [{
-            "schedulerName": SCHEDULER_NAMES[PEER],
-            "plugins": {
-                "queueSort": {"enabled": plugin, "disabled": [{"name": "*"}]},
-                "preFilter": {"enabled": plugin},
-                "postFilter": {"enabled": plugin},
-                "permit": {"enabled": plugin},
-                "reserve": {"enabled": plugin},
-            },
-            "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": PEER_PERMIT_WAIT_SECONDS}}],
-        }],
+        "profiles": [
+            {
+                "schedulerName": SCHEDULER_NAMES[PEER],
+                "plugins": {
+                    "queueSort": {"enabled": plugin, "disabled": [{"name": "*"}]},
+                    "preFilter": {"enabled": plugin},
+                    "postFilter": {"enabled": plugin},
+                    "permit": {"enabled": plugin},
+                    "reserve": {"enabled": plugin},
+                },
+                "pluginConfig": [
+                    {"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": PEER_PERMIT_WAIT_SECONDS}}
+                ],
+            }
+        ],
     }
 
 
@@ -465,8 +522,9 @@ class PeerUnderTest(SchedulerUnderTest):
         config = run_dir / "peer-scheduler.yaml"
         config.write_text(json.dumps(peer_config(kubeconfig), indent=2))  # JSON is YAML
         self.log_path = run_dir / "peer-scheduler.log"
-        self.argv = exit_with_parent_argv([str(binary), f"--config={config}", "--bind-address=127.0.0.1",
-                                           f"--secure-port={free_port()}"])
+        self.argv = exit_with_parent_argv(
+            [str(binary), f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={free_port()}"]
+        )
         self.proc: subprocess.Popen[bytes] | None = None
 
     def launch(self) -> None:
@@ -497,31 +555,51 @@ class PeerUnderTest(SchedulerUnderTest):
 
 # --- one run ----------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class RunOptions:
     peer_binary: Path | None = None
     log_dir: Path | None = None
-    status_timeout: float = 30.0   # seconds after the last binding to wait for Events / PodGroup statuses
-    settle: float = 2.0            # contention: seconds to keep watching after the expected bindings
-    workers: int = 8               # threads creating objects
+    status_timeout: float = 30.0  # seconds after the last binding to wait for Events / PodGroup statuses
+    settle: float = 2.0  # contention: seconds to keep watching after the expected bindings
+    workers: int = 8  # threads creating objects
 
 
 def _create_objects(api: Api, shape: Shape, scheduler_name: str, workers: int) -> dict[str, int]:
     """Nodes, namespace, PodGroups, pods. Returns the gangs' minMember by name."""
+
     def node(i: int) -> None:
         name = f"node-{i:05d}"
-        api.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "labels": {"kubernetes.io/hostname": name}}})
+        api.request(
+            "POST",
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            },
+        )
         res = {"cpu": str(shape.node_cpu), "memory": NODE_MEMORY, "pods": str(NODE_PODS), GPU: str(shape.node_gpus)}
-        api.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"capacity": res, "allocatable": res}},
-                    content_type="application/merge-patch+json")
+        api.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"capacity": res, "allocatable": res}},
+            content_type="application/merge-patch+json",
+        )
 
     gangs = {f"gang-{g:05d}": shape.gang_size for g in range(shape.gangs)}
 
     def podgroup(name: str) -> None:
-        api.request("POST", f"/apis/{PG_GROUP}/{PG_VERSION}/namespaces/{NAMESPACE}/podgroups", {
-            "apiVersion": f"{PG_GROUP}/{PG_VERSION}", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"minMember": shape.gang_size}})
+        api.request(
+            "POST",
+            f"/apis/{PG_GROUP}/{PG_VERSION}/namespaces/{NAMESPACE}/podgroups",
+            {
+                "apiVersion": f"{PG_GROUP}/{PG_VERSION}",
+                "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"minMember": shape.gang_size},
+            },
+        )
 
     def pod(spec: tuple[str, str]) -> None:
         name, gang = spec
@@ -529,14 +607,30 @@ def _create_objects(api: Api, shape: Shape, scheduler_name: str, workers: int) -
         limits: dict[str, str] = {}
         if shape.pod_gpus:
             requests[GPU] = limits[GPU] = str(shape.pod_gpus)
-        api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {PG_LABEL: gang} if gang else {}},
-            "spec": {"schedulerName": scheduler_name, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"requests": requests, "limits": limits}}]}})
+        api.request(
+            "POST",
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE, "labels": {PG_LABEL: gang} if gang else {}},
+                "spec": {
+                    "schedulerName": scheduler_name,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": requests, "limits": limits},
+                        }
+                    ],
+                },
+            },
+        )
 
-    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    api.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    )
     pods = [(f"{g}-{i}", g) for g in gangs for i in range(shape.gang_size)]
     pods += [(f"pod-{i:05d}", "") for i in range(shape.plain_pods)]
     with ThreadPoolExecutor(workers) as pool:
@@ -555,7 +649,9 @@ def install_podgroup_crd(api: Api, timeout: float = 30.0) -> None:
     api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     deadline = time.monotonic() + timeout
     while True:
-        resp = api.http.request("GET", f"{api.base}/apis/{PG_GROUP}/{PG_VERSION}/podgroups?limit=1", headers=api.headers)
+        resp = api.http.request(
+            "GET", f"{api.base}/apis/{PG_GROUP}/{PG_VERSION}/podgroups?limit=1", headers=api.headers
+        )
         if resp.status == 200:
             return
         if time.monotonic() > deadline:
@@ -568,13 +664,18 @@ def _pid_of(server: Any, attr: str) -> int | None:
     return getattr(proc, "pid", None)
 
 
-def correctness(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], gangs: dict[str, int],
-                expected: int) -> dict[str, Any]:
+def correctness(
+    pods: list[dict[str, Any]], nodes: list[dict[str, Any]], gangs: dict[str, int], expected: int
+) -> dict[str, Any]:
     alloc: dict[str, dict[str, int]] = {}
     for n in nodes:
         a = (n.get("status") or {}).get("allocatable") or {}
-        alloc[n["metadata"]["name"]] = {"cpu": _cpu_milli(a.get("cpu", "0")), "memory": _bytes(a.get("memory", "0")),
-                                        "pods": int(a.get("pods", "0")), "gpu": int(a.get(GPU, "0"))}
+        alloc[n["metadata"]["name"]] = {
+            "cpu": _cpu_milli(a.get("cpu", "0")),
+            "memory": _bytes(a.get("memory", "0")),
+            "pods": int(a.get("pods", "0")),
+            "gpu": int(a.get(GPU, "0")),
+        }
     used: dict[str, dict[str, int]] = {}
     per_gang: dict[str, int] = {g: 0 for g in gangs}
     bound = 0
@@ -593,8 +694,11 @@ def correctness(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], gangs: 
             u["memory"] += _bytes(req.get("memory", "0"))
             u["gpu"] += int(req.get(GPU, "0"))
         u["pods"] += 1
-    over = sorted(n for n, u in used.items()
-                  if n not in alloc or any(u[k] > alloc[n][k] for k in ("cpu", "memory", "pods", "gpu")))
+    over = sorted(
+        n
+        for n, u in used.items()
+        if n not in alloc or any(u[k] > alloc[n][k] for k in ("cpu", "memory", "pods", "gpu"))
+    )
     partial = sorted(g for g, c in per_gang.items() if 0 < c < gangs[g])
     return {
         "pods_bound": bound,
@@ -610,7 +714,9 @@ def correctness(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], gangs: 
     }
 
 
-def run_once(shape: Shape, which: str, opts: RunOptions, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_once(
+    shape: Shape, which: str, opts: RunOptions, progress: Callable[[str], None] = lambda s: None
+) -> dict[str, Any]:
     from phalanx.bench.procs import ProcSample, machine_busy_s, proc_sample, reset_peak_rss
     from phalanx.testing.apiserver import LocalApiServer
 
@@ -629,10 +735,14 @@ def run_once(shape: Shape, which: str, opts: RunOptions, progress: Callable[[str
             raise BenchK8sError("not every pod was created")
         seen = Observed()
         ev_rv = api.get(f"/api/v1/namespaces/{NAMESPACE}/events?limit=1")["metadata"]["resourceVersion"]
-        pg_rv = api.get(f"/apis/{PG_GROUP}/{PG_VERSION}/namespaces/{NAMESPACE}/podgroups?limit=1")["metadata"]["resourceVersion"]
+        pg_rv = api.get(f"/apis/{PG_GROUP}/{PG_VERSION}/namespaces/{NAMESPACE}/podgroups?limit=1")["metadata"][
+            "resourceVersion"
+        ]
         watches = [
             Watch(api, f"/api/v1/namespaces/{NAMESPACE}/pods", pods_rv, seen.on_pod),
-            Watch(api, f"/api/v1/namespaces/{NAMESPACE}/events", ev_rv, seen.on_event, "&fieldSelector=reason%3DScheduled"),
+            Watch(
+                api, f"/api/v1/namespaces/{NAMESPACE}/events", ev_rv, seen.on_event, "&fieldSelector=reason%3DScheduled"
+            ),
             Watch(api, f"/apis/{PG_GROUP}/{PG_VERSION}/namespaces/{NAMESPACE}/podgroups", pg_rv, seen.on_podgroup),
         ]
         for w in watches:
@@ -751,7 +861,8 @@ def run_once(shape: Shape, which: str, opts: RunOptions, progress: Callable[[str
         "binding_span_s": round(last - first, 3) if first is not None and last is not None else None,
         "pods_per_second": round(bound_n / last, 1) if last else None,
         "pods_per_second_after_first": round((bound_n - 1) / (last - first), 1)
-        if first is not None and last is not None and last > first else None,
+        if first is not None and last is not None and last > first
+        else None,
         "bind_time_s": _dist(bind_times),
         "status_lag_ms": {
             "scheduled_event": _dist(event_lag, 1000, 1),
@@ -765,8 +876,10 @@ def run_once(shape: Shape, which: str, opts: RunOptions, progress: Callable[[str
         "api_requests_total": total_requests,
         "api_requests_per_pod": round(total_requests / n, 3),
         "api_requests_per_pod_by_kind": {k: round(v / n, 3) for k, v in requests.items()},
-        "processes": {k: {"cpu_s": round(s.cpu_s, 2), "peak_rss_mib": round(s.peak_rss_mib, 1)}
-                      for k, s in sorted(samples.items())},
+        "processes": {
+            k: {"cpu_s": round(s.cpu_s, 2), "peak_rss_mib": round(s.peak_rss_mib, 1)}
+            for k, s in sorted(samples.items())
+        },
         "scheduler_cpu_s": round(sched_cpu, 2),
         "scheduler_peak_rss_mib": round(sched_peak, 1),
         "apiserver_cpu_s": round(api_after.cpu_s - api_before.cpu_s, 2),
@@ -775,8 +888,17 @@ def run_once(shape: Shape, which: str, opts: RunOptions, progress: Callable[[str
         "etcd_cpu_s": round(etcd_after.cpu_s - etcd_before.cpu_s, 2),
         "harness_cpu_s": round(harness_cpu, 2),  # this process (watches, polling) over the window
         # CPU the machine spent on anything else over the window (other users' jobs): a noisy-run flag.
-        "other_cpu_s": round(max(0.0, busy - sched_cpu - harness_cpu - (api_after.cpu_s - api_before.cpu_s)
-                                 - (etcd_after.cpu_s - etcd_before.cpu_s)), 2),
+        "other_cpu_s": round(
+            max(
+                0.0,
+                busy
+                - sched_cpu
+                - harness_cpu
+                - (api_after.cpu_s - api_before.cpu_s)
+                - (etcd_after.cpu_s - etcd_before.cpu_s),
+            ),
+            2,
+        ),
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "window_s": round(window_s, 2),
         "scheduler_alive_at_end": alive_at_end,
@@ -858,8 +980,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             kinds = sorted({k for r in rs for k in r["api_requests_per_pod_by_kind"]})
             med_kinds = {k: _median([r["api_requests_per_pod_by_kind"].get(k, 0.0) for r in rs]) for k in kinds}
             procs = sorted({p for r in rs for p in r["processes"]})
-            med_procs = {p: {m: _median([r["processes"].get(p, {}).get(m) for r in rs]) for m in ("cpu_s", "peak_rss_mib")}
-                         for p in procs}
+            med_procs = {
+                p: {m: _median([r["processes"].get(p, {}).get(m) for r in rs]) for m in ("cpu_s", "peak_rss_mib")}
+                for p in procs
+            }
             entry[which] = {
                 "runs": len(rs),
                 "failed_runs": len(errors),
@@ -901,8 +1025,11 @@ def table(summary: dict[str, Any], shapes: dict[str, Shape]) -> str:
             lines.append("")
             continue
         has_ratio = "ratio_phalanx_over_peer" in entry
-        head = f"{'median of ' + str(max(entry[c]['runs'] for c in cols)) + ' run(s)':48}" + "".join(
-            f"{c:>14}" for c in cols) + (f"{'phalanx/peer':>14}" if has_ratio else "")
+        head = (
+            f"{'median of ' + str(max(entry[c]['runs'] for c in cols)) + ' run(s)':48}"
+            + "".join(f"{c:>14}" for c in cols)
+            + (f"{'phalanx/peer':>14}" if has_ratio else "")
+        )
         lines.append(head)
         for label, path, fmt in MEDIAN_FIELDS:
             vals = [entry[c]["median"][path] for c in cols]
@@ -913,8 +1040,10 @@ def table(summary: dict[str, Any], shapes: dict[str, Shape]) -> str:
                 r = entry["ratio_phalanx_over_peer"][path]
                 row += f"{_fmt('{:.2f}x', r):>14}"
             lines.append(row)
-        kinds = sorted({k for c in cols for k in entry[c]["api_requests_per_pod_by_kind"]},
-                       key=lambda k: -max(entry[c]["api_requests_per_pod_by_kind"].get(k) or 0 for c in cols))
+        kinds = sorted(
+            {k for c in cols for k in entry[c]["api_requests_per_pod_by_kind"]},
+            key=lambda k: -max(entry[c]["api_requests_per_pod_by_kind"].get(k) or 0 for c in cols),
+        )
         lines.append("  API requests per pod, by verb and resource:")
         other = [0.0 for _ in cols]
         n_other = 0
@@ -929,15 +1058,19 @@ def table(summary: dict[str, Any], shapes: dict[str, Shape]) -> str:
             lines.append(f"    {f'{n_other} others (< 0.02 each)':44}" + "".join(f"{v:>14.3f}" for v in other))
         lines.append("  processes (CPU s / peak RSS MiB):")
         for c in cols:
-            procs = ", ".join(f"{p} {_fmt('{:.1f}', m['cpu_s'])} / {_fmt('{:.0f}', m['peak_rss_mib'])}"
-                              for p, m in entry[c]["processes"].items())
+            procs = ", ".join(
+                f"{p} {_fmt('{:.1f}', m['cpu_s'])} / {_fmt('{:.0f}', m['peak_rss_mib'])}"
+                for p, m in entry[c]["processes"].items()
+            )
             lines.append(f"    {c:10} {procs}")
         lines.append("  correctness:")
         for c in cols:
             e = entry[c]
-            lines.append(f"    {c:10} {'OK' if e['all_correct'] else 'FAILED'}: pods bound {e['pods_bound']}, "
-                         f"gangs bound {e['gangs_bound']}, partial gangs (max) {e['partial_gangs_max']}, "
-                         f"over-committed nodes (max) {e['overcommitted_nodes_max']}")
+            lines.append(
+                f"    {c:10} {'OK' if e['all_correct'] else 'FAILED'}: pods bound {e['pods_bound']}, "
+                f"gangs bound {e['gangs_bound']}, partial gangs (max) {e['partial_gangs_max']}, "
+                f"over-committed nodes (max) {e['overcommitted_nodes_max']}"
+            )
         lines.append("")
     lines += NOTES
     return "\n".join(lines)
@@ -950,15 +1083,17 @@ def versions(peer_binary: Path | None) -> dict[str, Any]:
     bin_dir = find_k8s_bin_dir()
     if bin_dir is not None:
         try:
-            out["kube_apiserver"] = subprocess.run([str(bin_dir / "kube-apiserver"), "--version"], capture_output=True,
-                                                   text=True, timeout=20).stdout.strip()
+            out["kube_apiserver"] = subprocess.run(
+                [str(bin_dir / "kube-apiserver"), "--version"], capture_output=True, text=True, timeout=20
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
     out["peer"] = {**peer_versions(), "binary": str(peer_binary) if peer_binary else None}
     if peer_binary is not None:
         try:
-            out["peer"]["version"] = subprocess.run([str(peer_binary), "--version"], capture_output=True, text=True,
-                                                    timeout=20).stdout.strip()
+            out["peer"]["version"] = subprocess.run(
+                [str(peer_binary), "--version"], capture_output=True, text=True, timeout=20
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
     try:
@@ -970,8 +1105,9 @@ def versions(peer_binary: Path | None) -> dict[str, Any]:
     return out
 
 
-def run_suite(shapes: list[Shape], schedulers: list[str], repeats: int, opts: RunOptions,
-              progress: Callable[[str], None]) -> list[dict[str, Any]]:
+def run_suite(
+    shapes: list[Shape], schedulers: list[str], repeats: int, opts: RunOptions, progress: Callable[[str], None]
+) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     total = len(shapes) * len(schedulers) * repeats
     k = 0
@@ -985,20 +1121,28 @@ def run_suite(shapes: list[Shape], schedulers: list[str], repeats: int, opts: Ru
                 try:
                     r = run_once(shape, which, opts, progress)
                 except Exception as exc:  # one failed run is reported, the others still run
-                    runs.append({"workload": shape.name, "scheduler": which, "repeat": rep + 1,
-                                 "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                    runs.append(
+                        {
+                            "workload": shape.name,
+                            "scheduler": which,
+                            "repeat": rep + 1,
+                            "error": f"{type(exc).__name__}: {exc}"[:2000],
+                        }
+                    )
                     progress(f"      FAILED: {type(exc).__name__}: {str(exc)[:500]}")
                     continue
                 r["repeat"] = rep + 1
                 runs.append(r)
                 c = r["correctness"]
                 lag = r["status_lag_ms"]["scheduled_event"]["p95"]
-                progress(f"      {c['pods_bound']:,}/{c['pods_expected']:,} bound, last binding "
-                         f"{_fmt('{:.2f}', r['launch_to_last_binding_s'])}s after launch "
-                         f"({_fmt('{:,.0f}', r['pods_per_second'])} pods/s), first {_fmt('{:.2f}', r['first_binding_s'])}s, "
-                         f"Event lag p95 {_fmt('{:,.0f}', lag)} ms, {r['api_requests_per_pod']:.2f} requests/pod, "
-                         f"CPU {r['scheduler_cpu_s']:.1f}s, RSS {r['scheduler_peak_rss_mib']:,.0f} MiB, "
-                         f"{'OK' if c['ok'] else 'NOT OK'} (setup {r['setup_s']:.0f}s, total {time.monotonic() - t:.0f}s)")
+                progress(
+                    f"      {c['pods_bound']:,}/{c['pods_expected']:,} bound, last binding "
+                    f"{_fmt('{:.2f}', r['launch_to_last_binding_s'])}s after launch "
+                    f"({_fmt('{:,.0f}', r['pods_per_second'])} pods/s), first {_fmt('{:.2f}', r['first_binding_s'])}s, "
+                    f"Event lag p95 {_fmt('{:,.0f}', lag)} ms, {r['api_requests_per_pod']:.2f} requests/pod, "
+                    f"CPU {r['scheduler_cpu_s']:.1f}s, RSS {r['scheduler_peak_rss_mib']:,.0f} MiB, "
+                    f"{'OK' if c['ok'] else 'NOT OK'} (setup {r['setup_s']:.0f}s, total {time.monotonic() - t:.0f}s)"
+                )
     return runs
 
 
@@ -1065,8 +1209,10 @@ def main(args: Any) -> int:
     peer_binary = Path(args.peer_binary) if args.peer_binary else peer_binary_path()
     peer_skipped = ""
     if PEER in schedulers and (peer_binary is None or not os.access(peer_binary, os.X_OK)):
-        peer_skipped = ("peer-scheduler binary not found (build it with hack/build-peer-scheduler.sh, "
-                        "or set PHALANX_PEER_SCHEDULER)")
+        peer_skipped = (
+            "peer-scheduler binary not found (build it with hack/build-peer-scheduler.sh, "
+            "or set PHALANX_PEER_SCHEDULER)"
+        )
         print(f"phalanx bench-k8s: SKIPPING the peer half: {peer_skipped}", file=sys.stderr)
         schedulers = [s for s in schedulers if s != PEER]
     if not schedulers:
@@ -1077,8 +1223,10 @@ def main(args: Any) -> int:
         print(line, file=sys.stderr, flush=True)
 
     info = machine()
-    progress(f"phalanx bench-k8s: {len(shapes)} workload(s) x {', '.join(schedulers)} x {repeats} repeat(s) on "
-             f"{info['cpu_count']} cores ({info['cpu_model']})")
+    progress(
+        f"phalanx bench-k8s: {len(shapes)} workload(s) x {', '.join(schedulers)} x {repeats} repeat(s) on "
+        f"{info['cpu_count']} cores ({info['cpu_model']})"
+    )
     opts = RunOptions(peer_binary=peer_binary, log_dir=Path(args.log_dir) if args.log_dir else None)
     if opts.log_dir is not None:
         opts.log_dir.mkdir(parents=True, exist_ok=True)
@@ -1107,8 +1255,9 @@ def main(args: Any) -> int:
     if args.table:
         Path(args.table).parent.mkdir(parents=True, exist_ok=True)
         Path(args.table).write_text(text + "\n")
-    bad = [f"{r['workload']}/{r['scheduler']}#{r['repeat']}" for r in runs
-           if "error" in r or not r["correctness"]["ok"]]
+    bad = [
+        f"{r['workload']}/{r['scheduler']}#{r['repeat']}" for r in runs if "error" in r or not r["correctness"]["ok"]
+    ]
     if bad:
         progress(f"phalanx bench-k8s: correctness failed in {', '.join(bad)}")
     return 1 if bad and args.strict else 0
@@ -1116,23 +1265,34 @@ def main(args: Any) -> int:
 
 def add_bench_k8s_command(sub: Any) -> None:
     p = sub.add_parser(
-        "bench-k8s", help="Phalanx vs kube-scheduler + Coscheduling on a real kube-apiserver",
+        "bench-k8s",
+        help="Phalanx vs kube-scheduler + Coscheduling on a real kube-apiserver",
         description="For each workload and scheduler (alternating), on a fresh etcd + kube-apiserver: fake "
-                    "nodes, all PodGroups and pods created first, then the scheduler launched; measures time to "
-                    "the first and last binding, status lag, API requests per pod, CPU and memory, and checks "
-                    "that no gang is partial and no node over-committed. Needs `make tools`; the peer needs "
-                    "hack/build-peer-scheduler.sh (skipped, and said so, when it is missing).")
-    p.add_argument("--repeats", type=int, default=None, metavar="N", help="runs per workload and scheduler (default 3; quick: 1)")
+        "nodes, all PodGroups and pods created first, then the scheduler launched; measures time to "
+        "the first and last binding, status lag, API requests per pod, CPU and memory, and checks "
+        "that no gang is partial and no node over-committed. Needs `make tools`; the peer needs "
+        "hack/build-peer-scheduler.sh (skipped, and said so, when it is missing).",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, metavar="N", help="runs per workload and scheduler (default 3; quick: 1)"
+    )
     p.add_argument("--quick", action="store_true", help="small shapes, 1 repeat (CI smoke)")
     p.add_argument("--large", action="store_true", help="also the 5,000-node variants")
-    p.add_argument("--only", action="append", metavar="NAME", help="only workloads whose name contains NAME (repeatable)")
+    p.add_argument(
+        "--only", action="append", metavar="NAME", help="only workloads whose name contains NAME (repeatable)"
+    )
     p.add_argument("--schedulers", default=f"{PHALANX},{PEER}", help="comma-separated: phalanx, peer (default both)")
-    p.add_argument("--peer-binary", metavar="PATH", help="the peer scheduler (default: hack/build-peer-scheduler.sh's cache)")
+    p.add_argument(
+        "--peer-binary", metavar="PATH", help="the peer scheduler (default: hack/build-peer-scheduler.sh's cache)"
+    )
     p.add_argument("--output", "-o", metavar="FILE.json", help="write runs, medians and ratios as JSON")
     p.add_argument("--table", metavar="FILE.txt", help="write the printed table here")
     p.add_argument("--log-dir", metavar="DIR", help="keep each run's scheduler logs and configs here")
     p.add_argument("--strict", action="store_true", help="exit 1 if any run fails a correctness check")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
-    p.add_argument("--render", metavar="FILE.json", help="print (and --table/--output) the summary of an earlier "
-                                                          "run's JSON again; runs nothing")
+    p.add_argument(
+        "--render",
+        metavar="FILE.json",
+        help="print (and --table/--output) the summary of an earlier run's JSON again; runs nothing",
+    )
     p.set_defaults(func=main)

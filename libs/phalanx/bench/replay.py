@@ -61,27 +61,42 @@ def run(traces: Path, seeds: int, quick: bool, out: Path | None) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="phalanx-replay-") as tmpdir:
         tmp = Path(tmpdir)
         full = load_workload([_workload(nodes, pods, openb.ImportOptions(), tmp, "openb")])
-        for fraction in ((0.25,) if quick else (0.25, 0.5, 1.0)):
+        for fraction in (0.25,) if quick else (0.25, 0.5, 1.0):
             wl = _first_pods(full, fraction)
             n = sum(1 for o in wl.objects if o.kind == "Pod")
             started = time.monotonic()
             report = simulate(wl, SimOptions())
             wall = time.monotonic() - started
             s = report["summary"]
-            row = {"fraction": fraction, "pods": n, "podsBound": s["podsBound"], "steps": s["steps"],
-                   "wallSeconds": round(wall, 2), "loopSeconds": s["wallSeconds"],
-                   "podsPerSecond": round(n / wall, 1)}
+            row = {
+                "fraction": fraction,
+                "pods": n,
+                "podsBound": s["podsBound"],
+                "steps": s["steps"],
+                "wallSeconds": round(wall, 2),
+                "loopSeconds": s["wallSeconds"],
+                "podsPerSecond": round(n / wall, 1),
+            }
             results["speed"].append(row)
-            print(f"openb default, first {fraction:.0%}: {n} pods in {wall:.1f}s wall "
-                  f"({row['podsPerSecond']} pods/s, {s['steps']} steps)", file=sys.stderr)
+            print(
+                f"openb default, first {fraction:.0%}: {n} pods in {wall:.1f}s wall "
+                f"({row['podsPerSecond']} pods/s, {s['steps']} steps)",
+                file=sys.stderr,
+            )
         for seed in range(1, (1 if quick else seeds) + 1):
             arrival = openb.parse_arrival(f"fgd:{seed}:{0.5 if quick else 1.3}")
             wl = load_workload([_workload(nodes, pods, openb.ImportOptions(arrival=arrival), tmp, f"fgd{seed}")])
             started = time.monotonic()
             report = simulate(wl, SimOptions())
             ratio = {k: (None if v is None else round(100 * v, 2)) for k, v in report["gpuAllocationAtDemand"].items()}
-            results["fgd"].append({"seed": seed, "pods": report["summary"]["podsTotal"],
-                                   "wallSeconds": round(time.monotonic() - started, 2), "gpuAllocationPercent": ratio})
+            results["fgd"].append(
+                {
+                    "seed": seed,
+                    "pods": report["summary"]["podsTotal"],
+                    "wallSeconds": round(time.monotonic() - started, 2),
+                    "gpuAllocationPercent": ratio,
+                }
+            )
             print(f"FGD experiment seed {seed}: GPU allocation % at arrived demand {ratio}", file=sys.stderr)
     results["fgdMean"] = _mean([r["gpuAllocationPercent"] for r in results["fgd"]])
     results["fgdPaper"] = FGD_TABLE
@@ -108,20 +123,28 @@ def table(results: dict[str, Any]) -> str:
     rows = [(f"Phalanx default (mean of {len(results['fgd'])})", results["fgdMean"])]
     rows += [(f"paper: {name}", vals) for name, vals in results["fgdPaper"].items()]
     fgd = [[name] + [vals.get(k) for k in levels] for name, vals in rows]
-    return "\n".join([
-        "trace replay (openb default, 1213 GPU nodes, through queue + scheduler + binder + Redis)",
-        tabulate(speed, ["pods", "steps", "wall s", "pods/s"], tablefmt="plain", missingval="-"),
-        "",
-        "GPU allocation % at arrived GPU demand (FGD experiment)",
-        tabulate(fgd, ["policy", "90%", "100%", "110%", "130%"], tablefmt="plain", missingval="-"),
-    ])
+    return "\n".join(
+        [
+            "trace replay (openb default, 1213 GPU nodes, through queue + scheduler + binder + Redis)",
+            tabulate(speed, ["pods", "steps", "wall s", "pods/s"], tablefmt="plain", missingval="-"),
+            "",
+            "GPU allocation % at arrived GPU demand (FGD experiment)",
+            tabulate(fgd, ["policy", "90%", "100%", "110%", "130%"], tablefmt="plain", missingval="-"),
+        ]
+    )
 
 
 def _machine() -> dict[str, Any]:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
     except OSError:
         commit = ""
-    return {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-            "commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

@@ -11,10 +11,19 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = [
-    ("workload", "workload"), ("nodes", "nodes"), ("pods", "pods"), ("gangs", "gangs"),
-    ("pods/s", "pods_per_second"), ("gangs/s", "gangs_per_second"),
-    ("p50 ms", "p50"), ("p90 ms", "p90"), ("p99 ms", "p99"),
-    ("CPU ms/pod", "cpu"), ("RSS MiB q/s/b/redis", "rss"), ("Redis cmds/pod", "redis_cmds"), ("Redis RT/gang", "redis_rt"),
+    ("workload", "workload"),
+    ("nodes", "nodes"),
+    ("pods", "pods"),
+    ("gangs", "gangs"),
+    ("pods/s", "pods_per_second"),
+    ("gangs/s", "gangs_per_second"),
+    ("p50 ms", "p50"),
+    ("p90 ms", "p90"),
+    ("p99 ms", "p99"),
+    ("CPU ms/pod", "cpu"),
+    ("RSS MiB q/s/b/redis", "rss"),
+    ("Redis cmds/pod", "redis_cmds"),
+    ("Redis RT/gang", "redis_rt"),
     ("gRPC/gang", "grpc"),
 ]
 
@@ -60,8 +69,13 @@ def table(results: list[dict[str, Any]]) -> str:
     from tabulate import tabulate  # the `bench` extra; `phalanx chaos` reads machine() from here without it
 
     rows = [[x[k] for _, k in COLUMNS] for x in map(row, results)]
-    return tabulate(rows, [h for h, _ in COLUMNS], tablefmt="github", disable_numparse=True,
-                    colalign=["left"] + ["right"] * (len(COLUMNS) - 1))
+    return tabulate(
+        rows,
+        [h for h, _ in COLUMNS],
+        tablefmt="github",
+        disable_numparse=True,
+        colalign=["left"] + ["right"] * (len(COLUMNS) - 1),
+    )
 
 
 def notes(results: list[dict[str, Any]]) -> list[str]:
@@ -72,8 +86,10 @@ def notes(results: list[dict[str, Any]]) -> list[str]:
     for r in results:
         if "gpus" in r:
             g = r["gpus"]
-            out.append(f"{r['workload']}: {g['bound']:,}/{g['total']:,} GPUs bound ({g['bound_fraction']:.1%}); "
-                       f"{g['requested']:,} requested")
+            out.append(
+                f"{r['workload']}: {g['bound']:,}/{g['total']:,} GPUs bound ({g['bound_fraction']:.1%}); "
+                f"{g['requested']:,} requested"
+            )
     return out
 
 
@@ -105,8 +121,9 @@ def machine() -> dict[str, Any]:
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 

@@ -63,8 +63,9 @@ def run_workload(w: BenchWorkload, opts: RunOptions | None = None) -> dict[str, 
     logs = Path(opts.log_dir or tempfile.mkdtemp(prefix="phalanx-bench-")) / w.name
     rpc_dir = logs / "rpc"
     rpc_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack.launch(clock="real", log_dir=logs, env={ENV_DIR: str(rpc_dir)}, default_wait=opts.default_wait,
-                         tls=opts.tls)
+    stack = Stack.launch(
+        clock="real", log_dir=logs, env={ENV_DIR: str(rpc_dir)}, default_wait=opts.default_wait, tls=opts.tls
+    )
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
     queue = QueueClient(stack.queue.address, stack.security)
     sched = SchedulerClient(stack.scheduler.address, stack.security)
@@ -84,8 +85,15 @@ def run_workload(w: BenchWorkload, opts: RunOptions | None = None) -> dict[str, 
         stack.stop()
 
 
-def _run(w: BenchWorkload, opts: RunOptions, stack: Stack, client: redis.Redis, queue: QueueClient,
-         sched: SchedulerClient, rpc_dir: Path) -> dict[str, Any]:
+def _run(
+    w: BenchWorkload,
+    opts: RunOptions,
+    stack: Stack,
+    client: redis.Redis,
+    queue: QueueClient,
+    sched: SchedulerClient,
+    rpc_dir: Path,
+) -> dict[str, Any]:
     binds_key = Keys(stack.prefix).sim_binds
     t = time.time()
     sched.apply(t, nodes=w.nodes, gangs=w.gangs)
@@ -98,7 +106,7 @@ def _run(w: BenchWorkload, opts: RunOptions, stack: Stack, client: redis.Redis, 
     # Every request built before the clock starts: the measurement is the services, not this client.
     if w.kind == "throughput":
         pods = w.pods
-        groups = [pods[i:i + w.batch] for i in range(0, len(pods), w.batch)]
+        groups = [pods[i : i + w.batch] for i in range(0, len(pods), w.batch)]
     else:
         groups = w.units
     requests = [queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in g]) for g in groups]
@@ -134,13 +142,23 @@ def _run(w: BenchWorkload, opts: RunOptions, stack: Stack, client: redis.Redis, 
 
     binds = [json.loads(raw) for raw in client.lrange(binds_key, base, -1)]
     memory = {name: peak_rss_mib(pid) for name, pid in procs.items()}
-    return _result(w, groups, added_at, binds, setup_seconds, feed_seconds,
-                   redis_delta(redis_before, redis_after, own_commands=1 + polls), rpc_delta(rpc_before, rpc_after),
-                   {k: _round(_sub(cpu_after[k], cpu_before[k]), 3) for k in procs}, memory)
+    return _result(
+        w,
+        groups,
+        added_at,
+        binds,
+        setup_seconds,
+        feed_seconds,
+        redis_delta(redis_before, redis_after, own_commands=1 + polls),
+        rpc_delta(rpc_before, rpc_after),
+        {k: _round(_sub(cpu_after[k], cpu_before[k]), 3) for k in procs},
+        memory,
+    )
 
 
-def _wait_binds(client: redis.Redis, key: str, target: int, w: BenchWorkload, opts: RunOptions, stack: Stack,
-                what: str) -> int:
+def _wait_binds(
+    client: redis.Redis, key: str, target: int, w: BenchWorkload, opts: RunOptions, stack: Stack, what: str
+) -> int:
     """Polls the bind log's length until it reaches `target`; returns how many LLENs that took.
     A `fill` workload also ends when bindings stop arriving for `opts.settle` seconds."""
     pods = max(target - client.llen(key), 0)
@@ -161,13 +179,23 @@ def _wait_binds(client: redis.Redis, key: str, target: int, w: BenchWorkload, op
             raise BenchError(
                 f"{w.name}: {what}: {n}/{target} bindings in the bind log after {timeout:.0f}s (the run is "
                 f"slower than {opts.min_pods_per_second:g} pods/s or stuck); queue: {_queue_state(stack)}\n"
-                f"{_tails(stack)}")
+                f"{_tails(stack)}"
+            )
         time.sleep(opts.poll)
 
 
-def _result(w: BenchWorkload, groups: list[list[Any]], added_at: list[float], binds: list[dict[str, Any]],
-            setup_seconds: float, feed_seconds: float, redis_stats: dict[str, Any], rpc_stats: dict[str, Any],
-            cpu: dict[str, float | None], memory: dict[str, float | None]) -> dict[str, Any]:
+def _result(
+    w: BenchWorkload,
+    groups: list[list[Any]],
+    added_at: list[float],
+    binds: list[dict[str, Any]],
+    setup_seconds: float,
+    feed_seconds: float,
+    redis_stats: dict[str, Any],
+    rpc_stats: dict[str, Any],
+    cpu: dict[str, float | None],
+    memory: dict[str, float | None],
+) -> dict[str, Any]:
     bound_at = {b["pod"]: float(b["at"]) for b in binds}
     added = {p.key: added_at[i] for i, g in enumerate(groups) for p in g}
     measured = [p for u in w.units for p in u]
@@ -210,21 +238,29 @@ def _result(w: BenchWorkload, groups: list[list[Any]], added_at: list[float], bi
         # CPU of the three services and redis-server per measured pod: what the work costs, whatever else
         # the machine was doing at the time.
         "cpu_ms_per_pod": _per(1000.0 * sum(v for v in cpu.values() if v), len(bound)),
-        "redis": {**redis_stats,
-                  "commands_per_pod": _per(redis_stats["commands"], len(bound)),
-                  "round_trips_per_pod": _per(redis_stats["round_trips"], len(bound)),
-                  "commands_per_gang": _per(redis_stats["commands"], complete_units) if gangs else None,
-                  "round_trips_per_gang": _per(redis_stats["round_trips"], complete_units) if gangs else None},
-        "grpc": {**rpc_stats,
-                 "calls_per_pod": _per(rpc_stats["calls"], len(bound)),
-                 "calls_per_gang": _per(rpc_stats["calls"], complete_units) if gangs else None},
+        "redis": {
+            **redis_stats,
+            "commands_per_pod": _per(redis_stats["commands"], len(bound)),
+            "round_trips_per_pod": _per(redis_stats["round_trips"], len(bound)),
+            "commands_per_gang": _per(redis_stats["commands"], complete_units) if gangs else None,
+            "round_trips_per_gang": _per(redis_stats["round_trips"], complete_units) if gangs else None,
+        },
+        "grpc": {
+            **rpc_stats,
+            "calls_per_pod": _per(rpc_stats["calls"], len(bound)),
+            "calls_per_gang": _per(rpc_stats["calls"], complete_units) if gangs else None,
+        },
     }
     total_gpus = w.total(GPU)
     if total_gpus:
         used = sum(p.requests.get(GPU, 0) for p in bound)
         asked = sum(p.requests.get(GPU, 0) for p in measured)
-        result["gpus"] = {"total": total_gpus // 1000, "requested": asked // 1000, "bound": used // 1000,
-                          "bound_fraction": round(used / total_gpus, 4)}
+        result["gpus"] = {
+            "total": total_gpus // 1000,
+            "requested": asked // 1000,
+            "bound": used // 1000,
+            "bound_fraction": round(used / total_gpus, 4),
+        }
     return result
 
 

@@ -30,8 +30,13 @@ def summarize_ms(seconds: Sequence[float]) -> dict[str, float | int | None]:
     def r(v: float | None) -> float | None:
         return None if v is None else round(v, 2)
 
-    return {"count": len(ms), "p50": r(percentile(ms, 50)), "p90": r(percentile(ms, 90)),
-            "p99": r(percentile(ms, 99)), "max": r(max(ms) if ms else None)}
+    return {
+        "count": len(ms),
+        "p50": r(percentile(ms, 50)),
+        "p90": r(percentile(ms, 90)),
+        "p99": r(percentile(ms, 99)),
+        "max": r(max(ms) if ms else None),
+    }
 
 
 # -- Redis ---------------------------------------------------------------------------------------------------
@@ -40,12 +45,16 @@ def redis_counters(client: Any) -> dict[str, int]:
     events the server processed (about one per client round trip: a pipeline arrives in one read)."""
     info = client.execute_command("INFO", "stats", "commandstats")
     if isinstance(info, (bytes, str)):  # clients without INFO parsing
-        from redis._parsers.helpers import parse_info  # type: ignore[import-not-found]
+        from redis._parsers.helpers import parse_info
 
         info = parse_info(info)
     commands = sum(v["calls"] for k, v in info.items() if k.startswith("cmdstat_"))
-    per_command = {k[len("cmdstat_"):]: int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_")}
-    return {"commands": commands, "reads": int(info["total_reads_processed"]), **{f"cmd:{k}": v for k, v in per_command.items()}}
+    per_command = {k[len("cmdstat_") :]: int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_")}
+    return {
+        "commands": commands,
+        "reads": int(info["total_reads_processed"]),
+        **{f"cmd:{k}": v for k, v in per_command.items()},
+    }
 
 
 def redis_delta(before: dict[str, int], after: dict[str, int], own_commands: int) -> dict[str, Any]:
@@ -53,9 +62,11 @@ def redis_delta(before: dict[str, int], after: dict[str, int], own_commands: int
     is one command and one read)."""
     by_cmd = {k[4:]: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("cmd:")}
     by_cmd = {k: v for k, v in by_cmd.items() if v}
-    return {"commands": after["commands"] - before["commands"] - own_commands,
-            "round_trips": after["reads"] - before["reads"] - own_commands,
-            "by_command": dict(sorted(by_cmd.items(), key=lambda kv: -kv[1]))}
+    return {
+        "commands": after["commands"] - before["commands"] - own_commands,
+        "round_trips": after["reads"] - before["reads"] - own_commands,
+        "by_command": dict(sorted(by_cmd.items(), key=lambda kv: -kv[1])),
+    }
 
 
 # -- gRPC counts ----------------------------------------------------------------------------------------------

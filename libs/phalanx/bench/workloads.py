@@ -77,26 +77,44 @@ def make_nodes(count: int, allocatable: Resources, prefix: str = "node") -> list
     return [NodeInfo(f"{prefix}-{i:0{width}d}", dict(allocatable)) for i in range(count)]
 
 
-def make_pod(name: str, requests: Resources, created_at: float, gang: str = "", gang_created_at: float = 0.0) -> PodInfo:
-    return PodInfo(namespace=NAMESPACE, name=name, uid=f"uid-{name}", created_at=created_at,
-                   requests=dict(requests), gang=gang, gang_created_at=gang_created_at)
+def make_pod(
+    name: str, requests: Resources, created_at: float, gang: str = "", gang_created_at: float = 0.0
+) -> PodInfo:
+    return PodInfo(
+        namespace=NAMESPACE,
+        name=name,
+        uid=f"uid-{name}",
+        created_at=created_at,
+        requests=dict(requests),
+        gang=gang,
+        gang_created_at=gang_created_at,
+    )
 
 
 def make_gang(name: str, size: int, created_at: float) -> GangSpec:
-    return GangSpec(namespace=NAMESPACE, name=name, min_available=size, total_number=size, mode=GangMode.STRICT,
-                    created_at=created_at, source="bench")
+    return GangSpec(
+        namespace=NAMESPACE,
+        name=name,
+        min_available=size,
+        total_number=size,
+        mode=GangMode.STRICT,
+        created_at=created_at,
+        source="bench",
+    )
 
 
 def basic(nodes: int = 5000, initial: int = 1000, measured: int = 10000, batch: int = 1000) -> BenchWorkload:
     """scheduler_perf SchedulingBasic: `initial` pods placed first, then `measured` pods, no gangs."""
     init = [make_pod(f"init-{i:06d}", BASIC_POD, float(i)) for i in range(initial)]
     units = [[make_pod(f"pod-{i:06d}", BASIC_POD, float(initial + i))] for i in range(measured)]
-    return BenchWorkload(f"basic-{nodes}", "basic", "throughput", make_nodes(nodes, PERF_NODE), units,
-                         initial=init, batch=batch)
+    return BenchWorkload(
+        f"basic-{nodes}", "basic", "throughput", make_nodes(nodes, PERF_NODE), units, initial=init, batch=batch
+    )
 
 
-def gang_units(count: int, size: int, requests: Resources, prefix: str,
-               start: int = 0) -> tuple[list[GangSpec], list[list[PodInfo]]]:
+def gang_units(
+    count: int, size: int, requests: Resources, prefix: str, start: int = 0
+) -> tuple[list[GangSpec], list[list[PodInfo]]]:
     specs, units = [], []
     for g in range(start, start + count):
         name = f"{prefix}-{g:05d}"
@@ -109,15 +127,29 @@ def gang_units(count: int, size: int, requests: Resources, prefix: str,
 def gangs(nodes: int = 5000, count: int = 1000, size: int = 3, batch: int = 1000) -> BenchWorkload:
     """scheduler_perf's gang shapes, all at once: throughput."""
     specs, units = gang_units(count, size, GANG_POD, f"g{size}")
-    return BenchWorkload(f"gang{size}-{nodes}", f"gang{size}", "throughput", make_nodes(nodes, PERF_NODE), units,
-                         gangs=specs, batch=batch)
+    return BenchWorkload(
+        f"gang{size}-{nodes}",
+        f"gang{size}",
+        "throughput",
+        make_nodes(nodes, PERF_NODE),
+        units,
+        gangs=specs,
+        batch=batch,
+    )
 
 
 def gang_latency(nodes: int = 5000, count: int = 1000, size: int = 3, rate: float = 100.0) -> BenchWorkload:
     """Gangs fed one by one at `rate` gangs/s (below capacity): latency is service time, not queueing."""
     specs, units = gang_units(count, size, GANG_POD, f"g{size}")
-    return BenchWorkload(f"gang{size}-latency-{nodes}", f"gang{size}-latency", "latency",
-                         make_nodes(nodes, PERF_NODE), units, gangs=specs, rate=rate)
+    return BenchWorkload(
+        f"gang{size}-latency-{nodes}",
+        f"gang{size}-latency",
+        "latency",
+        make_nodes(nodes, PERF_NODE),
+        units,
+        gangs=specs,
+        rate=rate,
+    )
 
 
 def gpu_mix(total_gpus: int) -> list[tuple[int, int]]:
@@ -145,8 +177,9 @@ def gpu(nodes: int = 1000, rate: float = 20.0) -> BenchWorkload:
         name = f"gpu{size}x{per_pod}-{g:05d}"
         spec = make_gang(name, size, float(g))
         specs.append(spec)
-        units.append([make_pod(f"{name}-{i:03d}", gpu_pod_requests(per_pod), float(g), spec.key, float(g))
-                      for i in range(size)])
+        units.append(
+            [make_pod(f"{name}-{i:03d}", gpu_pod_requests(per_pod), float(g), spec.key, float(g)) for i in range(size)]
+        )
     return BenchWorkload(f"gpu-{nodes}", "gpu", "latency", node_list, units, gangs=specs, rate=rate, fill=True)
 
 
@@ -155,8 +188,9 @@ FULL_SIZES = (500, 1000, 2000, 5000)
 QUICK_SIZES = (100,)
 
 
-def suite(quick: bool = False, sizes: tuple[int, ...] | None = None, rate: float = 100.0,
-          gpu_rate: float = 20.0) -> list[BenchWorkload]:
+def suite(
+    quick: bool = False, sizes: tuple[int, ...] | None = None, rate: float = 100.0, gpu_rate: float = 20.0
+) -> list[BenchWorkload]:
     """Every shape at every size (the issue's growth runs). The full suite's headline rows are the
     5,000-node ones for basic/gang3/gang1000/gang3-latency and the 1,000-node one for gpu."""
     out: list[BenchWorkload] = []

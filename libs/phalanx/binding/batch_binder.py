@@ -71,13 +71,20 @@ class BatchBinder:
         self.backend = backend
         self.lock = lock
 
-    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
-             trace: str = "") -> tuple[list[BindResult], int]:
+    def bind(
+        self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str = ""
+    ) -> tuple[list[BindResult], int]:
         started = time.perf_counter()
         gangs = sorted({a.gang for a in assignments if a.gang})
-        with child_span("phalanx.binder.bind_batch", trace,
-                        {"phalanx.pods": len(assignments), "phalanx.gangs": ",".join(gangs),
-                         "phalanx.all_or_nothing": all_or_nothing}) as span:
+        with child_span(
+            "phalanx.binder.bind_batch",
+            trace,
+            {
+                "phalanx.pods": len(assignments),
+                "phalanx.gangs": ",".join(gangs),
+                "phalanx.all_or_nothing": all_or_nothing,
+            },
+        ) as span:
             # The cluster's verdict first, outside the mutex: it reads the cluster, not Phalanx's state.
             refusals = self.backend.precheck(assignments)
             if refusals:
@@ -94,13 +101,14 @@ class BatchBinder:
             record_bind(results, time.perf_counter() - started)
             return results, fence
 
-    def _bind_in_one_script(self, assignments: list[Assignment],
-                            now: float) -> tuple[list[BindResult], int] | None:
+    def _bind_in_one_script(self, assignments: list[Assignment], now: float) -> tuple[list[BindResult], int] | None:
         """The common case on a backend whose writes live in Redis: take the mutex, check every
         reservation, write every binding and release the mutex in one script. None when any check
         fails: the careful path below then sorts out which pods failed and what to roll back."""
-        txn = Txn(lock=[uuid.uuid4().hex, self.lock.lease_ms],
-                  expect=[[a.pod_key, PodState.ASSUMED, a.node] for a in assignments])
+        txn = Txn(
+            lock=[uuid.uuid4().hex, self.lock.lease_ms],
+            expect=[[a.pod_key, PodState.ASSUMED, a.node] for a in assignments],
+        )
         failures = self.backend.bind(assignments, now, txn)
         if failures:  # a transactional backend reports none; be safe if one ever does
             return None
@@ -124,8 +132,9 @@ class BatchBinder:
             by_gang[a.gang].append(a.pod_key)
         record_bound(commit, by_gang, now)
 
-    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]],
-                  now: float) -> list[tuple[list[BindResult], int]]:
+    def bind_many(
+        self, batches: list[tuple[list[Assignment], bool, str]], now: float
+    ) -> list[tuple[list[BindResult], int]]:
         """Several batches (gangs ready in the same scheduling round) under one hold of the mutex: one
         reservation read, one intent, the API calls of all of them in parallel, one commit. Each batch
         keeps its own all-or-nothing rule. Measured on a real API server: binding 1,000 gangs of 3 one
@@ -135,8 +144,12 @@ class BatchBinder:
         started = time.perf_counter()
         everything = [a for batch, _, _ in batches for a in batch]
         others = [trace for _, _, trace in batches[1:]]
-        with child_span("phalanx.binder.bind_many", batches[0][2],
-                        {"phalanx.pods": len(everything), "phalanx.batches": len(batches)}, linked=others) as span:
+        with child_span(
+            "phalanx.binder.bind_many",
+            batches[0][2],
+            {"phalanx.pods": len(everything), "phalanx.batches": len(batches)},
+            linked=others,
+        ) as span:
             # The span lives in the first batch's trace; every other gang's trace gets a link to it.
             mark_linked("phalanx.binder.bound_with_others", others, span)
             refusals = self.backend.precheck(everything)
@@ -148,8 +161,14 @@ class BatchBinder:
             record_bind((r for batch in results for r in batch), time.perf_counter() - started, len(batches))
             return [(r, fence) for r in results]
 
-    def _bind_locked(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
-                     fence: int, refusals: Mapping[str, BindFailure]) -> list[BindResult]:
+    def _bind_locked(
+        self,
+        assignments: list[Assignment],
+        all_or_nothing: bool,
+        now: float,
+        fence: int,
+        refusals: Mapping[str, BindFailure],
+    ) -> list[BindResult]:
         """The careful path: check, record the intent, write the bindings, record them. `refusals`: the
         backend's precheck of `assignments`.
 
@@ -160,8 +179,14 @@ class BatchBinder:
         records = self.store.get_pods([a.pod_key for a in assignments])
         return self._execute([self._plan(assignments, all_or_nothing, fence, refusals, records)], now, fence)[0]
 
-    def _plan(self, assignments: list[Assignment], all_or_nothing: bool, fence: int,
-              refusals: Mapping[str, BindFailure], records: Mapping[str, PodRecord]) -> _Plan:
+    def _plan(
+        self,
+        assignments: list[Assignment],
+        all_or_nothing: bool,
+        fence: int,
+        refusals: Mapping[str, BindFailure],
+        records: Mapping[str, PodRecord],
+    ) -> _Plan:
         """Everything decided before the intent: what is refused, what was started already, what to write.
         A batch refused as a whole is rolled back (or left PENDING) here and carries its final results."""
         plan = _Plan(assignments, all_or_nothing, records)
@@ -178,9 +203,14 @@ class BatchBinder:
                 problems[a.pod_key] = f"it is already {rec.state}"
 
         if log.isEnabledFor(logging.DEBUG):  # the hot path: build the dict only when it is logged
-            log.debug("batch of %d (all_or_nothing=%s, fence %d): %s; problems %s", len(assignments), all_or_nothing,
-                      fence, {a.pod_key: getattr(records.get(a.pod_key), "state", None) for a in assignments},
-                      problems)
+            log.debug(
+                "batch of %d (all_or_nothing=%s, fence %d): %s; problems %s",
+                len(assignments),
+                all_or_nothing,
+                fence,
+                {a.pod_key: getattr(records.get(a.pod_key), "state", None) for a in assignments},
+                problems,
+            )
         if problems and all_or_nothing and not started:
             plan.final = self._roll_back(assignments, records, problems, fence)
             return plan
@@ -188,8 +218,11 @@ class BatchBinder:
         # started (an earlier attempt recorded the intent) is refused below like an API server refusal;
         # the others are refused before the intent, so nothing of them reaches the cluster.
         keys = {a.pod_key for a in assignments}
-        plan.refusals = {k: f for k, f in refusals.items()
-                         if k in keys and k not in problems and k in records and records[k].state != PodState.BOUND}
+        plan.refusals = {
+            k: f
+            for k, f in refusals.items()
+            if k in keys and k not in problems and k in records and records[k].state != PodState.BOUND
+        }
         plan.before = {k: f for k, f in plan.refusals.items() if k not in started}
         refused = {k: f.message for k, f in plan.before.items() if not f.gone and not f.retryable}
         if refused and all_or_nothing and not started:
@@ -199,8 +232,14 @@ class BatchBinder:
         if unchecked and all_or_nothing and not started:  # nothing written, nothing given back: sent again later
             why = next(iter(unchecked.items()))
             log.warning("gang batch of %d pods not bound: %s: %s", len(assignments), *why)
-            plan.final = [BindResult(pod_key=a.pod_key, status=PENDING, message=unchecked.get(a.pod_key)
-                                                or f"waits for its gang: {why[0]}: {why[1]}") for a in assignments]
+            plan.final = [
+                BindResult(
+                    pod_key=a.pod_key,
+                    status=PENDING,
+                    message=unchecked.get(a.pod_key) or f"waits for its gang: {why[0]}: {why[1]}",
+                )
+                for a in assignments
+            ]
             return plan
         # A missing reservation is not a missing pod (Redis may have lost it): FAILED sends the pod back to
         # the queue to be placed again; only the API server's 404 makes it GONE.
@@ -218,24 +257,35 @@ class BatchBinder:
         fresh = [a for p in live for a in p.fresh]
         if fresh and not self.backend.transactional:
             # The point of no return, made durable before the first API call.
-            intent = Txn(fence=fence, expect=[[a.pod_key, PodState.ASSUMED, a.node] for a in fresh],
-                         set_state=[[a.pod_key, PodState.BINDING] for a in fresh])
+            intent = Txn(
+                fence=fence,
+                expect=[[a.pod_key, PodState.ASSUMED, a.node] for a in fresh],
+                set_state=[[a.pod_key, PodState.BINDING] for a in fresh],
+            )
             ok, reason = self.store.apply(intent)
             if not ok:  # fenced out, or a reservation changed since the check: nothing was written
                 if len(live) > 1:  # which batch changed is not known: each on its own (it fails alone)
                     log.info("joint binding intent refused (%s); batch by batch", reason)
-                    return [p.final if p.final is not None else self._bind_locked(
-                        p.assignments, p.all_or_nothing, now, fence, p.refusals) for p in plans]
+                    return [
+                        p.final
+                        if p.final is not None
+                        else self._bind_locked(p.assignments, p.all_or_nothing, now, fence, p.refusals)
+                        for p in plans
+                    ]
                 plan = live[0]
                 log.warning("binding intent refused: %s", reason)
                 if plan.started:  # part of the batch is past the point of no return: retry, never undo
                     # Only the missing reservations are final; a refused pod is not released yet (no commit).
-                    plan.final = [plan.results[a.pod_key] if a.pod_key in plan.problems else
-                                  BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
-                                  for a in plan.assignments]
+                    plan.final = [
+                        plan.results[a.pod_key]
+                        if a.pod_key in plan.problems
+                        else BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                        for a in plan.assignments
+                    ]
                 else:  # nothing of it was written: give the reservations back, as before any bind
-                    plan.final = self._roll_back(plan.assignments, plan.records,
-                                                 {**plan.problems, plan.fresh[0].pod_key: reason}, fence)
+                    plan.final = self._roll_back(
+                        plan.assignments, plan.records, {**plan.problems, plan.fresh[0].pod_key: reason}, fence
+                    )
                 return [p.final or [] for p in plans]
             faults.reached("binder.after_intent")
         # Refused before the intent: their reservations are given back with this commit.
@@ -249,7 +299,9 @@ class BatchBinder:
         for p in live:
             p.already = [a for a in p.todo if p.records[a.pod_key].state == PodState.BOUND]
             p.after = [a for a in p.todo if a.pod_key in p.refusals]  # started, refused now: as by the API server
-            p.to_write = [a for a in p.todo if p.records[a.pod_key].state != PodState.BOUND and a.pod_key not in p.refusals]
+            p.to_write = [
+                a for a in p.todo if p.records[a.pod_key].state != PodState.BOUND and a.pod_key not in p.refusals
+            ]
             to_write_all += p.to_write
         failures: dict[str, BindFailure] = self.backend.bind(to_write_all, now, commit) if to_write_all else {}
         bound: list[Assignment] = []
@@ -264,13 +316,11 @@ class BatchBinder:
                     bound.append(a)
                     p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=BOUND)
                 elif failure.retryable:  # stays "binding": rolled forward later, never released
-                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=PENDING,
-                                                                 message=failure.message)
+                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=PENDING, message=failure.message)
                 else:
                     commit.release_pod(a.pod_key, a.gang)
                     status = GONE if failure.gone else FAILED
-                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=status,
-                                                                 message=failure.message)
+                    p.results[a.pod_key] = BindResult(pod_key=a.pod_key, status=status, message=failure.message)
         faults.reached("binder.before_commit")
         self._commit_bound(commit, bound, now)
         ok, reason = self.store.apply(commit)
@@ -279,9 +329,12 @@ class BatchBinder:
             # recorded by whoever finishes them; nothing is released.
             log.error("bind commit refused: %s", reason)
             for p in live:
-                p.final = [p.results[a.pod_key] if a.pod_key in p.problems else
-                           BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
-                           for a in p.assignments]
+                p.final = [
+                    p.results[a.pod_key]
+                    if a.pod_key in p.problems
+                    else BindResult(pod_key=a.pod_key, status=PENDING, message=reason)
+                    for a in p.assignments
+                ]
         for p in live:
             if p.final is None:
                 p.final = [p.results[a.pod_key] for a in p.assignments]
@@ -311,8 +364,9 @@ class BatchBinder:
         log.warning("rolled forward %d interrupted bindings (%d bound)", len(assignments), done)
         return results
 
-    def _roll_back(self, assignments: list[Assignment], records: Mapping[str, PodRecord],
-                   problems: dict[str, str], fence: int) -> list[BindResult]:
+    def _roll_back(
+        self, assignments: list[Assignment], records: Mapping[str, PodRecord], problems: dict[str, str], fence: int
+    ) -> list[BindResult]:
         first = next(iter(problems.items()))
         log.info("rolling back a gang batch of %d pods: %s: %s", len(assignments), *first)
         # Only reservations are undone: a pod already bound runs in the cluster and keeps its capacity.
@@ -335,7 +389,11 @@ class BatchBinder:
                 why = problems[a.pod_key]
                 out.append(BindResult(pod_key=a.pod_key, status=FAILED, message=why))
             else:
-                out.append(BindResult(
-                    pod_key=a.pod_key, status=ROLLED_BACK,
-                    message=f"rolled back with its gang: {first[0]}: {first[1]}"))
+                out.append(
+                    BindResult(
+                        pod_key=a.pod_key,
+                        status=ROLLED_BACK,
+                        message=f"rolled back with its gang: {first[0]}: {first[1]}",
+                    )
+                )
         return out

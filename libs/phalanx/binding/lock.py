@@ -75,9 +75,11 @@ class FencedLock:
     def _acquire_redis(self, token: str, deadline: float, timeout: float) -> int:
         """Ask until the lock is free, backing off from 0.5 ms to 50 ms: a batch holds it for milliseconds, so
         the first retries come quickly, and a long hold is not asked about more than twenty times a second."""
-        attempts = Retrying(retry=retry_if_result(lambda fence: fence == 0),
-                            wait=wait_exponential(multiplier=0.0005, max=0.05),
-                            stop=stop_after_delay(max(0.0, deadline - time.monotonic())))
+        attempts = Retrying(
+            retry=retry_if_result(lambda fence: fence == 0),
+            wait=wait_exponential(multiplier=0.0005, max=0.05),
+            stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
+        )
         try:
             fence: int = attempts(self._try_acquire, token)
         except RetryError:
@@ -86,5 +88,6 @@ class FencedLock:
 
     def _try_acquire(self, token: str) -> int:
         """The new fencing token, or 0 while another binder holds the lock."""
-        return int(self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence],
-                                 args=[token, self.lease_ms, self.owner]))
+        return int(
+            self._acquire(keys=[self.keys.bind_lock, self.keys.bind_fence], args=[token, self.lease_ms, self.owner])
+        )

@@ -67,19 +67,27 @@ def core_api(server: LocalApiServer) -> Any:
 
 def create_nodes(core: Any, workload: Workload) -> None:
     for node in workload.nodes:
-        core.create_node({"metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name,
-                                                                       TRIAL_LABEL: workload.trial}}},
-                         _preload_content=False)
+        core.create_node(
+            {
+                "metadata": {
+                    "name": node.name,
+                    "labels": {"kubernetes.io/hostname": node.name, TRIAL_LABEL: workload.trial},
+                }
+            },
+            _preload_content=False,
+        )
         resources = {"cpu": str(node.cpu), "memory": "256Gi", "pods": "110", GPU: str(node.gpus)}
         # No kubelet: the capacity a kubelet would report goes in through the status subresource.
-        core.patch_node_status(node.name, {"status": {"capacity": resources, "allocatable": resources}},
-                               _preload_content=False)
+        core.patch_node_status(
+            node.name, {"status": {"capacity": resources, "allocatable": resources}}, _preload_content=False
+        )
 
 
 def create_namespaces(core: Any, workload: Workload) -> None:
     for ns in workload.namespaces:
-        core.create_namespace({"metadata": {"name": ns, "labels": {TRIAL_LABEL: workload.trial}}},
-                              _preload_content=False)
+        core.create_namespace(
+            {"metadata": {"name": ns, "labels": {TRIAL_LABEL: workload.trial}}}, _preload_content=False
+        )
 
 
 def delete_trial_objects(core: Any, workload: Workload) -> None:
@@ -105,8 +113,7 @@ def delete_trial_objects(core: Any, workload: Workload) -> None:
 class PodCreator:
     """Creates the workload's pods at their planned times on its own thread; `created` grows as it goes."""
 
-    def __init__(self, core: Any, workload: Workload, plans: list[PodPlan], waiting_time: str,
-                 started: float) -> None:
+    def __init__(self, core: Any, workload: Workload, plans: list[PodPlan], waiting_time: str, started: float) -> None:
         self.core = core
         self.workload = workload
         self.plans = plans
@@ -166,4 +173,4 @@ class PodCreator:
 
 
 def pod_json(core: Any, namespace: str, name: str) -> dict[str, Any]:
-    return json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False).data)  # type: ignore[no-any-return]
+    return json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False).data)

@@ -68,10 +68,15 @@ class GangWatch:
                 continue
             since = self.partial_since.setdefault(gang, snap.at)
             if calm_since is not None and snap.at - max(since, calm_since) > self.grace_seconds:
-                out.append(Violation(PARTIAL_GANG, gang,
-                                     f"gang {gang}: {len(pods)}/{need} pods bound for "
-                                     f"{snap.at - since:.1f}s ({snap.at - max(since, calm_since):.1f}s since the "
-                                     f"stack was whole), e.g. {sorted(pods)[0]}"))
+                out.append(
+                    Violation(
+                        PARTIAL_GANG,
+                        gang,
+                        f"gang {gang}: {len(pods)}/{need} pods bound for "
+                        f"{snap.at - since:.1f}s ({snap.at - max(since, calm_since):.1f}s since the "
+                        f"stack was whole), e.g. {sorted(pods)[0]}",
+                    )
+                )
         return out
 
     def bound_gangs(self) -> set[str]:
@@ -99,12 +104,18 @@ def check_capacity(snap: Snapshot) -> list[Violation]:
         allocatable = snap.nodes[node].allocatable
         for res, milli in sorted(per_node.items()):
             if milli > allocatable.get(res, 0):
-                pods = sorted(k for k, p in snap.pods.items() if p.holds_node and p.node == node
-                              and p.requests.get(res))
-                out.append(Violation(OVERCOMMIT, f"{node}/{res}",
-                                     f"node {node} over-committed on {res}: {milli / 1000:g} requested by "
-                                     f"{len(pods)} running pods > {allocatable.get(res, 0) / 1000:g} allocatable "
-                                     f"(e.g. {', '.join(pods[:3])})"))
+                pods = sorted(
+                    k for k, p in snap.pods.items() if p.holds_node and p.node == node and p.requests.get(res)
+                )
+                out.append(
+                    Violation(
+                        OVERCOMMIT,
+                        f"{node}/{res}",
+                        f"node {node} over-committed on {res}: {milli / 1000:g} requested by "
+                        f"{len(pods)} running pods > {allocatable.get(res, 0) / 1000:g} allocatable "
+                        f"(e.g. {', '.join(pods[:3])})",
+                    )
+                )
     return out
 
 
@@ -117,8 +128,9 @@ def check_all_bound(watch: GangWatch) -> list[Violation]:
     return out
 
 
-def check_redis(snap: Snapshot, records: Mapping[str, tuple[str, str]],
-                used: Mapping[tuple[str, str], int]) -> list[Violation]:
+def check_redis(
+    snap: Snapshot, records: Mapping[str, tuple[str, str]], used: Mapping[tuple[str, str], int]
+) -> list[Violation]:
     """Redis against the API server at a quiet moment.
 
     records: pod key -> (node, state) from Redis (state assumed | binding | bound); used: (node, resource)
@@ -139,13 +151,21 @@ def check_redis(snap: Snapshot, records: Mapping[str, tuple[str, str]],
             what = "no longer exists" if pod is None else f"has finished ({pod.phase})"
             out.append(Violation(REDIS_ORPHAN, key, f"Redis still records pod {key} ({state} on {node}), which {what}"))
         elif pod.node and state in PENDING_STATES:
-            out.append(Violation(REDIS_STALE, key, f"Redis records pod {key} as {state} on {node}, but it is bound "
-                                                   f"to {pod.node}"))
+            out.append(
+                Violation(
+                    REDIS_STALE, key, f"Redis records pod {key} as {state} on {node}, but it is bound to {pod.node}"
+                )
+            )
         elif pod.node and node != pod.node:
-            out.append(Violation(REDIS_WRONG_NODE, key, f"Redis records pod {key} bound on {node}, the API server "
-                                                        f"on {pod.node}"))
+            out.append(
+                Violation(
+                    REDIS_WRONG_NODE, key, f"Redis records pod {key} bound on {node}, the API server on {pod.node}"
+                )
+            )
         elif not pod.node and state not in PENDING_STATES:
-            out.append(Violation(REDIS_STALE, key, f"Redis records pod {key} as {state} on {node}, but it is not bound"))
+            out.append(
+                Violation(REDIS_STALE, key, f"Redis records pod {key} as {state} on {node}, but it is not bound")
+            )
         elif not pod.node:
             hold(node, pod.requests)  # still waiting for its gang: a legitimate reservation
     for key, pod in sorted(snap.pods.items()):
@@ -155,17 +175,23 @@ def check_redis(snap: Snapshot, records: Mapping[str, tuple[str, str]],
         node, state = records.get(key, ("", ""))
         if state != "bound" and key not in {v.subject for v in out}:
             found = f"recorded {state} on {node}" if state else "not recorded at all"
-            out.append(Violation(REDIS_MISSING, key, f"pod {key} is bound to {pod.node} and running, but Redis has "
-                                                     f"it {found}"))
+            out.append(
+                Violation(REDIS_MISSING, key, f"pod {key} is bound to {pod.node} and running, but Redis has it {found}")
+            )
     # This trial's nodes and any node Redis places this trial's pods on (usage of other nodes is not ours).
     nodes = set(snap.nodes) | {n for n, _ in records.values()} | {n for n, _ in expected}
     for node in sorted(nodes):
         for res in COMPARED_RESOURCES:
             have, want = used.get((node, res), 0), expected.get((node, res), 0)
             if have != want:
-                out.append(Violation(REDIS_USAGE, f"{node}/{res}",
-                                     f"Redis says node {node} uses {have / 1000:g} {res}; the pods bound there "
-                                     f"(and reservations of waiting pods) hold {want / 1000:g}"))
+                out.append(
+                    Violation(
+                        REDIS_USAGE,
+                        f"{node}/{res}",
+                        f"Redis says node {node} uses {have / 1000:g} {res}; the pods bound there "
+                        f"(and reservations of waiting pods) hold {want / 1000:g}",
+                    )
+                )
     return out
 
 

@@ -76,8 +76,11 @@ class Kubelet:
             if plan is None or key in self._end_sent:
                 continue
             whole = self.gang_bound_at.get(plan.key)
-            ends_at = (whole + plan.run_seconds if whole is not None
-                       else self.bound_at[key] + plan.run_seconds + self.safety_seconds)
+            ends_at = (
+                whole + plan.run_seconds
+                if whole is not None
+                else self.bound_at[key] + plan.run_seconds + self.safety_seconds
+            )
             if snap.at >= ends_at:
                 self._end_sent.add(key)
                 actions.append(Action(DELETE if plan.finish_by_delete else SUCCEED, pod.namespace, pod.name))
@@ -101,8 +104,10 @@ class ApiWriter:
         self._queues: list[queue.Queue[Action | None]] = [queue.Queue() for _ in range(workers)]
         self.errors = 0
         self.last_error = ""
-        self._threads = [threading.Thread(target=self._work, args=(q, make_core()), name=f"kubelet-{i}", daemon=True)
-                         for i, q in enumerate(self._queues)]
+        self._threads = [
+            threading.Thread(target=self._work, args=(q, make_core()), name=f"kubelet-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
+        ]
         for t in self._threads:
             t.start()
 
@@ -142,5 +147,10 @@ def apply_action(core: Any, action: Action) -> None:
         core.delete_namespaced_pod(action.name, action.namespace, grace_period_seconds=0, _preload_content=False)
         return
     phase = PodPhase.RUNNING if action.kind == RUN else PodPhase.SUCCEEDED
-    core.patch_namespaced_pod_status(action.name, action.namespace, {"status": {"phase": phase}},
-                                     _content_type="application/merge-patch+json", _preload_content=False)
+    core.patch_namespaced_pod_status(
+        action.name,
+        action.namespace,
+        {"status": {"phase": phase}},
+        _content_type="application/merge-patch+json",
+        _preload_content=False,
+    )

@@ -84,10 +84,16 @@ def pod_view(obj: dict[str, Any]) -> PodView:
         min_available = int(annotations.get(KOORD_MIN_AVAILABLE, "1"))
     except ValueError:
         min_available = 1
-    return PodView(namespace=namespace, name=meta.get("name") or "",
-                   gang=f"{namespace}/{gang_name}" if gang_name else "", min_available=min_available,
-                   node=spec.get("nodeName") or "", phase=status.get("phase") or "",
-                   deleting=bool(meta.get("deletionTimestamp")), requests=pod_requests(spec))
+    return PodView(
+        namespace=namespace,
+        name=meta.get("name") or "",
+        gang=f"{namespace}/{gang_name}" if gang_name else "",
+        min_available=min_available,
+        node=spec.get("nodeName") or "",
+        phase=status.get("phase") or "",
+        deleting=bool(meta.get("deletionTimestamp")),
+        requests=pod_requests(spec),
+    )
 
 
 def node_view(obj: dict[str, Any]) -> NodeView:

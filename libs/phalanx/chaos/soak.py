@@ -76,8 +76,9 @@ def fitting_pods(snap: Snapshot, requests: dict[str, int]) -> int:
     total = 0
     for name, node in snap.nodes.items():
         per = used.get(name, {})
-        total += min((node.allocatable.get(res, 0) - per.get(res, 0)) // milli
-                     for res, milli in requests.items() if milli > 0)
+        total += min(
+            (node.allocatable.get(res, 0) - per.get(res, 0)) // milli for res, milli in requests.items() if milli > 0
+        )
     return total
 
 
@@ -88,8 +89,9 @@ def gang_requests(plan: GangPlan) -> dict[str, int]:
 class _Arrivals:
     """Makes gangs as capacity frees up, spread over the trial's namespaces."""
 
-    def __init__(self, workload: Workload, shape: WorkloadShape, rng: random.Random, capacity_pods: int,
-                 load: float) -> None:
+    def __init__(
+        self, workload: Workload, shape: WorkloadShape, rng: random.Random, capacity_pods: int, load: float
+    ) -> None:
         self.workload = workload
         self.shape = shape
         self.rng = rng
@@ -108,20 +110,21 @@ class _Arrivals:
         return plans
 
 
-def run_soak(server: LocalApiServer, options: SoakOptions, run_dir: Path,
-             progress: Any = None) -> SoakResult:
+def run_soak(server: LocalApiServer, options: SoakOptions, run_dir: Path, progress: Any = None) -> SoakResult:
     rng = random.Random(options.seed)
     shape = options.shape
     tid = "soak"
     sample = [make_gang(random.Random(options.seed), shape, "x", f"s{i}") for i in range(shape.gangs)]
-    workload = Workload(tid, "phalanx-chaos-soak", [f"{tid}-ns{i}" for i in range(shape.namespaces)],
-                        size_nodes(tid, shape, sample), {})
+    workload = Workload(
+        tid, "phalanx-chaos-soak", [f"{tid}-ns{i}" for i in range(shape.namespaces)], size_nodes(tid, shape, sample), {}
+    )
     capacity_pods = int(shape.fit_fraction * sum(g.size for g in sample))
     core = core_api(server)
     create_namespaces(core, workload)
     create_nodes(core, workload)
-    stack = ChaosStack.create(StackConfig(str(server.kubeconfig_path), workload.scheduler_name, "chaos-soak",
-                                          run_dir, options.log_level))
+    stack = ChaosStack.create(
+        StackConfig(str(server.kubeconfig_path), workload.scheduler_name, "chaos-soak", run_dir, options.log_level)
+    )
     try:
         stack.start()
         return _soak(server, core, workload, stack, options, rng, capacity_pods, run_dir, progress)
@@ -130,8 +133,17 @@ def run_soak(server: LocalApiServer, options: SoakOptions, run_dir: Path,
         delete_trial_objects(core, workload)
 
 
-def _soak(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosStack, options: SoakOptions,
-          rng: random.Random, capacity_pods: int, run_dir: Path, progress: Any) -> SoakResult:
+def _soak(
+    server: LocalApiServer,
+    core: Any,
+    workload: Workload,
+    stack: ChaosStack,
+    options: SoakOptions,
+    rng: random.Random,
+    capacity_pods: int,
+    run_dir: Path,
+    progress: Any,
+) -> SoakResult:
     t0 = time.monotonic()
     arrivals = _Arrivals(workload, options.shape, rng, capacity_pods, options.load)
     creator = PodCreator(core_api(server), workload, [], options.shape.waiting_time, t0).start()
@@ -191,20 +203,33 @@ def _soak(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosSta
         notes.append(f"kubelet writes failed: {writer.errors} (last: {writer.last_error})")
     notes += [f"pod creation failed: {e}" for e in creator.errors[:3]]
     violations += _stamped(final_checks(core, workload, stack, watch, options.converge_seconds, seen), t0)
-    return SoakResult(seconds=time.monotonic() - t0, gangs_created=arrivals.count,
-                      gangs_bound=len(watch.bound_gangs()), pods_created=len(creator.created_keys()),
-                      pending_fit_gangs=sorted(pending_fit), violations=violations, samples=samples, notes=notes,
-                      run_dir=str(run_dir))
+    return SoakResult(
+        seconds=time.monotonic() - t0,
+        gangs_created=arrivals.count,
+        gangs_bound=len(watch.bound_gangs()),
+        pods_created=len(creator.created_keys()),
+        pending_fit_gangs=sorted(pending_fit),
+        violations=violations,
+        samples=samples,
+        notes=notes,
+        run_dir=str(run_dir),
+    )
 
 
-def _check_pending_fit(snap: Snapshot, active: dict[str, GangPlan], watch: GangWatch, created: set[str],
-                       fits_since: dict[str, float], pending_fit: set[str], grace: float) -> None:
+def _check_pending_fit(
+    snap: Snapshot,
+    active: dict[str, GangPlan],
+    watch: GangWatch,
+    created: set[str],
+    fits_since: dict[str, float],
+    pending_fit: set[str],
+    grace: float,
+) -> None:
     """A gang whose pods all exist, none bound, that the free capacity has held continuously for longer
     than `grace`, is pending although it fits."""
     cache: dict[tuple[tuple[str, int], ...], int] = {}
     for key, plan in active.items():
-        waiting = (not watch.ever_bound.get(key)
-                   and all(f"{plan.namespace}/{n}" in created for n in plan.pod_names()))
+        waiting = not watch.ever_bound.get(key) and all(f"{plan.namespace}/{n}" in created for n in plan.pod_names())
         if not waiting:
             fits_since.pop(key, None)
             continue
@@ -230,9 +255,15 @@ def _sample(stack: ChaosStack, at: float, watch: GangWatch, created: int, active
         client.close()
     except Exception:
         pass
-    return {"t": round(at, 1), "rss_mib": {k: round(v, 1) for k, v in stack.rss_mib().items()},
-            "redis_keys": keys, "gangs_created": created, "gangs_bound": len(watch.bound_gangs()),
-            "gangs_active": active, "kubelet_backlog": backlog}
+    return {
+        "t": round(at, 1),
+        "rss_mib": {k: round(v, 1) for k, v in stack.rss_mib().items()},
+        "redis_keys": keys,
+        "gangs_created": created,
+        "gangs_bound": len(watch.bound_gangs()),
+        "gangs_active": active,
+        "kubelet_backlog": backlog,
+    }
 
 
 def _stamped(found: list[Violation], t0: float) -> list[Violation]:
@@ -248,18 +279,20 @@ def growth(samples: list[dict[str, Any]], value: Any) -> tuple[float | None, flo
     if len(series) < 4:
         return None, None, None
     q = len(series) // 4
-    early, late = percentile(series[q:2 * q], 50), percentile(series[-q:], 50)
+    early, late = percentile(series[q : 2 * q], 50), percentile(series[-q:], 50)
     if early is None or late is None:
         return early, late, None
     return early, late, (None if early == 0 else round(100.0 * (late - early) / early, 1))
 
 
 def soak_text(result: SoakResult) -> str:
-    lines = [f"soak: {result.seconds:.0f}s, {result.gangs_created} gangs created, {result.gangs_bound} bound, "
-             f"{result.pods_created} pods",
-             f"gangs pending that fit (must be 0): {len(result.pending_fit_gangs)}"
-             + (f" (e.g. {', '.join(result.pending_fit_gangs[:5])})" if result.pending_fit_gangs else ""),
-             f"violations: {len(result.violations)}"]
+    lines = [
+        f"soak: {result.seconds:.0f}s, {result.gangs_created} gangs created, {result.gangs_bound} bound, "
+        f"{result.pods_created} pods",
+        f"gangs pending that fit (must be 0): {len(result.pending_fit_gangs)}"
+        + (f" (e.g. {', '.join(result.pending_fit_gangs[:5])})" if result.pending_fit_gangs else ""),
+        f"violations: {len(result.violations)}",
+    ]
     kinds: dict[str, int] = {}
     for v in result.violations:
         kinds[v.kind] = kinds.get(v.kind, 0) + 1
@@ -276,10 +309,12 @@ def soak_text(result: SoakResult) -> str:
     lines.append("t s     queue sched binder redis MiB  Redis keys  gangs created/bound/active")
     for s in result.samples:
         rss = s["rss_mib"]
-        lines.append(f"{s['t']:>6.0f}  " + " ".join(f"{rss.get(n, 0):>5.0f}" for n in ("queue", "scheduler", "binder",
-                                                                                        "redis"))
-                     + f"      {s['redis_keys'] if s['redis_keys'] is not None else '-':>6}  "
-                       f"{s['gangs_created']}/{s['gangs_bound']}/{s['gangs_active']}")
+        lines.append(
+            f"{s['t']:>6.0f}  "
+            + " ".join(f"{rss.get(n, 0):>5.0f}" for n in ("queue", "scheduler", "binder", "redis"))
+            + f"      {s['redis_keys'] if s['redis_keys'] is not None else '-':>6}  "
+            f"{s['gangs_created']}/{s['gangs_bound']}/{s['gangs_active']}"
+        )
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
 

@@ -52,27 +52,53 @@ class ChaosStack:
         redis = RedisServer(appendonly=True, log_path=config.run_dir / "redis.log", password=secrets.token_hex(16))
         picked = free_ports(2 * len(SERVICES))
         ports = dict(zip(SERVICES, picked))
-        health_ports = dict(zip(SERVICES, picked[len(SERVICES):]))
+        health_ports = dict(zip(SERVICES, picked[len(SERVICES) :]))
         addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
         tls_dir = config.run_dir / "tls"
         make_tree(tls_dir, list(SERVICE_IDENTITIES.values()), [], ["127.0.0.1"], days=30)
         # No /metrics (ServiceProcess's default): the default ports would collide between stacks on one machine.
         common = ["--clock", "real", "--log-level", config.log_level]
-        state = ["--redis-url", redis.address_url, "--redis-password-file", str(redis.password_file()),
-                 "--redis-prefix", config.redis_prefix]
+        state = [
+            "--redis-url",
+            redis.address_url,
+            "--redis-password-file",
+            str(redis.password_file()),
+            "--redis-prefix",
+            config.redis_prefix,
+        ]
         kube = ["--backend", "kubernetes", "--kubeconfig", config.kubeconfig]
         argv = {
             "queue": [*common],
             "binder": [*common, *state, *kube, "--scheduler-name", config.scheduler_name],
-            "scheduler": [*common, *state, *kube, "--scheduler-name", config.scheduler_name,
-                          "--queue", addr["queue"], "--binder", addr["binder"],
-                          "--default-wait", str(config.default_wait)],
+            "scheduler": [
+                *common,
+                *state,
+                *kube,
+                "--scheduler-name",
+                config.scheduler_name,
+                "--queue",
+                addr["queue"],
+                "--binder",
+                addr["binder"],
+                "--default-wait",
+                str(config.default_wait),
+            ],
         }
         services = {
-            name: ServiceProcess(name, f"phalanx_{name}", ["--health-listen", f"127.0.0.1:{health_ports[name]}",
-                                                           "--tls-dir", str(tls_dir / SERVICE_IDENTITIES[name]),
-                                                           *argv[name]],
-                                 ports[name], config.run_dir / f"{name}.log", health_port=health_ports[name])
+            name: ServiceProcess(
+                name,
+                f"phalanx_{name}",
+                [
+                    "--health-listen",
+                    f"127.0.0.1:{health_ports[name]}",
+                    "--tls-dir",
+                    str(tls_dir / SERVICE_IDENTITIES[name]),
+                    *argv[name],
+                ],
+                ports[name],
+                config.run_dir / f"{name}.log",
+                health_port=health_ports[name],
+            )
             for name in SERVICES
         }
         return cls(config, redis, services)

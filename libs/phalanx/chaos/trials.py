@@ -113,8 +113,7 @@ class _Chaos:
             code = self.stack.exit_code(name)
             if code is None:
                 continue
-            fired = (self.target in KILL_POINTS and name == self.process and self.killed_at is None
-                     and code == EXIT_CODE)
+            fired = self.target in KILL_POINTS and name == self.process and self.killed_at is None and code == EXIT_CODE
             if fired:
                 self.killed_at = now
             else:
@@ -139,8 +138,9 @@ def trial_fault(target: str, rng: random.Random, options: TrialOptions) -> dict[
     return {target.split(".", 1)[0]: f"{target}:{rng.randint(*options.fault_occurrence)}"}
 
 
-def run_trial(server: LocalApiServer, index: int, target: str, seed: int, options: TrialOptions,
-              run_root: Path) -> TrialResult:
+def run_trial(
+    server: LocalApiServer, index: int, target: str, seed: int, options: TrialOptions, run_root: Path
+) -> TrialResult:
     """Runs one trial; its processes' logs stay in run_root/<trial>-<target>."""
     tid = f"t{index:03d}"
     workload = make_workload(tid, f"phalanx-chaos-{tid}", seed, options.shape)
@@ -149,8 +149,9 @@ def run_trial(server: LocalApiServer, index: int, target: str, seed: int, option
     rng = random.Random(seed ^ 0x5EED)
     create_namespaces(core, workload)
     create_nodes(core, workload)
-    stack = ChaosStack.create(StackConfig(str(server.kubeconfig_path), workload.scheduler_name, f"chaos-{tid}",
-                                          run_dir, options.log_level))
+    stack = ChaosStack.create(
+        StackConfig(str(server.kubeconfig_path), workload.scheduler_name, f"chaos-{tid}", run_dir, options.log_level)
+    )
     faults = trial_fault(target, rng, options)
     try:
         stack.start(faults)
@@ -160,8 +161,18 @@ def run_trial(server: LocalApiServer, index: int, target: str, seed: int, option
         delete_trial_objects(core, workload)
 
 
-def _drive(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosStack, target: str, seed: int,
-           faults: dict[str, str], rng: random.Random, options: TrialOptions, run_dir: Path) -> TrialResult:
+def _drive(
+    server: LocalApiServer,
+    core: Any,
+    workload: Workload,
+    stack: ChaosStack,
+    target: str,
+    seed: int,
+    faults: dict[str, str],
+    rng: random.Random,
+    options: TrialOptions,
+    run_dir: Path,
+) -> TrialResult:
     t0 = time.monotonic()
     creator = PodCreator(core_api(server), workload, list(workload.pods), options.shape.waiting_time, t0).start()
     kubelet = Kubelet(workload.gangs)
@@ -186,8 +197,9 @@ def _drive(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosSt
             except Exception as exc:  # the API server is never killed; a hiccup is noted, not judged
                 notes.append(f"snapshot failed at {now - t0:.1f}s: {str(exc).splitlines()[0][:200]}")
                 if now - started > options.time_limit:  # failing reads must not hold the trial past its limit
-                    notes.append(f"time limit: the API server did not answer for the last reads "
-                                 f"({options.time_limit:g}s)")
+                    notes.append(
+                        f"time limit: the API server did not answer for the last reads ({options.time_limit:g}s)"
+                    )
                     break
                 time.sleep(options.poll_seconds)
                 continue
@@ -201,8 +213,7 @@ def _drive(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosSt
                 finished = True
                 break
             if now - started > options.time_limit:
-                notes.append(f"time limit: {len(done)}/{len(workload.gangs)} gangs ended after "
-                             f"{options.time_limit:g}s")
+                notes.append(f"time limit: {len(done)}/{len(workload.gangs)} gangs ended after {options.time_limit:g}s")
                 break
             time.sleep(max(0.0, options.poll_seconds - (time.monotonic() - now)))
     finally:
@@ -220,13 +231,24 @@ def _drive(server: LocalApiServer, core: Any, workload: Workload, stack: ChaosSt
         first = watch.first_binding_after(baseline)
         recover = None if first is None else first - chaos.restarted_at
     return TrialResult(
-        trial=workload.trial, target=target, seed=seed, violations=violations,
-        gangs_total=len(workload.gangs), gangs_bound=len(watch.bound_gangs() & set(workload.gangs)),
-        pods_total=workload.pod_count, seconds=time.monotonic() - t0, finished=finished,
+        trial=workload.trial,
+        target=target,
+        seed=seed,
+        violations=violations,
+        gangs_total=len(workload.gangs),
+        gangs_bound=len(watch.bound_gangs() & set(workload.gangs)),
+        pods_total=workload.pod_count,
+        seconds=time.monotonic() - t0,
+        finished=finished,
         killed_at=None if chaos.killed_at is None else chaos.killed_at - t0,
         restarted_at=None if chaos.restarted_at is None else chaos.restarted_at - t0,
-        recover_seconds=recover, last_binding_at=max(watch.bound_at.values(), default=t0) - t0, fault=",".join(faults.values()), unplanned_exits=chaos.unplanned, notes=notes,
-        run_dir=str(run_dir))
+        recover_seconds=recover,
+        last_binding_at=max(watch.bound_at.values(), default=t0) - t0,
+        fault=",".join(faults.values()),
+        unplanned_exits=chaos.unplanned,
+        notes=notes,
+        run_dir=str(run_dir),
+    )
 
 
 def _stamped(found: list[Violation], t0: float) -> list[Violation]:
@@ -234,14 +256,25 @@ def _stamped(found: list[Violation], t0: float) -> list[Violation]:
     return [Violation(v.kind, v.subject, v.message, round(now, 1)) for v in found]
 
 
-def final_checks(core: Any, workload: Workload, stack: ChaosStack, watch: GangWatch, converge_seconds: float,
-                 seen: set[tuple[str, str]]) -> list[Violation]:
+def final_checks(
+    core: Any,
+    workload: Workload,
+    stack: ChaosStack,
+    watch: GangWatch,
+    converge_seconds: float,
+    seen: set[tuple[str, str]],
+) -> list[Violation]:
     """Every gang bound, every service SERVING, Redis equal to the API server (after convergence)."""
     out = [_explained(core, v) for v in inv.check_all_bound(watch)]
     for name in SERVICES:
         if not _serving_within(stack, name, 15.0):
-            out.append(Violation(inv.UNHEALTHY, name, f"{name} does not answer gRPC health SERVING at the end "
-                                                      f"(log: {stack.services[name].log_path})"))
+            out.append(
+                Violation(
+                    inv.UNHEALTHY,
+                    name,
+                    f"{name} does not answer gRPC health SERVING at the end (log: {stack.services[name].log_path})",
+                )
+            )
     out += _redis_converged(core, workload, stack, converge_seconds)
     return inv.dedupe(seen, out)
 

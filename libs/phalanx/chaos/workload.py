@@ -90,8 +90,14 @@ def gang_size(rng: random.Random, shape: WorkloadShape) -> int:
 
 
 def make_gang(rng: random.Random, shape: WorkloadShape, namespace: str, name: str) -> GangPlan:
-    return GangPlan(namespace, name, gang_size(rng, shape), rng.random() < shape.gpu_gang_fraction,
-                    rng.uniform(*shape.run_seconds), rng.random() < 0.5)
+    return GangPlan(
+        namespace,
+        name,
+        gang_size(rng, shape),
+        rng.random() < shape.gpu_gang_fraction,
+        rng.uniform(*shape.run_seconds),
+        rng.random() < 0.5,
+    )
 
 
 def size_nodes(trial: str, shape: WorkloadShape, gangs: list[GangPlan]) -> list[NodePlan]:
@@ -126,8 +132,14 @@ def make_workload(trial: str, scheduler_name: str, seed: int, shape: WorkloadSha
     rng = random.Random(seed)
     namespaces = [f"{trial}-ns{i}" for i in range(shape.namespaces)]
     gangs = [make_gang(rng, shape, namespaces[i % len(namespaces)], f"g{i:03d}") for i in range(shape.gangs)]
-    return Workload(trial, scheduler_name, namespaces, size_nodes(trial, shape, gangs),
-                    {g.key: g for g in gangs}, interleave(rng, shape, gangs))
+    return Workload(
+        trial,
+        scheduler_name,
+        namespaces,
+        size_nodes(trial, shape, gangs),
+        {g.key: g for g in gangs},
+        interleave(rng, shape, gangs),
+    )
 
 
 def pod_body(workload: Workload, gang: GangPlan, name: str, waiting_time: str) -> dict[str, Any]:
@@ -141,13 +153,21 @@ def pod_body(workload: Workload, gang: GangPlan, name: str, waiting_time: str) -
         "metadata": {
             "name": name,
             "labels": {TRIAL_LABEL: workload.trial, GANG_LABEL: gang.name},
-            "annotations": {KOORD_NAME: gang.name, KOORD_MIN_AVAILABLE: str(gang.size),
-                            KOORD_WAITING_TIME: waiting_time},
+            "annotations": {
+                KOORD_NAME: gang.name,
+                KOORD_MIN_AVAILABLE: str(gang.size),
+                KOORD_WAITING_TIME: waiting_time,
+            },
         },
         "spec": {
             "schedulerName": workload.scheduler_name,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"requests": requests, "limits": limits}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": requests, "limits": limits},
+                }
+            ],
         },
     }

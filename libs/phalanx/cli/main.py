@@ -15,28 +15,52 @@ from phalanx.sim.run import Endpoints, simulate
 from phalanx.sim.workload import load_workload
 
 
-def _add_simulate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("simulate", help="replay Kubernetes manifests on the embedded cluster",
-                       description="Replays Nodes, Pods, PodGroups and ConfigMaps through the queue, scheduler and "
-                                   "binder on a virtual clock, and reports what was bound when.")
-    p.add_argument("-f", "--file", dest="files", action="append", required=True, metavar="FILE",
-                   help="multi-document YAML of Kubernetes objects (repeatable)")
-    p.add_argument("--until", type=duration_arg, default=None, metavar="DURATION",
-                   help="stop at this virtual time (e.g. 120s, 2h); default: when nothing more can happen")
-    p.add_argument("--mode", choices=["gang", "pod"], default="gang",
-                   help="gang: all-or-nothing gangs; pod: ignore gangs, as kube-scheduler alone would")
+def _add_simulate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay Kubernetes manifests on the embedded cluster",
+        description="Replays Nodes, Pods, PodGroups and ConfigMaps through the queue, scheduler and "
+        "binder on a virtual clock, and reports what was bound when.",
+    )
+    p.add_argument(
+        "-f",
+        "--file",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="multi-document YAML of Kubernetes objects (repeatable)",
+    )
+    p.add_argument(
+        "--until",
+        type=duration_arg,
+        default=None,
+        metavar="DURATION",
+        help="stop at this virtual time (e.g. 120s, 2h); default: when nothing more can happen",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["gang", "pod"],
+        default="gang",
+        help="gang: all-or-nothing gangs; pod: ignore gangs, as kube-scheduler alone would",
+    )
     p.add_argument("--output", "-o", metavar="REPORT.json", help="write the JSON report here")
     p.add_argument("--html", metavar="REPORT.html", help="write a self-contained HTML page with tables and plots")
     p.add_argument("--png", metavar="REPORT.png", help="write the allocation-over-time plot as a PNG")
-    p.add_argument("--default-wait", type=duration_arg, default=600.0,
-                   help="wait of gangs that declare none (default 600s)")
+    p.add_argument(
+        "--default-wait", type=duration_arg, default=600.0, help="wait of gangs that declare none (default 600s)"
+    )
     p.add_argument("--profile", help="scheduling profile YAML (filters, score weights)")
     p.add_argument("--redis-url", help="use this Redis and these running services instead of starting them")
     p.add_argument("--redis-prefix", default="phalanx")
     p.add_argument("--queue", help="address of a running queue service (with --redis-url)")
     p.add_argument("--scheduler", help="address of a running scheduler service (with --redis-url)")
-    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
-                   help="progress line on stderr (auto: only on a terminal)")
+    p.add_argument(
+        "--progress",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="progress line on stderr (auto: only on a terminal)",
+    )
     p.set_defaults(func=_run_simulate)
 
 
@@ -76,7 +100,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_compare(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="put two simulation reports side by side")
     p.add_argument("reports", nargs=2, metavar="REPORT.json")
     p.add_argument("--labels", nargs=2, metavar=("A", "B"), help="column titles (default: the file names)")
@@ -112,14 +136,20 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_replay_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_replay_bench(sub: argparse._SubParsersAction) -> None:
     # A description is printed as written (argparse %-formats only help= strings), so "%" stays single here.
-    p = sub.add_parser("replay-bench", help="replay the openb GPU trace: speed, and the FGD paper's experiment",
-                       description="Replays the Alibaba openb trace through the services (whole and its first "
-                                   "25%/50%, for speed) and runs the FGD experiment (GPU allocation at 90-130% "
-                                   "arrived demand) for several seeds; prints a table and writes JSON.")
-    p.add_argument("--traces", help="folder holding openb_node_list_gpu_node.csv and openb_pod_list_default.csv "
-                                    "(default: ../shared/traces/alibaba-gpu-v2023 next to the repository)")
+    p = sub.add_parser(
+        "replay-bench",
+        help="replay the openb GPU trace: speed, and the FGD paper's experiment",
+        description="Replays the Alibaba openb trace through the services (whole and its first "
+        "25%/50%, for speed) and runs the FGD experiment (GPU allocation at 90-130% "
+        "arrived demand) for several seeds; prints a table and writes JSON.",
+    )
+    p.add_argument(
+        "--traces",
+        help="folder holding openb_node_list_gpu_node.csv and openb_pod_list_default.csv "
+        "(default: ../shared/traces/alibaba-gpu-v2023 next to the repository)",
+    )
     p.add_argument("--seeds", type=int, default=3, help="FGD experiment seeds (the paper used 10)")
     p.add_argument("--quick", action="store_true", help="a quarter of the trace, one short FGD run (smoke test)")
     p.add_argument("--output", "-o", default="bench/replay.json", help="JSON results (default bench/replay.json)")

@@ -23,8 +23,16 @@ class SchedulingDuties:
     simulator's events come through the Scheduler API); `run_loop` is False on the virtual clock, where the
     simulator's Step calls do the scheduling."""
 
-    def __init__(self, loop: SchedulingLoop, monitor: HealthMonitor, *, start_feed: Callable[[], ClusterFeed | None],
-                 run_loop: bool, liveness_timeout: float, sync_timeout: float) -> None:
+    def __init__(
+        self,
+        loop: SchedulingLoop,
+        monitor: HealthMonitor,
+        *,
+        start_feed: Callable[[], ClusterFeed | None],
+        run_loop: bool,
+        liveness_timeout: float,
+        sync_timeout: float,
+    ) -> None:
         self.scheduling_loop = loop
         self.monitor = monitor
         self._start_feed = start_feed
@@ -54,8 +62,13 @@ class SchedulingDuties:
         if not self.run_loop or self.stop_event.is_set():
             return
         beat = self.monitor.add_heartbeat(Heartbeat("scheduling", self.liveness_timeout))
-        self.loop_thread = threading.Thread(target=self.scheduling_loop.run, args=(self.stop_event,),
-                                            kwargs={"beat": beat}, name="schedule-loop", daemon=True)
+        self.loop_thread = threading.Thread(
+            target=self.scheduling_loop.run,
+            args=(self.stop_event,),
+            kwargs={"beat": beat},
+            name="schedule-loop",
+            daemon=True,
+        )
         self.loop_thread.start()
 
     def signal_stop(self) -> None:

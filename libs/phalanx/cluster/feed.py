@@ -134,16 +134,33 @@ def collections(api_client: Any) -> list[Collection]:
         Collection(_CONFIGMAPS, core.list_config_map_for_all_namespaces, "ConfigMap", "v1"),
     ]
     for group, version in podgroups.VERSIONS.items():
-        out.append(Collection(f"{podgroups.PLURAL}.{group}", custom.list_cluster_custom_object, "PodGroup",
-                              f"{group}/{version}", args=(group, version, podgroups.PLURAL)))
+        out.append(
+            Collection(
+                f"{podgroups.PLURAL}.{group}",
+                custom.list_cluster_custom_object,
+                "PodGroup",
+                f"{group}/{version}",
+                args=(group, version, podgroups.PLURAL),
+            )
+        )
     return out
 
 
 class ClusterFeed:
-    def __init__(self, scheduler: GangScheduler, lock: threading.Lock, queue_client: FeedQueue, reporter: Reporter,
-                 sources: list[Collection], *, scheduler_name: str,
-                 now: Callable[[], float] = time.time, watch_timeout: int = 300, missing_retry: float = 30.0,
-                 reconcile_interval: float = 10.0) -> None:
+    def __init__(
+        self,
+        scheduler: GangScheduler,
+        lock: threading.Lock,
+        queue_client: FeedQueue,
+        reporter: Reporter,
+        sources: list[Collection],
+        *,
+        scheduler_name: str,
+        now: Callable[[], float] = time.time,
+        watch_timeout: int = 300,
+        missing_retry: float = 30.0,
+        reconcile_interval: float = 10.0,
+    ) -> None:
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -155,8 +172,10 @@ class ClusterFeed:
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
         self._events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
-        self._watchers = [Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout,
-                                  missing_retry=missing_retry) for c in sources]
+        self._watchers = [
+            Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
+            for c in sources
+        ]
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, _Pod] = {}
         self.specs_unsure = False  # set when a batch failed to apply; reconciliation re-sends every spec
@@ -203,9 +222,13 @@ class ClusterFeed:
             self.stop_event.wait(0.02)
         watched = [w.collection.name for w in self._watchers if w.served]
         missing = [w.collection.name for w in self._watchers if w.served is False]
-        log.info("cluster feed: watching %s%s", ", ".join(watched),
-                 f"; not installed (looked for again every {self._watchers[0].missing_retry:g}s): {', '.join(missing)}"
-                 if missing else "")
+        log.info(
+            "cluster feed: watching %s%s",
+            ", ".join(watched),
+            f"; not installed (looked for again every {self._watchers[0].missing_retry:g}s): {', '.join(missing)}"
+            if missing
+            else "",
+        )
         first = True
         while not self.stop_event.is_set():
             if self._queue_restarted.is_set():
@@ -228,16 +251,18 @@ class ClusterFeed:
             except Exception:
                 # The mirror already holds these events; what failed is applying them (Redis down, say).
                 # Nothing is dropped: a full reconciliation from the mirror retries until it succeeds.
-                log.exception("cluster feed: applying %d events failed; reconciling from the API server's view",
-                              len(batch))
+                log.exception(
+                    "cluster feed: applying %d events failed; reconciling from the API server's view", len(batch)
+                )
                 # Specs of this batch count as sent but may not be in Redis: reconciliation sends them all.
                 self.specs_unsure = True
                 self.maintenance.request_reconcile()
             if first:
                 first = False
                 self.synced.set()
-                log.info("cluster feed: rebuilt from the API server (%d nodes, %d pods)",
-                         len(self._nodes), len(self._pods))
+                log.info(
+                    "cluster feed: rebuilt from the API server (%d nodes, %d pods)", len(self._nodes), len(self._pods)
+                )
 
     def _drain(self, block: bool) -> list[tuple[str, str, dict[str, Any]]]:
         out = []
@@ -467,8 +492,11 @@ class ClusterFeed:
 
     def mirror_bound(self) -> dict[str, PodInfo]:
         """Every pod the API server shows bound and not finished, whichever scheduler bound it."""
-        return {k: replace(p.info, node_name=p.node) for k, p in self._pods.items()
-                if p.node and p.phase not in TERMINAL and p.info is not None}
+        return {
+            k: replace(p.info, node_name=p.node)
+            for k, p in self._pods.items()
+            if p.node and p.phase not in TERMINAL and p.info is not None
+        }
 
     def mirror_has(self, key: str) -> bool:
         p = self._pods.get(key)
@@ -525,11 +553,15 @@ class ClusterFeed:
             # gangs Redis remembers whose pods were all deleted while no scheduler watched
             b.unreferenced |= set(s.gangs.specs) | set(s.gangs.records)
         change = ClusterChange(
-            nodes=list(b.nodes.values()), nodes_removed=sorted(b.nodes_removed), gangs=list(b.gangs.values()),
+            nodes=list(b.nodes.values()),
+            nodes_removed=sorted(b.nodes_removed),
+            gangs=list(b.gangs.values()),
             # Any pod that finished or was deleted, whichever scheduler's: only those the scheduler holds cost a
             # release. The queue hears of deleted pods through the feed's own ledger (_QueueOps), below.
             released=sorted(k for k in b.released if k in s.assumed or k in s.bound),
-            bound=[p for _, p in sorted(b.bound.items())], forgotten=sorted(b.deleted))
+            bound=[p for _, p in sorted(b.bound.items())],
+            forgotten=sorted(b.deleted),
+        )
         # A reserved pod of a removed node goes back to the queue only if the API server still has it.
         carry = self.events.apply(change, now, still_exists=self._pods.__contains__)
         self._forget_unreferenced(b)
@@ -596,24 +628,38 @@ class ClusterFeed:
             if spec is None or podgroups.group_of(spec.source) is None:
                 continue
             members = [p for k in self._members.get(gang, ()) if (p := self._pods.get(k)) is not None]
-            counts = (sum(1 for p in members if p.node), sum(1 for p in members if p.phase == "Running"),
-                      sum(1 for p in members if p.phase == "Succeeded"), sum(1 for p in members if p.phase == "Failed"))
+            counts = (
+                sum(1 for p in members if p.node),
+                sum(1 for p in members if p.phase == "Running"),
+                sum(1 for p in members if p.phase == "Succeeded"),
+                sum(1 for p in members if p.phase == "Failed"),
+            )
             if self._counts.get(gang, (0, 0, 0, 0)) == counts:
                 continue
             self._counts[gang] = counts
             scheduled, running, succeeded, failed = counts
-            reports.append(GangReport(
-                gang_key=gang, source=spec.source, scheduled=scheduled, has_counts=True, running=running,
-                succeeded=succeeded, failed=failed,
-                phase=podgroups.counts_phase(spec.min_available, running, succeeded, failed)))
+            reports.append(
+                GangReport(
+                    gang_key=gang,
+                    source=spec.source,
+                    scheduled=scheduled,
+                    has_counts=True,
+                    running=running,
+                    succeeded=succeeded,
+                    failed=failed,
+                    phase=podgroups.counts_phase(spec.min_available, running, succeeded, failed),
+                )
+            )
         return reports
 
     def _send_reports(self, refusals: Mapping[str, str], gangs: list[GangReport]) -> None:
         fresh = {k: m for k, m in refusals.items() if self._reported.get(k) != m}
         if not fresh and not gangs:
             return
-        pods = [PodReport(pod_key=k, unschedulable_message=m, event_reason=EventReason.FAILED_SCHEDULING,
-                          event_message=m) for k, m in sorted(fresh.items())]
+        pods = [
+            PodReport(pod_key=k, unschedulable_message=m, event_reason=EventReason.FAILED_SCHEDULING, event_message=m)
+            for k, m in sorted(fresh.items())
+        ]
         try:
             self.reporter.report(pods, gangs, self.now())
         except Exception as exc:  # the binder is down: these are retried when the pods change again
@@ -624,8 +670,14 @@ class ClusterFeed:
 
 def _fingerprint(pod: PodInfo) -> tuple[Any, ...]:
     annotations = tuple(sorted((k, v) for k, v in pod.annotations.items() if k not in _PHALANX_WRITTEN))
-    return (pod.uid, pod.priority, tuple(sorted(pod.requests.items())), pod.placement,
-            tuple(sorted(pod.labels.items())), annotations)
+    return (
+        pod.uid,
+        pod.priority,
+        tuple(sorted(pod.requests.items())),
+        pod.placement,
+        tuple(sorted(pod.labels.items())),
+        annotations,
+    )
 
 
 def _created(obj: Mapping[str, Any]) -> float:

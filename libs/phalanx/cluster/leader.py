@@ -68,11 +68,15 @@ class ElectionConfig:
         if min(self.lease_duration, self.renew_deadline, self.retry_period) <= 0:
             raise ValueError("leader election: lease duration, renew deadline and retry period must be positive")
         if self.lease_duration <= self.renew_deadline:
-            raise ValueError(f"leader election: the lease duration ({self.lease_duration:g}s) must be greater "
-                             f"than the renew deadline ({self.renew_deadline:g}s)")
+            raise ValueError(
+                f"leader election: the lease duration ({self.lease_duration:g}s) must be greater "
+                f"than the renew deadline ({self.renew_deadline:g}s)"
+            )
         if self.renew_deadline <= JITTER_FACTOR * self.retry_period:
-            raise ValueError(f"leader election: the renew deadline ({self.renew_deadline:g}s) must be greater "
-                             f"than {JITTER_FACTOR:g} x the retry period ({self.retry_period:g}s)")
+            raise ValueError(
+                f"leader election: the renew deadline ({self.renew_deadline:g}s) must be greater "
+                f"than {JITTER_FACTOR:g} x the retry period ({self.retry_period:g}s)"
+            )
 
 
 def pod_namespace(environ: Mapping[str, str] = os.environ, path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -112,9 +116,17 @@ class LeaderElector:
     leadership is lost (after calling `on_stopped_leading(reason)`) or `stop` is set. `on_started_leading
     (term)` runs on its own thread once the Lease is won, while renewals go on."""
 
-    def __init__(self, api: Any, config: ElectionConfig, *, on_started_leading: Callable[[int], None],
-                 on_stopped_leading: Callable[[str], None], on_tick: Callable[[], None] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        api: Any,
+        config: ElectionConfig,
+        *,
+        on_started_leading: Callable[[int], None],
+        on_stopped_leading: Callable[[str], None],
+        on_tick: Callable[[], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         """`api`: a kubernetes.client.CoordinationV1Api. `on_tick`: called at every iteration (a liveness beat)."""
         config.validate()
         self.api = api
@@ -137,11 +149,15 @@ class LeaderElector:
     def run(self, stop: threading.Event) -> None:
         if not self._acquire(stop):
             return
-        log.info("leader election: %s leads (Lease %s/%s, term %s)", self.config.identity, self.config.namespace,
-                 self.config.name, self.term)
+        log.info(
+            "leader election: %s leads (Lease %s/%s, term %s)",
+            self.config.identity,
+            self.config.namespace,
+            self.config.name,
+            self.term,
+        )
         assert self.term is not None
-        threading.Thread(target=self.on_started_leading, args=(self.term,), name="leader-takeover",
-                         daemon=True).start()
+        threading.Thread(target=self.on_started_leading, args=(self.term,), name="leader-takeover", daemon=True).start()
         reason = self._renew(stop)
         if reason:
             self.lost_reason = reason
@@ -166,8 +182,13 @@ class LeaderElector:
             if holder is True:
                 return True
             if isinstance(holder, str) and holder != logged:
-                log.info("leader election: %s is standby; the Lease %s/%s is held by %s", self.config.identity,
-                         self.config.namespace, self.config.name, holder)
+                log.info(
+                    "leader election: %s is standby; the Lease %s/%s is held by %s",
+                    self.config.identity,
+                    self.config.namespace,
+                    self.config.name,
+                    holder,
+                )
                 logged = holder
             stop.wait(self.config.retry_period * (1 + random.random() * JITTER_FACTOR))
         return False
@@ -199,8 +220,12 @@ class LeaderElector:
                     return True
                 return self._try_acquire_or_renew(timeout)
         except Exception as exc:
-            log.warning("leader election: Lease %s/%s: %s", self.config.namespace, self.config.name,
-                        str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+            log.warning(
+                "leader election: Lease %s/%s: %s",
+                self.config.namespace,
+                self.config.name,
+                str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+            )
             return None
 
     def _fast_renew(self, timeout: float) -> bool:
@@ -215,18 +240,28 @@ class LeaderElector:
 
         cfg = self.config
         now_mono, now = self._mono(), _micro_time(self._wall())
-        record = {"holderIdentity": cfg.identity, "leaseDurationSeconds": max(1, round(cfg.lease_duration)),
-                  "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+        record = {
+            "holderIdentity": cfg.identity,
+            "leaseDurationSeconds": max(1, round(cfg.lease_duration)),
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": 0,
+        }
         try:
             lease = self._read(timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": cfg.name, "namespace": cfg.namespace}, "spec": record}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+                "spec": record,
+            }
             try:
-                created = self.api.create_namespaced_lease(cfg.namespace, body, _preload_content=False,
-                                                           _request_timeout=timeout)
+                created = self.api.create_namespaced_lease(
+                    cfg.namespace, body, _preload_content=False, _request_timeout=timeout
+                )
             except ApiException as exc2:
                 if exc2.status == 409:  # another replica created it first
                     return None
@@ -246,8 +281,10 @@ class LeaderElector:
             if not expired and not predecessor:
                 return holder
             if predecessor and not expired:
-                log.info("leader election: the Lease is held by %s, an earlier incarnation of this pod: taking "
-                         "it over", holder)
+                log.info(
+                    "leader election: the Lease is held by %s, an earlier incarnation of this pod: taking it over",
+                    holder,
+                )
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == cfg.identity:
             record["acquireTime"] = spec.get("acquireTime") or now
@@ -260,9 +297,10 @@ class LeaderElector:
         return True
 
     def _read(self, timeout: float) -> dict[str, Any]:
-        resp = self.api.read_namespaced_lease(self.config.name, self.config.namespace, _preload_content=False,
-                                              _request_timeout=timeout)
-        return json.loads(resp.data)  # type: ignore[no-any-return]
+        resp = self.api.read_namespaced_lease(
+            self.config.name, self.config.namespace, _preload_content=False, _request_timeout=timeout
+        )
+        return json.loads(resp.data)
 
     def _replace(self, lease: dict[str, Any], timeout: float, conflict_ok: bool) -> bool:
         """Writes `lease` (its metadata.resourceVersion is the precondition); False on 409 Conflict."""
@@ -270,8 +308,9 @@ class LeaderElector:
 
         started = self._mono()
         try:
-            resp = self.api.replace_namespaced_lease(self.config.name, self.config.namespace, lease,
-                                                     _preload_content=False, _request_timeout=timeout)
+            resp = self.api.replace_namespaced_lease(
+                self.config.name, self.config.namespace, lease, _preload_content=False, _request_timeout=timeout
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -319,16 +358,30 @@ class LeaderElector:
             self.leading.clear()
             lease = json.loads(json.dumps(self._lease))
             now = _micro_time(self._wall())
-            lease["spec"] = {"holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now,
-                             "leaseTransitions": int(lease["spec"].get("leaseTransitions") or 0)}
+            lease["spec"] = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": int(lease["spec"].get("leaseTransitions") or 0),
+            }
             try:
-                self.api.replace_namespaced_lease(self.config.name, self.config.namespace, lease,
-                                                  _preload_content=False, _request_timeout=self.config.retry_period)
+                self.api.replace_namespaced_lease(
+                    self.config.name,
+                    self.config.namespace,
+                    lease,
+                    _preload_content=False,
+                    _request_timeout=self.config.retry_period,
+                )
             except Exception as exc:  # a conflict (someone else holds it already) or the API server is away
                 log.warning("leader election: releasing the Lease failed: %s", str(exc).splitlines()[0][:200])
                 return False
-            log.info("leader election: %s released the Lease %s/%s", self.config.identity, self.config.namespace,
-                     self.config.name)
+            log.info(
+                "leader election: %s released the Lease %s/%s",
+                self.config.identity,
+                self.config.namespace,
+                self.config.name,
+            )
             return True
 
 
@@ -343,7 +396,10 @@ def claim_fencing_term(elector: LeaderElector, store: Any) -> int:
         raised, current = store.claim_term(term)
         if raised:
             return term
-        log.warning("leader election: Redis holds fencing term %d, not below the Lease's %d; raising the Lease's "
-                    "count", current, term)
+        log.warning(
+            "leader election: Redis holds fencing term %d, not below the Lease's %d; raising the Lease's count",
+            current,
+            term,
+        )
         term = elector.raise_transitions(current + 1)
     raise RuntimeError(f"could not claim a fencing term above {current}")

@@ -27,8 +27,16 @@ class Leadership:
 
     `api_client`: a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs."""
 
-    def __init__(self, api_client: Any, config: ElectionConfig, loop: SchedulingLoop, monitor: HealthMonitor,
-                 new_duties: Callable[[], SchedulingDuties], *, on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        config: ElectionConfig,
+        loop: SchedulingLoop,
+        monitor: HealthMonitor,
+        new_duties: Callable[[], SchedulingDuties],
+        *,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
         from kubernetes import client
 
         self.config = config
@@ -37,8 +45,13 @@ class Leadership:
         self.new_duties = new_duties
         self.on_lost = on_lost
         beat = monitor.add_heartbeat(Heartbeat("leader election", max(60.0, 4 * config.lease_duration)))
-        self.elector = LeaderElector(client.CoordinationV1Api(api_client), config, on_started_leading=self._lead,
-                                     on_stopped_leading=self._lose, on_tick=beat.beat)
+        self.elector = LeaderElector(
+            client.CoordinationV1Api(api_client),
+            config,
+            on_started_leading=self._lead,
+            on_stopped_leading=self._lose,
+            on_tick=beat.beat,
+        )
         self.store.on_fenced = lambda exc: self._lose(str(exc))  # "fenced out: ..."
         self._stop = threading.Event()  # ends the elector's loop
         self._lock = threading.Lock()

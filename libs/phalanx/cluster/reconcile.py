@@ -179,8 +179,11 @@ class Maintenance:
             self.totals.update(repairs)
             for kind, n in repairs.items():
                 RECONCILE_REPAIRS.labels(kind).inc(n)
-            log.warning("reconcile: repaired %d (%s)", sum(repairs.values()),
-                        ", ".join(f"{k}={v}" for k, v in sorted(repairs.items())))
+            log.warning(
+                "reconcile: repaired %d (%s)",
+                sum(repairs.values()),
+                ", ".join(f"{k}={v}" for k, v in sorted(repairs.items())),
+            )
         return repairs
 
     def _memory_differs(self, records: dict[str, PodRecord]) -> str:
@@ -191,10 +194,14 @@ class Maintenance:
         out = []
         for name, mine, theirs in (("assumed", set(s.assumed), assumed), ("bound", s.bound, bound)):
             if mine != theirs:
-                out.append(f"{name}: only in memory {sorted(mine - theirs)[:5]}, only in Redis {sorted(theirs - mine)[:5]}")
+                out.append(
+                    f"{name}: only in memory {sorted(mine - theirs)[:5]}, only in Redis {sorted(theirs - mine)[:5]}"
+                )
         mem, red = s.snapshot.used_map(), {k: v for k, v in s.store.load_used().items() if v}
         wrong = sorted(k for k in set(mem) | set(red) if mem.get(k, 0) != red.get(k, 0))
         if wrong:
-            out.append("usage: " + ", ".join(f"{n}/{r} memory {mem.get((n, r), 0)} Redis {red.get((n, r), 0)}"
-                                             for n, r in wrong[:5]))
+            out.append(
+                "usage: "
+                + ", ".join(f"{n}/{r} memory {mem.get((n, r), 0)} Redis {red.get((n, r), 0)}" for n, r in wrong[:5])
+            )
         return "; ".join(out)

@@ -30,7 +30,6 @@ _PLACED = re.compile(r"^gang \S+: (\d+)/(?:\d+|\?) pods placed")
 _RELEASED = "released the gang's reservations"
 
 
-
 class Standing(StrEnum):
     """Where a gang stands, as explain judges it (the `state` of its JSON and text output)."""
 
@@ -163,8 +162,15 @@ def select(state: ClusterState, wanted: str | None, namespace: str | None) -> li
 
 def explain(state: ClusterState, gangs: Sequence[GangState], framework: Framework) -> Explanation:
     capacity = _capacity(state, framework) if state.nodes is not None else None
-    return Explanation(state.clock, state.now, state.source, state.scheduler_name,
-                       [_explain_gang(state, g, capacity) for g in gangs], list(state.errors), list(state.notes))
+    return Explanation(
+        state.clock,
+        state.now,
+        state.source,
+        state.scheduler_name,
+        [_explain_gang(state, g, capacity) for g in gangs],
+        list(state.errors),
+        list(state.notes),
+    )
 
 
 def _capacity(state: ClusterState, framework: Framework) -> Capacity:
@@ -187,25 +193,39 @@ def _explain_gang(state: ClusterState, g: GangState, cap: Capacity | None) -> Ga
     # was ever placed, its first attempt: the wait itself starts with the first placement).
     started = g.podgroup.schedule_start_time if g.podgroup is not None else None
     gs = gang_state(g)
-    since = None if gs == Standing.SATISFIED else min(
-        (p.created_at for p in (pending or g.pods) if p.created_at is not None), default=None)
+    since = (
+        None
+        if gs == Standing.SATISFIED
+        else min((p.created_at for p in (pending or g.pods) if p.created_at is not None), default=None)
+    )
     report, note = None, ""
     if cap is None:
         note = "node capacity unknown: " + str(state.source.get("capacityNote") or "the source has no nodes")
     elif gs in (Standing.WAITING, Standing.TIMED_OUT) and pending:
         report, note = _capacity_report(state, g, pending, cap)
     out = GangExplanation(
-        namespace=g.namespace, name=g.name, state=gs,
+        namespace=g.namespace,
+        name=g.name,
+        state=gs,
         declared_by=(g.spec.source if g.spec is not None else ""),
         mode=(spec.mode.value if spec is not None else ""),
-        error=g.error, waiting_for=g.waiting_for,
-        min_member=g.minimum, total_number=(spec.total_number if spec is not None else None),
+        error=g.error,
+        waiting_for=g.waiting_for,
+        min_member=g.minimum,
+        total_number=(spec.total_number if spec is not None else None),
         pods=len(g.pods) if g.bound_count is None else max(len(g.pods), g.bound),
-        bound=g.bound, pending=len(pending), placed=placed,
-        waiting_since=since, wait_seconds=wait if gs in (Standing.WAITING, Standing.TIMED_OUT) else None,
+        bound=g.bound,
+        pending=len(pending),
+        placed=placed,
+        waiting_since=since,
+        wait_seconds=wait if gs in (Standing.WAITING, Standing.TIMED_OUT) else None,
         timer_started=started,
         timeout_at=started + wait if started is not None and wait is not None and gs == Standing.WAITING else None,
-        reason=reason, reason_pod=reason_pod, podgroup=g.podgroup, capacity=report, capacity_note=note,
+        reason=reason,
+        reason_pod=reason_pod,
+        podgroup=g.podgroup,
+        capacity=report,
+        capacity_note=note,
         verdict="",
     )
     out.verdict = _verdict(out, g)
@@ -242,8 +262,9 @@ def _pods_to_place(g: GangState, pending: list[PodState]) -> list[PodInfo]:
     return infos
 
 
-def _capacity_report(state: ClusterState, g: GangState, pending: list[PodState],
-                     cap: Capacity) -> tuple[CapacityReport | None, str]:
+def _capacity_report(
+    state: ClusterState, g: GangState, pending: list[PodState], cap: Capacity
+) -> tuple[CapacityReport | None, str]:
     pods = _pods_to_place(g, pending)
     if not pods:
         unreadable = [p.key for p in pending if p.info is None]
@@ -255,28 +276,44 @@ def _capacity_report(state: ClusterState, g: GangState, pending: list[PodState],
     total = {r: sum(n.get(r, 0) for n in needs) for r in resources}
     eligibility = cap.eligibility(pods[0])  # a gang's pods come from one template: its first speaks for all
     free = {n: cap.free(n) for n in eligibility.nodes}
-    short = [r for r in resources if smallest[r] > 0
-             and sum(f.get(r, 0) // smallest[r] for f in free.values()) < len(pods)]
+    short = [
+        r for r in resources if smallest[r] > 0 and sum(f.get(r, 0) // smallest[r] for f in free.values()) < len(pods)
+    ]
     fit_now = cap.place(pods)
     primary = short[0] if short else (resources[0] if resources else "")
-    rooms = sorted((NodeRoom(n, {r: f.get(r, 0) for r in resources}, fit_count(smallest, f)) for n, f in free.items()),
-                   key=lambda room: (-room.pods_fit, -room.free.get(primary, 0), room.node))
+    rooms = sorted(
+        (NodeRoom(n, {r: f.get(r, 0) for r in resources}, fit_count(smallest, f)) for n, f in free.items()),
+        key=lambda room: (-room.pods_fit, -room.free.get(primary, 0), room.node),
+    )
     best = rooms[: len(pods)]
     best_names = {room.node for room in best}
     holders = _holders(state, cap, set(eligibility.nodes), set(resources))
-    held_by = [_group(holder, [p for p in members if p.node in best_names], set(resources))
-               for holder, members in holders if any(p.node in best_names for p in members)]
+    held_by = [
+        _group(holder, [p for p in members if p.node in best_names], set(resources))
+        for holder, members in holders
+        if any(p.node in best_names for p in members)
+    ]
     report = CapacityReport(
-        pods_to_place=len(pods), per_pod=per_pod, uniform=all(n == needs[0] for n in needs), total=total,
-        fit_now=fit_now, short=short, nodes_total=len(cap.snap), eligible_nodes=eligibility.nodes,
+        pods_to_place=len(pods),
+        per_pod=per_pod,
+        uniform=all(n == needs[0] for n in needs),
+        total=total,
+        fit_now=fit_now,
+        short=short,
+        nodes_total=len(cap.snap),
+        eligible_nodes=eligibility.nodes,
         exclusions=eligibility.exclusions,
         free_on_eligible={r: sum(f.get(r, 0) for f in free.values()) for r in resources},
-        best_nodes=best, held_by=held_by, runs_after=[], runs_at=None,
+        best_nodes=best,
+        held_by=held_by,
+        runs_after=[],
+        runs_at=None,
     )
     if g.spec is not None and g.spec.min_resources:
         everywhere = cap.snap.free_total()
-        report.min_resources_short = {r: (v, everywhere.get(r, 0)) for r, v in g.spec.min_resources.items()
-                                      if everywhere.get(r, 0) < v}
+        report.min_resources_short = {
+            r: (v, everywhere.get(r, 0)) for r, v in g.spec.min_resources.items() if everywhere.get(r, 0) < v
+        }
     if fit_now < len(pods):
         report.runs_after, report.fit_when_emptied = _release_plan(cap, pods, holders, set(resources))
         if report.runs_after:
@@ -307,8 +344,10 @@ def _holders(state: ClusterState, cap: Capacity, nodes: set[str], resources: set
             continue
         members.setdefault(p.holder or Holder("pod", p.key), []).append(p)
     groups = {h: _group(h, pods, resources) for h, pods in members.items()}
-    order = sorted(members, key=lambda h: (groups[h].ends_at is None, groups[h].ends_at or 0.0,
-                                           -sum(groups[h].holds.values()), h.key))
+    order = sorted(
+        members,
+        key=lambda h: (groups[h].ends_at is None, groups[h].ends_at or 0.0, -sum(groups[h].holds.values()), h.key),
+    )
     return [(h, members[h]) for h in order]
 
 
@@ -321,20 +360,29 @@ def _group(holder: Holder, pods: list[PodState], resources: set[str]) -> HolderG
     ends = [p.ends_at for p in pods]
     known = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
     bases = sorted({p.end_basis for p in pods if p.end_basis})
-    return HolderGroup(holder.kind, holder.key, len(pods), sorted({p.node for p in pods}),
-                       {r: v for r, v in holds.items() if v}, known, ", ".join(bases))
+    return HolderGroup(
+        holder.kind,
+        holder.key,
+        len(pods),
+        sorted({p.node for p in pods}),
+        {r: v for r, v in holds.items() if v},
+        known,
+        ", ".join(bases),
+    )
 
 
 MAX_PRUNED = 32  # holders tried one by one for "not needed after all"; beyond, the soonest-ending set stands
 
 
-def _release_plan(cap: Capacity, pods: list[PodInfo], holders: Members,
-                  resources: set[str]) -> tuple[list[HolderGroup] | None, int]:
+def _release_plan(
+    cap: Capacity, pods: list[PodInfo], holders: Members, resources: set[str]
+) -> tuple[list[HolderGroup] | None, int]:
     """The holders that must finish before the gang fits, and how many of its pods fit once they have.
 
     Holders finish in the order given: the shortest prefix after which the gang fits is found by bisection
     (more room never fits fewer pods, to the scheduler's scoring's approximation), then each holder of it
     that is not needed after all is put back. None when the gang does not fit even with all of them gone."""
+
     def fitted(chosen: Members) -> int:
         snap = cap.copy()
         cap.release(snap, [p.key for _, members in chosen for p in members])
@@ -368,23 +416,32 @@ def _verdict(e: GangExplanation, g: GangState) -> str:
         return f"{e.waiting_for}; its pods wait for it"
     if e.state == Standing.SATISFIED:
         return f"not waiting: {e.bound}/{e.min_member} pods bound"
-    prefix = ("timed out: Phalanx will not schedule it again until its pods are recreated; "
-              if e.state == Standing.TIMED_OUT else "")
+    prefix = (
+        "timed out: Phalanx will not schedule it again until its pods are recreated; "
+        if e.state == Standing.TIMED_OUT
+        else ""
+    )
     if e.min_member is not None and e.bound + e.pending < e.min_member and g.bound_count is None:
-        return (f"{prefix}only {e.bound + e.pending} of its {e.min_member} pods exist; "
-                f"it waits for {e.min_member - e.bound - e.pending} more to be created")
+        return (
+            f"{prefix}only {e.bound + e.pending} of its {e.min_member} pods exist; "
+            f"it waits for {e.min_member - e.bound - e.pending} more to be created"
+        )
     c = e.capacity
     if c is None:
         return prefix + (e.reason.message if e.reason is not None else "no reason reported yet")
     if c.min_resources_short:
         return prefix + "its minResources exceed what the cluster has free"
     if c.runs_after is None:
-        return (prefix + f"it cannot fit as the cluster stands: even with its {len(c.eligible_nodes)} eligible "
-                         f"node{'s' if len(c.eligible_nodes) != 1 else ''} emptied, {c.fit_when_emptied} of "
-                         f"{c.pods_to_place} pods fit")
+        return (
+            prefix + f"it cannot fit as the cluster stands: even with its {len(c.eligible_nodes)} eligible "
+            f"node{'s' if len(c.eligible_nodes) != 1 else ''} emptied, {c.fit_when_emptied} of "
+            f"{c.pods_to_place} pods fit"
+        )
     if c.fit_now >= c.pods_to_place:
-        return (prefix + f"all {c.pods_to_place} pending pods fit now; the scheduler has not placed them yet "
-                         "(it retries after a backoff, or other gangs are ahead)")
+        return (
+            prefix + f"all {c.pods_to_place} pending pods fit now; the scheduler has not placed them yet "
+            "(it retries after a backoff, or other gangs are ahead)"
+        )
     if not c.eligible_nodes:
         return prefix + "no node may take its pods (see excluded)"
     what = ", ".join(c.short) if c.short else "no single resource, but no node has all it needs at once"

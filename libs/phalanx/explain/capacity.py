@@ -104,8 +104,11 @@ class Capacity:
         for name in names:
             node = self.snap.nodes[self.snap.index[name]]
             if plugin == "TaintToleration":
-                untolerated = [t for t in node.taints if t.effect in ("NoSchedule", "NoExecute")
-                               and not tolerates(pod.placement.tolerations, t)]
+                untolerated = [
+                    t
+                    for t in node.taints
+                    if t.effect in ("NoSchedule", "NoExecute") and not tolerates(pod.placement.tolerations, t)
+                ]
                 out[name] = ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in untolerated)
             elif plugin == "NodeSelector":
                 wrong = [f"{k}={v}" for k, v in pod.placement.node_selector if node.labels.get(k) != v]
@@ -117,8 +120,11 @@ class Capacity:
         out: dict[str, str] = {}
         for i in np.flatnonzero(alive).tolist():
             node = self.snap.nodes[i]
-            lacking = [f"{r} {format_milli(r, node.allocatable.get(r, 0))} < {format_milli(r, v)}"
-                       for r, v in sorted(pod.requests.items()) if v > node.allocatable.get(r, 0)]
+            lacking = [
+                f"{r} {format_milli(r, node.allocatable.get(r, 0))} < {format_milli(r, v)}"
+                for r, v in sorted(pod.requests.items())
+                if v > node.allocatable.get(r, 0)
+            ]
             if lacking:
                 out[node.name] = ", ".join(lacking)
         return out

@@ -27,30 +27,50 @@ EXIT_NOT_FOUND = 1
 EXIT_BAD_INPUT = 2
 
 
-def add_explain_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_explain_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "explain", help="why gangs wait, and what would let them run (a cluster or a simulation report)",
+        "explain",
+        help="why gangs wait, and what would let them run (a cluster or a simulation report)",
         description="For every gang with pods waiting: bound and minimum, since when it waits and when it times "
-                    "out, the scheduler's last reason, which resource is short on which nodes, which nodes its "
-                    "pods may not use and why, and which gangs or jobs hold the capacity and when they end. Reads "
-                    "only: nothing is written to the cluster.")
-    p.add_argument("gang", nargs="?", metavar="GANG",
-                   help="explain only this gang (NAME or NAMESPACE/NAME), whatever its state")
+        "out, the scheduler's last reason, which resource is short on which nodes, which nodes its "
+        "pods may not use and why, and which gangs or jobs hold the capacity and when they end. Reads "
+        "only: nothing is written to the cluster.",
+    )
+    p.add_argument(
+        "gang", nargs="?", metavar="GANG", help="explain only this gang (NAME or NAMESPACE/NAME), whatever its state"
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
     p.add_argument("--context", help="kubeconfig context (default: the current one)")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="only gangs of this namespace (capacity still counts every pod)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="gangs of every namespace (the default)")
-    p.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
-                   help="spec.schedulerName of Phalanx's pods, as the services are run "
-                        f"(default {DEFAULT_SCHEDULER_NAME}; env PHALANX_SCHEDULER_NAME)")
-    p.add_argument("--default-wait", type=duration_arg, default=env("DEFAULT_WAIT", "600"), metavar="DURATION",
-                   help="the scheduler's wait for gangs that declare none (default 600s; env PHALANX_DEFAULT_WAIT)")
-    p.add_argument("--profile", default=env("PROFILE", "") or None,
-                   help="the scheduler's profile YAML, if it runs one (env PHALANX_PROFILE)")
+    p.add_argument(
+        "--scheduler-name",
+        default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
+        help="spec.schedulerName of Phalanx's pods, as the services are run "
+        f"(default {DEFAULT_SCHEDULER_NAME}; env PHALANX_SCHEDULER_NAME)",
+    )
+    p.add_argument(
+        "--default-wait",
+        type=duration_arg,
+        default=env("DEFAULT_WAIT", "600"),
+        metavar="DURATION",
+        help="the scheduler's wait for gangs that declare none (default 600s; env PHALANX_DEFAULT_WAIT)",
+    )
+    p.add_argument(
+        "--profile",
+        default=env("PROFILE", "") or None,
+        help="the scheduler's profile YAML, if it runs one (env PHALANX_PROFILE)",
+    )
     p.add_argument("--report", metavar="REPORT.json", help="explain a simulation report instead of a cluster")
-    p.add_argument("-f", "--workload", action="append", default=[], metavar="FILE",
-                   help="with --report: the workload it simulated (repeatable), for node capacity and pod requests")
+    p.add_argument(
+        "-f",
+        "--workload",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --report: the workload it simulated (repeatable), for node capacity and pod requests",
+    )
     p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     p.set_defaults(func=run_explain)
 

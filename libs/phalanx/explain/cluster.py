@@ -45,8 +45,10 @@ def api_client(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
         contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
         name = context or (active or {}).get("name", "")
         if context and context not in [c.get("name") for c in contexts or []]:
-            raise SourceError(f"kubeconfig: no context {context!r} (there are: "
-                              f"{', '.join(str(c.get('name')) for c in contexts or [])})")
+            raise SourceError(
+                f"kubeconfig: no context {context!r} (there are: "
+                f"{', '.join(str(c.get('name')) for c in contexts or [])})"
+            )
         return kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context), name
     except ConfigException as exc:
         if kubeconfig or context:
@@ -59,15 +61,24 @@ def api_client(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
     return kubernetes.client.ApiClient(configuration), "in-cluster"
 
 
-def read_cluster(api: Any, context: str, namespace: str | None, scheduler: str, default_wait: float,
-                 now: Callable[[], float] = time.time) -> ClusterState:
+def read_cluster(
+    api: Any,
+    context: str,
+    namespace: str | None,
+    scheduler: str,
+    default_wait: float,
+    now: Callable[[], float] = time.time,
+) -> ClusterState:
     from kubernetes import client
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     state = ClusterState(
-        clock="wall", now=now(), source={"kind": "cluster", "server": api.configuration.host, "context": context,
-                                         "namespace": namespace},
-        scheduler_name=scheduler, default_wait=default_wait, nodes=None,
+        clock="wall",
+        now=now(),
+        source={"kind": "cluster", "server": api.configuration.host, "context": context, "namespace": namespace},
+        scheduler_name=scheduler,
+        default_wait=default_wait,
+        nodes=None,
     )
     reader = _Reader(state)
     node_objects = reader.items("nodes", lambda: core.list_node(**_RAW))
@@ -84,15 +95,22 @@ def read_cluster(api: Any, context: str, namespace: str | None, scheduler: str, 
     if pods is None and namespace:
         pods = reader.items(f"pods in {namespace}", lambda: core.list_namespaced_pod(namespace, **_RAW))
         if pods is not None:
-            state.notes.append(f"pods could not be listed in every namespace: free capacity counts only the "
-                               f"pods of namespace {namespace}")
+            state.notes.append(
+                f"pods could not be listed in every namespace: free capacity counts only the "
+                f"pods of namespace {namespace}"
+            )
     if pods is None:
         raise SourceError(f"{state.source['server']}: pods could not be listed ({'; '.join(state.errors)})")
     resolver = GangResolver(default_wait_seconds=None)
     groups = _read_podgroups(reader, custom, namespace, resolver, state)
     _read_configmaps(reader, core, pods, resolver, state)
-    pods.sort(key=lambda o: (_meta(o).get("creationTimestamp") or "", _meta(o).get("namespace") or "",
-                             _meta(o).get("name") or ""))
+    pods.sort(
+        key=lambda o: (
+            _meta(o).get("creationTimestamp") or "",
+            _meta(o).get("namespace") or "",
+            _meta(o).get("name") or "",
+        )
+    )
     for obj in pods:
         pod = _pod(obj, scheduler)
         state.pods.append(pod)
@@ -106,15 +124,22 @@ def read_cluster(api: Any, context: str, namespace: str | None, scheduler: str, 
     return state
 
 
-
 class _Reader:
     """List calls whose failures become errors naming what could not be read, rather than exceptions."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
 
-    def items(self, what: str, call: Callable[[], Any], *, kind: str = "", api_version: str = "",
-              missing_ok: bool = False, quiet_forbidden: bool = False) -> list[dict[str, Any]] | None:
+    def items(
+        self,
+        what: str,
+        call: Callable[[], Any],
+        *,
+        kind: str = "",
+        api_version: str = "",
+        missing_ok: bool = False,
+        quiet_forbidden: bool = False,
+    ) -> list[dict[str, Any]] | None:
         from kubernetes.client.rest import ApiException
 
         try:
@@ -133,20 +158,23 @@ class _Reader:
         for item in items:  # list items come without their kind
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", api_version)
-        return items  # type: ignore[no-any-return]
+        return items
 
 
-def _read_podgroups(reader: _Reader, custom: Any, namespace: str | None, resolver: GangResolver,
-                    state: ClusterState) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _read_podgroups(
+    reader: _Reader, custom: Any, namespace: str | None, resolver: GangResolver, state: ClusterState
+) -> dict[tuple[str, str, str], dict[str, Any]]:
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for group, version in podgroups.VERSIONS.items():
+
         def call(group: str = group, version: str = version) -> Any:
             if namespace:
                 return custom.list_namespaced_custom_object(group, version, namespace, podgroups.PLURAL, **_RAW)
             return custom.list_cluster_custom_object(group, version, podgroups.PLURAL, **_RAW)
 
-        items = reader.items(f"{podgroups.PLURAL}.{group}", call, kind="PodGroup",
-                             api_version=f"{group}/{version}", missing_ok=True)  # 404: that CRD is not installed
+        items = reader.items(
+            f"{podgroups.PLURAL}.{group}", call, kind="PodGroup", api_version=f"{group}/{version}", missing_ok=True
+        )  # 404: that CRD is not installed
         for obj in items or []:
             meta = _meta(obj)
             out[(group, str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
@@ -157,14 +185,19 @@ def _read_podgroups(reader: _Reader, custom: Any, namespace: str | None, resolve
     return out
 
 
-def _read_configmaps(reader: _Reader, core: Any, pods: list[dict[str, Any]], resolver: GangResolver,
-                     state: ClusterState) -> None:
+def _read_configmaps(
+    reader: _Reader, core: Any, pods: list[dict[str, Any]], resolver: GangResolver, state: ClusterState
+) -> None:
     """Only the ConfigMaps pods name as their gang: listing every ConfigMap would read far more."""
     from kubernetes.client.rest import ApiException
 
-    named = sorted({(str(_meta(p).get("namespace") or ""), str((_meta(p).get("labels") or {}).get(CONFIGMAP_LABEL)))
-                    for p in pods if isinstance(_meta(p).get("labels"), dict)
-                    and (_meta(p).get("labels") or {}).get(CONFIGMAP_LABEL)})
+    named = sorted(
+        {
+            (str(_meta(p).get("namespace") or ""), str((_meta(p).get("labels") or {}).get(CONFIGMAP_LABEL)))
+            for p in pods
+            if isinstance(_meta(p).get("labels"), dict) and (_meta(p).get("labels") or {}).get(CONFIGMAP_LABEL)
+        }
+    )
     for namespace, name in named:
         try:
             obj = json.loads(core.read_namespaced_config_map(name, namespace, **_RAW).data)
@@ -186,9 +219,14 @@ def _pod(obj: dict[str, Any], scheduler: str) -> PodState:
     raw_annotations = meta.get("annotations")
     annotations: Mapping[str, Any] = raw_annotations if isinstance(raw_annotations, dict) else {}
     pod = PodState(
-        str(meta.get("namespace") or ""), str(meta.get("name") or ""), None, ours=scheduler_name(obj) == scheduler,
-        node=str(spec.get("nodeName") or ""), phase=str(status.get("phase") or ""),
-        created_at=_time(meta.get("creationTimestamp")), deleting=bool(meta.get("deletionTimestamp")),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        None,
+        ours=scheduler_name(obj) == scheduler,
+        node=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or ""),
+        created_at=_time(meta.get("creationTimestamp")),
+        deleting=bool(meta.get("deletionTimestamp")),
         timed_out=annotations.get(KOORD_TIMEOUT) == "true",
     )
     try:
@@ -197,13 +235,18 @@ def _pod(obj: dict[str, Any], scheduler: str) -> PodState:
         pod.error = str(exc)
     scheduled = _scheduled_condition(status)
     if scheduled is not None and scheduled.get("status") == "False":
-        pod.condition = Condition(str(scheduled.get("message") or ""), str(scheduled.get("reason") or ""),
-                                  _time(scheduled.get("lastTransitionTime")))
+        pod.condition = Condition(
+            str(scheduled.get("message") or ""),
+            str(scheduled.get("reason") or ""),
+            _time(scheduled.get("lastTransitionTime")),
+        )
     if pod.node:
         # The kubelet's startTime; without one (no kubelet yet), when the pod was bound.
         pod.started_at = _time(status.get("startTime")) or (
-            _time(scheduled.get("lastTransitionTime")) if scheduled is not None and scheduled.get("status") == "True"
-            else None)
+            _time(scheduled.get("lastTransitionTime"))
+            if scheduled is not None and scheduled.get("status") == "True"
+            else None
+        )
     _expected_end(pod, spec)
     pod.holder = _holder(pod, meta)
     return pod
@@ -269,18 +312,30 @@ def _links_only(pod: PodState, obj: Mapping[str, Any]) -> PodInfo | None:
     labels, annotations = meta.get("labels"), meta.get("annotations")
     if not isinstance(labels, dict) or not isinstance(annotations, dict):
         return None
-    return PodInfo(pod.namespace, pod.name, labels={str(k): str(v) for k, v in labels.items()},
-                   annotations={str(k): str(v) for k, v in annotations.items()})
+    return PodInfo(
+        pod.namespace,
+        pod.name,
+        labels={str(k): str(v) for k, v in labels.items()},
+        annotations={str(k): str(v) for k, v in annotations.items()},
+    )
 
 
 def _podgroup_status(group: str, obj: Mapping[str, Any]) -> PodGroupStatus:
     status = obj.get("status") or {}
-    conditions = [{k: c.get(k) for k in ("type", "status", "reason", "message")}
-                  for c in status.get("conditions") or [] if isinstance(c, dict)]
+    conditions = [
+        {k: c.get(k) for k in ("type", "status", "reason", "message")}
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    ]
     scheduled, running = status.get("scheduled"), status.get("running")
-    return PodGroupStatus(group, str(status.get("phase") or ""), conditions, _time(status.get("scheduleStartTime")),
-                          scheduled if isinstance(scheduled, int) else None,
-                          running if isinstance(running, int) else None)
+    return PodGroupStatus(
+        group,
+        str(status.get("phase") or ""),
+        conditions,
+        _time(status.get("scheduleStartTime")),
+        scheduled if isinstance(scheduled, int) else None,
+        running if isinstance(running, int) else None,
+    )
 
 
 def _scheduled_condition(status: Mapping[str, Any]) -> Mapping[str, Any] | None:

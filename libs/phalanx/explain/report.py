@@ -38,10 +38,17 @@ def read_report(path: str, workload_paths: list[str], scheduler: str, default_wa
         if isinstance(named, list) and named and all(isinstance(f, str) and Path(f).is_file() for f in named):
             workload_paths = list(named)
     state = ClusterState(
-        clock="virtual", now=float(summary.get("virtualSeconds") or 0.0),
-        source={"kind": "report", "report": path, "workload": list(workload_paths),
-                **({} if workload_paths else {"capacityNote": NO_WORKLOAD})},
-        scheduler_name=scheduler, default_wait=default_wait, nodes=None,
+        clock="virtual",
+        now=float(summary.get("virtualSeconds") or 0.0),
+        source={
+            "kind": "report",
+            "report": path,
+            "workload": list(workload_paths),
+            **({} if workload_paths else {"capacityNote": NO_WORKLOAD}),
+        },
+        scheduler_name=scheduler,
+        default_wait=default_wait,
+        nodes=None,
     )
     entries = {f"{p.get('namespace')}/{p.get('name')}": p for p in data["pods"] if isinstance(p, dict)}
     if workload_paths:
@@ -68,7 +75,7 @@ def _load(path: str) -> dict[str, Any]:
     missing = [k for k in ("summary", "pods", "podGroups") if not isinstance(data, dict) or k not in data]
     if missing:
         raise SourceError(f"{path}: not a simulation report (no {', '.join(missing)}; made by `phalanx simulate -o`?)")
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def _from_workload(state: ClusterState, w: Workload, entries: dict[str, dict[str, Any]]) -> None:
@@ -104,8 +111,9 @@ def _from_workload(state: ClusterState, w: Workload, entries: dict[str, dict[str
 
 
 def _workload_pod(state: ClusterState, obj: WorkloadObject, epoch: float, entry: dict[str, Any]) -> PodState:
-    pod = PodState(obj.namespace, obj.name, None, ours=scheduler_name(obj.obj) == state.scheduler_name,
-                   created_at=obj.at)
+    pod = PodState(
+        obj.namespace, obj.name, None, ours=scheduler_name(obj.obj) == state.scheduler_name, created_at=obj.at
+    )
     try:
         pod.info = parse_pod(obj.obj, epoch=epoch)
     except IntakeError as exc:

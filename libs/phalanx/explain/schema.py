@@ -83,17 +83,37 @@ def _gang(g: GangExplanation, now: float) -> dict[str, Any]:
     podgroup = None
     if g.podgroup is not None:
         pg = g.podgroup
-        podgroup = {"apiGroup": pg.api_group, "phase": pg.phase, "conditions": pg.conditions,
-                    "scheduleStartTime": pg.schedule_start_time, "scheduled": pg.scheduled, "running": pg.running}
+        podgroup = {
+            "apiGroup": pg.api_group,
+            "phase": pg.phase,
+            "conditions": pg.conditions,
+            "scheduleStartTime": pg.schedule_start_time,
+            "scheduled": pg.scheduled,
+            "running": pg.running,
+        }
     waited = None if g.waiting_since is None else round(now - g.waiting_since, 3)
     return {
-        "namespace": g.namespace, "name": g.name, "state": str(g.state), "declaredBy": g.declared_by, "mode": g.mode,
-        "verdict": g.verdict, "error": g.error, "waitingFor": g.waiting_for,
-        "minMember": g.min_member, "totalNumber": g.total_number, "pods": g.pods, "bound": g.bound,
-        "pending": g.pending, "placed": g.placed,
-        "waitingSince": g.waiting_since, "waitingSeconds": waited,
-        "waitSeconds": g.wait_seconds, "timerStarted": g.timer_started, "timeoutAt": g.timeout_at,
-        "reason": reason, "podGroup": podgroup,
+        "namespace": g.namespace,
+        "name": g.name,
+        "state": str(g.state),
+        "declaredBy": g.declared_by,
+        "mode": g.mode,
+        "verdict": g.verdict,
+        "error": g.error,
+        "waitingFor": g.waiting_for,
+        "minMember": g.min_member,
+        "totalNumber": g.total_number,
+        "pods": g.pods,
+        "bound": g.bound,
+        "pending": g.pending,
+        "placed": g.placed,
+        "waitingSince": g.waiting_since,
+        "waitingSeconds": waited,
+        "waitSeconds": g.wait_seconds,
+        "timerStarted": g.timer_started,
+        "timeoutAt": g.timeout_at,
+        "reason": reason,
+        "podGroup": podgroup,
         "capacityNote": g.capacity_note,
         "capacity": _capacity(g.capacity, now) if g.capacity is not None else None,
     }
@@ -101,21 +121,38 @@ def _gang(g: GangExplanation, now: float) -> dict[str, Any]:
 
 def _capacity(c: CapacityReport, now: float) -> dict[str, Any]:
     return {
-        "podsToPlace": c.pods_to_place, "fitNow": c.fit_now, "perPod": amounts(c.per_pod), "uniform": c.uniform,
-        "total": amounts(c.total), "short": c.short, "nodesTotal": c.nodes_total,
+        "podsToPlace": c.pods_to_place,
+        "fitNow": c.fit_now,
+        "perPod": amounts(c.per_pod),
+        "uniform": c.uniform,
+        "total": amounts(c.total),
+        "short": c.short,
+        "nodesTotal": c.nodes_total,
         "eligibleNodes": c.eligible_nodes,
-        "excluded": [{"filter": x.filter, "reason": x.reason, "nodes": x.nodes, "details": x.details}
-                     for x in c.exclusions],
+        "excluded": [
+            {"filter": x.filter, "reason": x.reason, "nodes": x.nodes, "details": x.details} for x in c.exclusions
+        ],
         "freeOnEligible": amounts(c.free_on_eligible),
         "bestNodes": [{"node": n.node, "free": amounts(n.free), "podsFit": n.pods_fit} for n in c.best_nodes],
         "heldBy": [holder(h, now) for h in c.held_by],
         "runsAfter": None if c.runs_after is None else [holder(h, now) for h in c.runs_after],
-        "runsAt": c.runs_at, "runsInSeconds": _relative(c.runs_at, now), "fitWhenEmptied": c.fit_when_emptied,
-        "minResourcesShort": {r: {"wanted": amount(wanted), "free": amount(free)}
-                              for r, (wanted, free) in c.min_resources_short.items()},
+        "runsAt": c.runs_at,
+        "runsInSeconds": _relative(c.runs_at, now),
+        "fitWhenEmptied": c.fit_when_emptied,
+        "minResourcesShort": {
+            r: {"wanted": amount(wanted), "free": amount(free)} for r, (wanted, free) in c.min_resources_short.items()
+        },
     }
 
 
 def holder(h: HolderGroup, now: float) -> dict[str, Any]:
-    return {"kind": h.kind, "key": h.key, "pods": h.pods, "nodes": h.nodes, "holds": amounts(h.holds),
-            "endsAt": h.ends_at, "endsInSeconds": _relative(h.ends_at, now), "endBasis": h.end_basis}
+    return {
+        "kind": h.kind,
+        "key": h.key,
+        "pods": h.pods,
+        "nodes": h.nodes,
+        "holds": amounts(h.holds),
+        "endsAt": h.ends_at,
+        "endsInSeconds": _relative(h.ends_at, now),
+        "endBasis": h.end_basis,
+    }

@@ -70,9 +70,14 @@ def _gang(g: GangExplanation, e: Explanation) -> list[str]:
         out.append(_row("pods", f"{g.bound} bound, {g.pending} pending"))
     if g.min_member is not None:
         placed = f", {g.placed} placed" if g.placed is not None else ""
-        out.append(_row("pods", f"{g.bound}/{g.min_member} bound (min {g.min_member}"
-                                + (f", total {g.total_number}" if g.total_number not in (None, g.min_member) else "")
-                                + f"), {g.pending} pending{placed}"))
+        out.append(
+            _row(
+                "pods",
+                f"{g.bound}/{g.min_member} bound (min {g.min_member}"
+                + (f", total {g.total_number}" if g.total_number not in (None, g.min_member) else "")
+                + f"), {g.pending} pending{placed}",
+            )
+        )
     if g.waiting_since is not None:
         out.append(_row("waiting", "since " + moment(g.waiting_since, e.now, e.clock)))
     if g.wait_seconds is not None:
@@ -102,18 +107,35 @@ def _podgroup(g: GangExplanation) -> str:
 
 def _capacity(c: CapacityReport, e: Explanation) -> list[str]:
     each = "" if c.uniform else " (the largest pod)"
-    out = [_row("needs", f"{c.pods_to_place} pods x ({quantities(c.per_pod)}){each} = {quantities(c.total)}; "
-                         f"{c.fit_now} of {c.pods_to_place} fit now")]
-    out.append(_row("free", f"{quantities(c.free_on_eligible)} on the {len(c.eligible_nodes)} eligible of "
-                            f"{c.nodes_total} nodes"))
+    out = [
+        _row(
+            "needs",
+            f"{c.pods_to_place} pods x ({quantities(c.per_pod)}){each} = {quantities(c.total)}; "
+            f"{c.fit_now} of {c.pods_to_place} fit now",
+        )
+    ]
+    out.append(
+        _row(
+            "free", f"{quantities(c.free_on_eligible)} on the {len(c.eligible_nodes)} eligible of {c.nodes_total} nodes"
+        )
+    )
     for r in c.short:
         best = ", ".join(format_milli(r, n.free.get(r, 0)) for n in c.best_nodes)
         nodes = f"the best {len(c.best_nodes)} nodes have" if len(c.best_nodes) != 1 else "the one node has"
-        out.append(_row("short", f"{r}: needs {format_milli(r, c.total.get(r, 0))} ({format_milli(r, c.per_pod[r])} "
-                                 f"per pod); {nodes} {best} free"))
+        out.append(
+            _row(
+                "short",
+                f"{r}: needs {format_milli(r, c.total.get(r, 0))} ({format_milli(r, c.per_pod[r])} "
+                f"per pod); {nodes} {best} free",
+            )
+        )
     for r, (wanted, free) in c.min_resources_short.items():
-        out.append(_row("short", f"{r}: minResources wants {format_milli(r, wanted)}, the cluster has "
-                                 f"{format_milli(r, free)} free"))
+        out.append(
+            _row(
+                "short",
+                f"{r}: minResources wants {format_milli(r, wanted)}, the cluster has {format_milli(r, free)} free",
+            )
+        )
     out.extend(_best_nodes(c))
     for x in c.exclusions:
         out.append(_row("excluded", _exclusion(x)))
@@ -158,8 +180,10 @@ def _runs(c: CapacityReport, e: Explanation) -> str:
     if c.fit_now >= c.pods_to_place:
         return "now: it fits as the cluster stands"
     if c.runs_after is None:
-        return (f"never as the cluster stands: with every pod on its eligible nodes gone, {c.fit_when_emptied} "
-                f"of {c.pods_to_place} fit")
+        return (
+            f"never as the cluster stands: with every pod on its eligible nodes gone, {c.fit_when_emptied} "
+            f"of {c.pods_to_place} fit"
+        )
     who = ", ".join(f"{h.kind} {h.key}" for h in c.runs_after)
     when = "at an unknown time" if c.runs_at is None else moment(c.runs_at, e.now, e.clock)
     return f"once {who} finish{'es' if len(c.runs_after) == 1 else ''}: {when}"

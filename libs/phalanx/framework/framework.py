@@ -95,7 +95,9 @@ class Framework:
             if rejected.any():
                 reasons.update(plugin.explain(req, snap, rejected))
             alive &= mask
-        detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda x: (-x[1], x[0])))
+        detail = ", ".join(
+            f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda x: (-x[1], x[0]))
+        )
         return f"0/{len(snap)} nodes are available: {detail}"
 
 

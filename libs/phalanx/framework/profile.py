@@ -8,8 +8,14 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_FILTERS = ("NodeUnschedulable", "NodeSelector", "NodeAffinity", "TaintToleration", "NodeResourcesFit",
-                   "GPUShare")
+DEFAULT_FILTERS = (
+    "NodeUnschedulable",
+    "NodeSelector",
+    "NodeAffinity",
+    "TaintToleration",
+    "NodeResourcesFit",
+    "GPUShare",
+)
 # Node preparation (see phalanx.framework.plugin.NodePreparer) is not chosen by a profile file: the prepared
 # nodes are what Redis holds and every process (scheduler, binder, explain) counts capacity against.
 DEFAULT_NODE_PREPARERS = ("GPUShare",)
@@ -55,8 +61,12 @@ def load_profile(path: str | Path | None) -> Profile:
         raise ProfileError(path, "", f"expected a mapping at the top level, got {_kind(data)}")
     unknown = set(data) - {"filters", "scores", "percentageOfNodesToScore"}
     if unknown:
-        raise ProfileError(path, "", f"unknown field(s) {', '.join(sorted(map(str, unknown)))} (known: filters, "
-                                     "scores, percentageOfNodesToScore)")
+        raise ProfileError(
+            path,
+            "",
+            f"unknown field(s) {', '.join(sorted(map(str, unknown)))} (known: filters, "
+            "scores, percentageOfNodesToScore)",
+        )
     profile = Profile()
     if "filters" in data:
         filters = data["filters"]
@@ -89,11 +99,16 @@ def check_plugin_names(profile: Profile, path: str | Path, filters: Iterable[str
     known_filters, known_scores = set(filters), set(scores)
     for i, name in enumerate(profile.filters):
         if name not in known_filters:
-            raise ProfileError(path, "filters", f"unknown filter plugin {name!r} (item {i + 1}; known: "
-                                                f"{', '.join(sorted(known_filters))})")
+            raise ProfileError(
+                path,
+                "filters",
+                f"unknown filter plugin {name!r} (item {i + 1}; known: {', '.join(sorted(known_filters))})",
+            )
     for name in profile.scores:
         if name not in known_scores:
-            raise ProfileError(path, f"scores.{name}", f"unknown score plugin (known: {', '.join(sorted(known_scores))})")
+            raise ProfileError(
+                path, f"scores.{name}", f"unknown score plugin (known: {', '.join(sorted(known_scores))})"
+            )
 
 
 def _kind(value: object) -> str:

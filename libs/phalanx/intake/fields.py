@@ -212,8 +212,9 @@ def checked_total(resources: Resources, subject: Subject, field: str) -> Resourc
     """A sum of quantities (containers, overhead) must still be an amount the services accept."""
     for name, amount in resources.items():
         if amount > MAX_AMOUNT:
-            raise subject.error(f"{field}.{name}", f"the total of {amount} milli-units is too large "
-                                                   f"(at most {MAX_AMOUNT})")
+            raise subject.error(
+                f"{field}.{name}", f"the total of {amount} milli-units is too large (at most {MAX_AMOUNT})"
+            )
     return resources
 
 

@@ -211,7 +211,8 @@ def _read_lightweight(pod: PodInfo, subject: Subject, site: LinkSite) -> GangLin
     # Community tooling writes these as labels or annotations; the annotation wins, like the name.
     key = keys.LIGHT_MIN_AVAILABLE
     where, raw = (
-        (f"metadata.annotations[{key}]", pod.annotations[key]) if key in pod.annotations
+        (f"metadata.annotations[{key}]", pod.annotations[key])
+        if key in pod.annotations
         else (f"metadata.labels[{key}]", pod.labels.get(key))
     )
     params = GangParams(min_available=_declared(raw, subject, where, positive_int)) if raw is not None else GangParams()
@@ -366,7 +367,8 @@ def object_ref(obj: Mapping[str, Any]) -> ObjectRef:
     if kind == "ConfigMap" and api_version in ("v1", None):
         return ObjectRef("ConfigMap", "", subject.namespace, subject.name)
     raise subject.error(
-        "kind", f"{quoted(kind)} ({quoted(api_version)}) does not declare a gang (PodGroup or ConfigMap)")
+        "kind", f"{quoted(kind)} ({quoted(api_version)}) does not declare a gang (PodGroup or ConfigMap)"
+    )
 
 
 def is_gang_object(obj: Mapping[str, Any]) -> bool:
@@ -400,7 +402,8 @@ def _read_podgroup(obj: Mapping[str, Any], subject: Subject) -> GangParams:
     params = GangParams(
         min_available=Declared(min_member, subject, "spec.minMember"),
         wait_seconds=_timeout_seconds(
-            fields.get(spec, "scheduleTimeoutSeconds"), subject, "spec.scheduleTimeoutSeconds"),
+            fields.get(spec, "scheduleTimeoutSeconds"), subject, "spec.scheduleTimeoutSeconds"
+        ),
         min_resources=fields.resource_list(fields.get(spec, "minResources"), subject, "spec.minResources"),
     )
     return params.overridden_by(koordinator_params(annotations, subject, _PODGROUP_ANNOTATION_KEYS))
@@ -488,4 +491,5 @@ def _total_below_min(minimum: Declared[int], total: Declared[int]) -> IntakeErro
 def invalid_spec(namespace: str, name: str, *, source: str, created_at: float, reason: str) -> GangSpec:
     """A placeholder for an unusable declaration, so its pods are refused instead of waiting for it."""
     return GangSpec(
-        namespace, name, min_available=0, total_number=0, created_at=created_at, source=source, invalid=reason)
+        namespace, name, min_available=0, total_number=0, created_at=created_at, source=source, invalid=reason
+    )

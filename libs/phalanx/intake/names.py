@@ -15,8 +15,9 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 LABEL_RULE = "a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending alphanumeric"
-SUBDOMAIN_RULE = ("a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.', "
-                  "starting and ending alphanumeric")
+SUBDOMAIN_RULE = (
+    "a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.', starting and ending alphanumeric"
+)
 
 
 def is_dns_label(name: object) -> bool:

@@ -37,8 +37,10 @@ def _allocatable(obj: Mapping[str, Any], subject: Subject) -> dict[str, int]:
     where = "status.allocatable" if fields.get(status, "allocatable") else "status.capacity"
     allocatable = fields.resource_list(fields.get(status, where.partition(".")[2]), subject, where)
     if allocatable.get(GPU, 0) > fields.MAX_NODE_GPUS * 1000:
-        raise subject.error(f"{where}.{GPU}", f"{allocatable[GPU] / 1000:g} GPUs is more than a node "
-                                                     f"can have (at most {fields.MAX_NODE_GPUS})")
+        raise subject.error(
+            f"{where}.{GPU}",
+            f"{allocatable[GPU] / 1000:g} GPUs is more than a node can have (at most {fields.MAX_NODE_GPUS})",
+        )
     allocatable.setdefault("pods", DEFAULT_MAX_PODS)
     return allocatable
 

@@ -43,7 +43,8 @@ def _affinity_terms(spec: Mapping[str, Any], subject: Subject) -> tuple[Selector
     node_affinity = fields.mapping(fields.get(affinity, "nodeAffinity"), subject, "spec.affinity.nodeAffinity")
     required = fields.mapping(
         fields.get(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution"),
-        subject, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        subject,
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
     )
     terms = fields.sequence(fields.get(required, "nodeSelectorTerms"), subject, _REQUIRED_TERMS)
     return tuple(_term(term, subject, f"{_REQUIRED_TERMS}[{i}]") for i, term in enumerate(terms))

@@ -89,8 +89,11 @@ class GangResolver:
         """
         wanted_kind, _, wanted_group = kind.partition(".")
         removed = [
-            ref for ref in self._objects
-            if ref.kind.lower() == wanted_kind.lower() and ref.namespace == namespace and ref.name == name
+            ref
+            for ref in self._objects
+            if ref.kind.lower() == wanted_kind.lower()
+            and ref.namespace == namespace
+            and ref.name == name
             and (not wanted_group or ref.group == wanted_group)
         ]
         for ref in removed:
@@ -154,23 +157,34 @@ class GangResolver:
 
     def _self_contained_spec(self, namespace: str, link: GangLink, created_at: float) -> GangSpec:
         return build_spec(
-            namespace, link.name, link.params, source=link.source, created_at=created_at,
-            default_wait_seconds=self._default_wait, min_field=link.min_field,
+            namespace,
+            link.name,
+            link.params,
+            source=link.source,
+            created_at=created_at,
+            default_wait_seconds=self._default_wait,
+            min_field=link.min_field,
         )
 
     def _stored_object_spec(self, ref: ObjectRef, stored: _StoredObject, overrides: GangParams) -> GangSpec:
         if stored.invalid:
             return invalid_spec(
-                ref.namespace, ref.name, source=ref.source, created_at=stored.created_at, reason=stored.invalid)
+                ref.namespace, ref.name, source=ref.source, created_at=stored.created_at, reason=stored.invalid
+            )
         try:
             return self._object_spec(ref, stored.params.overridden_by(overrides), stored.created_at)
         except IntakeError as exc:
             # The pod's overrides contradict the object (e.g. min-available above its total-number).
             return invalid_spec(
-                ref.namespace, ref.name, source=ref.source, created_at=stored.created_at, reason=str(exc))
+                ref.namespace, ref.name, source=ref.source, created_at=stored.created_at, reason=str(exc)
+            )
 
     def _object_spec(self, ref: ObjectRef, params: GangParams, created_at: float) -> GangSpec:
         return build_spec(
-            ref.namespace, ref.name, params, source=ref.source, created_at=created_at,
+            ref.namespace,
+            ref.name,
+            params,
+            source=ref.source,
+            created_at=created_at,
             default_wait_seconds=self._default_wait,
         )

@@ -40,9 +40,12 @@ class VolcanoPhase(StrEnum):
 # Volcano has no "waiting" or "failed" phase: a waiting gang is admitted (Inqueue); a gang that cannot be
 # placed stays Pending, and its Unschedulable condition says why.
 _VOLCANO_PHASE: dict[str, VolcanoPhase] = {
-    GangPhase.PENDING: VolcanoPhase.PENDING, GangPhase.SCHEDULING: VolcanoPhase.INQUEUE,
-    GangPhase.SCHEDULED: VolcanoPhase.RUNNING, GangPhase.RUNNING: VolcanoPhase.RUNNING,
-    GangPhase.FINISHED: VolcanoPhase.COMPLETED, GangPhase.FAILED: VolcanoPhase.PENDING,
+    GangPhase.PENDING: VolcanoPhase.PENDING,
+    GangPhase.SCHEDULING: VolcanoPhase.INQUEUE,
+    GangPhase.SCHEDULED: VolcanoPhase.RUNNING,
+    GangPhase.RUNNING: VolcanoPhase.RUNNING,
+    GangPhase.FINISHED: VolcanoPhase.COMPLETED,
+    GangPhase.FAILED: VolcanoPhase.PENDING,
 }
 VOLCANO_READY_REASON = "tasks in gang are ready to be scheduled"  # Volcano's own reason for Scheduled
 
@@ -51,7 +54,7 @@ def group_of(source: str) -> str | None:
     """The API group of a gang declared by a PodGroup ("podgroup/<group>"); None for the other forms."""
     if not source.startswith(_SOURCE_PREFIX):
         return None
-    group = source[len(_SOURCE_PREFIX):]
+    group = source[len(_SOURCE_PREFIX) :]
     return group if group in VERSIONS else None
 
 
@@ -108,5 +111,11 @@ def _volcano_condition(report: GangReport, now: float) -> dict[str, Any] | None:
         kind, reason = "Unschedulable", "NotEnoughTasks"  # placed pods wait for the rest of the gang
     else:
         return None
-    return {"type": kind, "status": "True", "reason": reason, "message": report.message,
-            "lastTransitionTime": rfc3339(now), "transitionID": str(uuid.uuid4())}
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": report.message,
+        "lastTransitionTime": rfc3339(now),
+        "transitionID": str(uuid.uuid4()),
+    }

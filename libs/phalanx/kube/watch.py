@@ -56,8 +56,17 @@ def _stub(collection: Collection, key: str) -> dict[str, Any]:
 
 
 class Watcher:
-    def __init__(self, collection: Collection, sink: Sink, stop: threading.Event, *, watch_timeout: int = 300,
-                 missing_retry: float = 30.0, max_backoff: float = 30.0, request_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        collection: Collection,
+        sink: Sink,
+        stop: threading.Event,
+        *,
+        watch_timeout: int = 300,
+        missing_retry: float = 30.0,
+        max_backoff: float = 30.0,
+        request_timeout: float = 60.0,
+    ) -> None:
         self.collection = collection
         self.sink = sink
         self.stop = stop
@@ -122,8 +131,9 @@ class Watcher:
                     break
                 if exc.status == 404:  # the collection does not exist (CRD not installed, or removed)
                     if self.served:  # it was there: a CRD removed while we watched
-                        log.warning("%s: no longer served by the API server; retrying every %gs",
-                                    name, self.missing_retry)
+                        log.warning(
+                            "%s: no longer served by the API server; retrying every %gs", name, self.missing_retry
+                        )
                     elif not missing_logged:  # at start: the feed says it once for every collection
                         log.debug("%s: not served by the API server; retrying every %gs", name, self.missing_retry)
                     missing_logged = True
@@ -142,8 +152,7 @@ class Watcher:
             except Exception as exc:  # connection errors and the like: resume from where we were
                 if self.stop.is_set():
                     break
-                log.warning("%s: watch interrupted (%s: %s); retrying in %.1fs", name, type(exc).__name__, exc,
-                            backoff)
+                log.warning("%s: watch interrupted (%s: %s); retrying in %.1fs", name, type(exc).__name__, exc, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
 
@@ -181,8 +190,13 @@ class Watcher:
         from kubernetes.client.rest import ApiException
         from kubernetes.watch.watch import iter_resp_lines
 
-        resp = self._call(watch=True, resource_version=version, allow_watch_bookmarks=True,
-                          timeout_seconds=self.watch_timeout, _request_timeout=(10, self.watch_timeout + 30))
+        resp = self._call(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout,
+            _request_timeout=(10, self.watch_timeout + 30),
+        )
         self._resp = resp
         try:
             status = getattr(resp, "status", 200)

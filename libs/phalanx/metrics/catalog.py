@@ -34,41 +34,52 @@ SCHEDULE_ATTEMPTS = Counter(
     "sent to the binder); 'unschedulable': not placed (no node fits, a gang rule holds it back, its gang is "
     "invalid or timed out, a commit conflict or a refused bind sent it back to the queue); 'error': the round "
     "failed before the pod was judged (Redis or the queue unreachable). 'profile' is the scheduler name.",
-    ["result", "profile"], registry=None)
+    ["result", "profile"],
+    registry=None,
+)
 
 ATTEMPT_DURATION = WeightedHistogram(
     "scheduler_scheduling_attempt_duration_seconds",
     "Scheduling attempt latency in seconds (kube-scheduler's metric): filtering, scoring and the Redis commit "
     "of the unit the pod was judged in (a gang's popped pods together, or a round's pods without a gang, "
     "whose bind is included). A gang's bind is timed by the binder (phalanx_bind_duration_seconds).",
-    ["result", "profile"], ATTEMPT_BUCKETS)
+    ["result", "profile"],
+    ATTEMPT_BUCKETS,
+)
 
 POD_E2E = WeightedHistogram(
     "scheduler_pod_scheduling_sli_duration_seconds",
     "End-to-end latency of a pod being scheduled, over all its attempts (kube-scheduler's metric, without "
     "its 'attempts' label): from the pod's creation (metadata.creationTimestamp; in a simulation, its "
     "arrival) to the binder's answer that it is bound.",
-    (), E2E_BUCKETS)
+    (),
+    E2E_BUCKETS,
+)
 
 GANG_WAIT = WeightedHistogram(
     "phalanx_gang_wait_duration_seconds",
     "Seconds from a gang's creation (its PodGroup's creationTimestamp, or its first pod's for a gang declared "
     "by pod labels) to its first bind, the one that reached its minimum. The count is the number of gangs "
     "bound.",
-    (), E2E_BUCKETS)
+    (),
+    E2E_BUCKETS,
+)
 
 GANG_TIMEOUTS = Counter(
     "phalanx_gang_timeouts_total",
     "Gangs that timed out: their wait (scheduleTimeoutSeconds, or --default-wait) ran out before they reached "
     "their minimum; their reservations were released and their pods are not scheduled again until recreated.",
-    registry=None)
+    registry=None,
+)
 
 RECONCILE_REPAIRS = Counter(
     "phalanx_reconcile_repairs_total",
     "Repairs made by reconciliation (Kubernetes mode) when the scheduler's memory, Redis and the API server "
     "disagreed, by kind (node, uncounted-pod, unrecorded-binding, stale-record, stale-bound, moved, "
     "stale-node, usage, scheduler-memory, gang specs re-sent). Steadily rising means drift.",
-    ["kind"], registry=None)
+    ["kind"],
+    registry=None,
+)
 
 # -- scheduler and binder -------------------------------------------------------------------------------
 TXN_CONFLICTS = Counter(
@@ -77,7 +88,9 @@ TXN_CONFLICTS = Counter(
     "retried or sent back), by reason: 'capacity' (a node no longer has room), 'pod_state' (a pod's "
     "reservation changed), 'node_gone', 'locked' (another binder holds the bind mutex), 'stale_fence' (a "
     "newer holder of the bind mutex exists).",
-    ["reason"], registry=None)
+    ["reason"],
+    registry=None,
+)
 
 # -- binder ---------------------------------------------------------------------------------------------
 BIND_DURATION = WeightedHistogram(
@@ -85,14 +98,18 @@ BIND_DURATION = WeightedHistogram(
     "Seconds the binder took to bind one batch (a gang or GangGroup at once, or pods without a gang): the "
     "cluster's checks, the binding intent, the API server writes and the Redis commit. Batches bound "
     "together (one bind_many) each count the joint time.",
-    (), BIND_BUCKETS)
+    (),
+    BIND_BUCKETS,
+)
 
 BIND_RESULTS_TOTAL = Counter(
     "phalanx_bind_results_total",
     "Pods the binder answered, by result: 'bound'; 'failed' (refused, its reservation released); "
     "'rolled_back' (released with its gang, all-or-nothing); 'gone' (the pod no longer exists); 'pending' "
     "(the API server did not answer: kept reserved and sent again).",
-    ["result"], registry=None)
+    ["result"],
+    registry=None,
+)
 
 for _result in BIND_RESULTS:  # every series exists from the start, so rate() and absent() work
     BIND_RESULTS_TOTAL.labels(_result)
@@ -101,8 +118,15 @@ for _reason in CONFLICT_REASONS:
 
 SERVICE_METRICS: dict[str, tuple[Collector, ...]] = {
     "queue": (),  # all of the queue's are computed when scraped (collectors.QueueCollector)
-    "scheduler": (SCHEDULE_ATTEMPTS, ATTEMPT_DURATION, POD_E2E, GANG_WAIT, GANG_TIMEOUTS, RECONCILE_REPAIRS,
-                  TXN_CONFLICTS),
+    "scheduler": (
+        SCHEDULE_ATTEMPTS,
+        ATTEMPT_DURATION,
+        POD_E2E,
+        GANG_WAIT,
+        GANG_TIMEOUTS,
+        RECONCILE_REPAIRS,
+        TXN_CONFLICTS,
+    ),
     "binder": (BIND_DURATION, BIND_RESULTS_TOTAL, TXN_CONFLICTS),
 }
 
@@ -117,8 +141,11 @@ def registry_for(service: str, *extra: Collector) -> CollectorRegistry:
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     # "component", not "service": Prometheus Operator targets carry a `service` label of their own.
-    build = Info("phalanx_build", "The Phalanx component (queue, scheduler, binder) and version this process "
-                 "runs.", registry=registry)
+    build = Info(
+        "phalanx_build",
+        "The Phalanx component (queue, scheduler, binder) and version this process runs.",
+        registry=registry,
+    )
     build.info({"component": service, "version": package_version()})
     for collector in (*SERVICE_METRICS[service], *extra):
         registry.register(collector)

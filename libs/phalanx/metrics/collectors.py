@@ -22,18 +22,24 @@ if TYPE_CHECKING:
 PENDING_QUEUES = ("active", "backoff", "unschedulable")
 GANG_PHASES = ("pending", "waiting", "bound", "timed_out", "invalid", "undeclared")
 
-PENDING_HELP = ("Number of pending pods, by the queue type (kube-scheduler's metric): 'active' wait to be "
-                "popped; 'backoff' wait out a retry delay; 'unschedulable' were tried, failed, and wait for a "
-                "cluster event that may help them. Pods lent to a scheduler are counted in "
-                "phalanx_queue_in_flight_pods.")
-GANGS_HELP = ("Gangs the scheduler knows, by phase: 'pending' (declared, no pod placed yet), 'waiting' (some "
-              "pods reserved, short of the minimum), 'bound' (reached its minimum and was bound), 'timed_out', "
-              "'invalid' (its PodGroup or labels are invalid), 'undeclared' (pods name a gang that no PodGroup "
-              "declares). Gangs whose pods are all gone are forgotten and leave the count.")
-PARTIAL_HELP = ("Gangs bound short of their minimum: the gang's bind is over (it is recorded bound and none "
-                "of its reservations is still waiting to be bound) yet fewer of its pods were bound than its "
-                "minMember. Must stay 0: a gang is bound all-or-nothing; only a pod deleted, or refused by the "
-                "API server after its gang's binding started, leaves the rest of a gang bound without it.")
+PENDING_HELP = (
+    "Number of pending pods, by the queue type (kube-scheduler's metric): 'active' wait to be "
+    "popped; 'backoff' wait out a retry delay; 'unschedulable' were tried, failed, and wait for a "
+    "cluster event that may help them. Pods lent to a scheduler are counted in "
+    "phalanx_queue_in_flight_pods."
+)
+GANGS_HELP = (
+    "Gangs the scheduler knows, by phase: 'pending' (declared, no pod placed yet), 'waiting' (some "
+    "pods reserved, short of the minimum), 'bound' (reached its minimum and was bound), 'timed_out', "
+    "'invalid' (its PodGroup or labels are invalid), 'undeclared' (pods name a gang that no PodGroup "
+    "declares). Gangs whose pods are all gone are forgotten and leave the count."
+)
+PARTIAL_HELP = (
+    "Gangs bound short of their minimum: the gang's bind is over (it is recorded bound and none "
+    "of its reservations is still waiting to be bound) yet fewer of its pods were bound than its "
+    "minMember. Must stay 0: a gang is bound all-or-nothing; only a pod deleted, or refused by the "
+    "API server after its gang's binding started, leaves the rest of a gang bound without it."
+)
 
 
 class QueueCollector(Collector):
@@ -48,12 +54,17 @@ class QueueCollector(Collector):
         for name in PENDING_QUEUES:
             pending.add_metric([name], counts.get(name, 0))
         yield pending
-        yield GaugeMetricFamily("phalanx_queue_in_flight_pods",
-                                "Pods popped by a scheduler and not answered yet (lent to it).",
-                                value=counts.get("in_flight", 0))
-        yield CounterMetricFamily("phalanx_queue_returned_loans",
-                                  "Pods that came back to the queue because the scheduler that popped them "
-                                  "restarted or fell silent for --lease seconds.", value=self.queue.returned_loans)
+        yield GaugeMetricFamily(
+            "phalanx_queue_in_flight_pods",
+            "Pods popped by a scheduler and not answered yet (lent to it).",
+            value=counts.get("in_flight", 0),
+        )
+        yield CounterMetricFamily(
+            "phalanx_queue_returned_loans",
+            "Pods that came back to the queue because the scheduler that popped them "
+            "restarted or fell silent for --lease seconds.",
+            value=self.queue.returned_loans,
+        )
 
 
 class GangCollector(Collector):
@@ -110,8 +121,11 @@ class LeaderCollector(Collector):
         self.leading = leading
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily("leader_election_master_status",
-                                   "1 while this replica leads (holds the Lease named 'name') and schedules, "
-                                   "0 while it is a standby (kube-scheduler's metric).", labels=["name"])
+        family = GaugeMetricFamily(
+            "leader_election_master_status",
+            "1 while this replica leads (holds the Lease named 'name') and schedules, "
+            "0 while it is a standby (kube-scheduler's metric).",
+            labels=["name"],
+        )
         family.add_metric([self.lease], 1 if self.leading() else 0)
         yield family

@@ -19,7 +19,7 @@ from prometheus_client.utils import floatToGoString
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
     """start, start*factor, ... (`count` upper bounds), as kube-scheduler's ExponentialBuckets."""
-    return tuple(start * factor ** i for i in range(count))
+    return tuple(start * factor**i for i in range(count))
 
 
 class HistogramChild:
@@ -48,8 +48,13 @@ class HistogramChild:
 class WeightedHistogram(Collector):
     """A histogram family (name, HELP, label names, bucket bounds); register it in a CollectorRegistry."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
-                 buckets: Sequence[float] = exponential_buckets(0.001, 2, 15)) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        buckets: Sequence[float] = exponential_buckets(0.001, 2, 15),
+    ) -> None:
         if not documentation:
             raise ValueError(f"histogram {name}: HELP text is required")
         self.name = name

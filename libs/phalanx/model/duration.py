@@ -15,8 +15,14 @@ import re
 from decimal import Decimal
 
 _UNIT_SECONDS: dict[str, Decimal] = {
-    "ns": Decimal("1e-9"), "us": Decimal("1e-6"), "µs": Decimal("1e-6"), "μs": Decimal("1e-6"),
-    "ms": Decimal("1e-3"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600),
+    "ns": Decimal("1e-9"),
+    "us": Decimal("1e-6"),
+    "µs": Decimal("1e-6"),
+    "μs": Decimal("1e-6"),
+    "ms": Decimal("1e-3"),
+    "s": Decimal(1),
+    "m": Decimal(60),
+    "h": Decimal(3600),
 }
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)"
 # The longer units come first so "ms" is not read as "m" followed by a stray "s".
@@ -45,5 +51,6 @@ def parse_duration(text: str | float) -> float:
         return float(Decimal(value))
     if not _GO_DURATION.match(value):
         raise ValueError(
-            f"{json.dumps(text)} is not a duration (expected e.g. 30s, 1h30m, 500ms; units ns, us, ms, s, m, h)")
+            f"{json.dumps(text)} is not a duration (expected e.g. 30s, 1h30m, 500ms; units ns, us, ms, s, m, h)"
+        )
     return float(sum(Decimal(number) * _UNIT_SECONDS[unit] for number, unit in _PART.findall(value)))

@@ -11,8 +11,9 @@ from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 
 
-def _utilisation_after(req: PodRequest, snap: Snapshot, candidates: np.ndarray, cols: np.ndarray,
-                       amounts: np.ndarray) -> list[np.ndarray]:
+def _utilisation_after(
+    req: PodRequest, snap: Snapshot, candidates: np.ndarray, cols: np.ndarray, amounts: np.ndarray
+) -> list[np.ndarray]:
     """Per requested column, each candidate's utilisation after placing the pod, clipped to [0, 1] (a
     node without the resource counts as full). Column by column, with a plain slice when every node is a
     candidate: gathering a (candidates x columns) block with np.ix_ cost more than the arithmetic."""
@@ -29,8 +30,9 @@ def _utilisation_after(req: PodRequest, snap: Snapshot, candidates: np.ndarray, 
     return out
 
 
-_FLOAT_CAPACITY: "weakref.WeakKeyDictionary[Snapshot, tuple[int, dict[int, tuple[np.ndarray, bool]]]]" = \
+_FLOAT_CAPACITY: "weakref.WeakKeyDictionary[Snapshot, tuple[int, dict[int, tuple[np.ndarray, bool]]]]" = (
     weakref.WeakKeyDictionary()
+)
 
 
 def _float_capacity(snap: Snapshot, j: int) -> tuple[np.ndarray, bool]:

@@ -34,8 +34,12 @@ def with_gpu_devices(node: NodeInfo) -> NodeInfo:
 
 
 def _device_columns(snap: Snapshot) -> np.ndarray:
-    cols = [snap.column[c] for c in sorted((c for c in snap.column if c.startswith(DEVICE_PREFIX)),
-                                           key=lambda c: int(c[len(DEVICE_PREFIX):]))]
+    cols = [
+        snap.column[c]
+        for c in sorted(
+            (c for c in snap.column if c.startswith(DEVICE_PREFIX)), key=lambda c: int(c[len(DEVICE_PREFIX) :])
+        )
+    ]
     return np.array(cols, dtype=np.intp)
 
 

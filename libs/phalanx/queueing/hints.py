@@ -55,13 +55,18 @@ class Hint:
     tally: _Tally | None = field(default=None, compare=False, repr=False)  # the queue's running count
 
     @staticmethod
-    def of(needs: Mapping[str, int] | None = None, insufficient: Iterable[str] = (), nodes: Iterable[str] = (),
-           node_change_only: bool = False, pods: int = 1, slots: Mapping[str, int] | None = None) -> "Hint":
+    def of(
+        needs: Mapping[str, int] | None = None,
+        insufficient: Iterable[str] = (),
+        nodes: Iterable[str] = (),
+        node_change_only: bool = False,
+        pods: int = 1,
+        slots: Mapping[str, int] | None = None,
+    ) -> "Hint":
         ordered = tuple(sorted((needs or {}).items(), key=lambda kv: (-kv[1], kv[0])))
         counted = tuple(sorted((n, k) for n, k in (slots or {}).items() if k > 0))
         tally = _Tally(counted) if pods > 1 and ordered else None
-        return Hint(ordered, frozenset(insufficient), frozenset(nodes), node_change_only, max(pods, 1), counted,
-                    tally)
+        return Hint(ordered, frozenset(insufficient), frozenset(nodes), node_change_only, max(pods, 1), counted, tally)
 
 
 def still_fits(hint: Hint | None) -> bool:
@@ -180,8 +185,11 @@ class FreedCapacity:
         return FreedCapacity().merge(self)
 
     def events(self) -> list[Freed]:
-        return [Freed(node, frozenset(names), dict(amounts), not released)
-                for node, (names, amounts, released) in sorted(self._nodes.items()) if released or amounts]
+        return [
+            Freed(node, frozenset(names), dict(amounts), not released)
+            for node, (names, amounts, released) in sorted(self._nodes.items())
+            if released or amounts
+        ]
 
     def released(self) -> bool:
         """Was anything released (as opposed to only taken)?"""

@@ -129,8 +129,7 @@ def backoff_delay(attempts: int, initial: float, maximum: float) -> float:
 
 
 class SchedulingQueue:
-    def __init__(self, settings: QueueSettings | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: QueueSettings | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings or QueueSettings()
         self._monotonic = monotonic
         self._consumers: dict[str, _Consumer] = {}
@@ -190,8 +189,18 @@ class SchedulingQueue:
         heapq.heappush(self._backoff, (e.backoff_until, e.version, e.key))
 
     # -- intake ----------------------------------------------------------------------------------
-    def add(self, key: str, *, priority: int, created_at: float, gang: str, gang_created_at: float,
-            payload: Any, now: float, only_missing: bool = False) -> bool:
+    def add(
+        self,
+        key: str,
+        *,
+        priority: int,
+        created_at: float,
+        gang: str,
+        gang_created_at: float,
+        payload: Any,
+        now: float,
+        only_missing: bool = False,
+    ) -> bool:
         """Adds (or replaces) a pod; returns False when `only_missing` and the queue already holds it."""
         with self._lock:
             old = self._entries.get(key)
@@ -308,8 +317,9 @@ class SchedulingQueue:
                 self.returned_loans += 1
         c.lent.clear()
 
-    def pop(self, max_pods: int, now: float, wait_seconds: float = 0.0, consumer: str = "",
-            incarnation: str = "") -> list[Entry]:
+    def pop(
+        self, max_pods: int, now: float, wait_seconds: float = 0.0, consumer: str = "", incarnation: str = ""
+    ) -> list[Entry]:
         """Pops whole units in queue order until at least `max_pods` pods (a gang is never split), lent
         to `consumer` (see the module's docstring)."""
         with self._lock:
@@ -336,8 +346,19 @@ class SchedulingQueue:
             return out
 
     # -- results ---------------------------------------------------------------------------------
-    def done(self, key: str, outcome: Outcome, now: float, payload: Any = None, *, priority: int = 0,
-             created_at: float = 0.0, gang: str = "", gang_created_at: float = 0.0, hint: Hint | None = None) -> None:
+    def done(
+        self,
+        key: str,
+        outcome: Outcome,
+        now: float,
+        payload: Any = None,
+        *,
+        priority: int = 0,
+        created_at: float = 0.0,
+        gang: str = "",
+        gang_created_at: float = 0.0,
+        hint: Hint | None = None,
+    ) -> None:
         """Records what became of a popped pod; a pod not in the queue (a released reservation) is re-added.
         `hint`: for an unschedulable pod, what may make it schedulable (None: any cluster event)."""
         with self._lock:
@@ -453,8 +474,11 @@ class SchedulingQueue:
         capacity one gang finishing frees is tried by a few waiting gangs, not by every one of them."""
         units = []
         for gang in gangs:
-            members = [self._entries[k] for k in self._by_gang.get(gang, ())
-                       if self._entries[k].where == SubQueue.UNSCHEDULABLE]
+            members = [
+                self._entries[k]
+                for k in self._by_gang.get(gang, ())
+                if self._entries[k].where == SubQueue.UNSCHEDULABLE
+            ]
             if members:
                 units.append((min(self._sort_key(e) for e in members), gang, len(members)))
         units.sort()
@@ -467,8 +491,9 @@ class SchedulingQueue:
                 continue
             moving.add(gang)
             budget -= size
-            self._budget_moved.update(k for k in self._by_gang[gang]
-                                      if self._entries[k].where == SubQueue.UNSCHEDULABLE)
+            self._budget_moved.update(
+                k for k in self._by_gang[gang] if self._entries[k].where == SubQueue.UNSCHEDULABLE
+            )
         return moving
 
     def _release_deferred(self, now: float) -> None:
@@ -477,14 +502,20 @@ class SchedulingQueue:
         if not self._deferred:
             return
         if self._budget_moved:  # answered ones leave the set in done(); this only drops what was lost track of
-            self._budget_moved = {k for k in self._budget_moved if (e := self._entries.get(k)) is not None
-                                  and e.where != SubQueue.UNSCHEDULABLE}
+            self._budget_moved = {
+                k
+                for k in self._budget_moved
+                if (e := self._entries.get(k)) is not None and e.where != SubQueue.UNSCHEDULABLE
+            }
             if self._budget_moved:
                 return
         still = set()
         for gang in self._deferred:
-            members = [self._entries[k] for k in self._by_gang.get(gang, ())
-                       if self._entries[k].where == SubQueue.UNSCHEDULABLE]
+            members = [
+                self._entries[k]
+                for k in self._by_gang.get(gang, ())
+                if self._entries[k].where == SubQueue.UNSCHEDULABLE
+            ]
             if any(still_fits(e.hint) for e in members):
                 still.add(gang)
         moving = self._budgeted(still)

@@ -46,13 +46,23 @@ class PodVerdict:
         return cls(key, outcome, payload, pod.priority, pod.created_at, pod.gang, pod.gang_created_at, hint)
 
 
-def apply_verdicts(queue: SchedulingQueue, verdicts: Iterable[PodVerdict], activate: Iterable[str],
-                   failed: Iterable[str], now: float) -> None:
+def apply_verdicts(
+    queue: SchedulingQueue, verdicts: Iterable[PodVerdict], activate: Iterable[str], failed: Iterable[str], now: float
+) -> None:
     """Pods first, then the gangs that failed (their time becomes `now`, so they queue behind the others),
     then the gangs activated (their unschedulable and backoff pods move to active)."""
     for v in verdicts:
-        queue.done(v.key, v.outcome, now, payload=v.payload, priority=v.priority, created_at=v.created_at,
-                   gang=v.gang, gang_created_at=v.gang_created_at, hint=v.hint)
+        queue.done(
+            v.key,
+            v.outcome,
+            now,
+            payload=v.payload,
+            priority=v.priority,
+            created_at=v.created_at,
+            gang=v.gang,
+            gang_created_at=v.gang_created_at,
+            hint=v.hint,
+        )
     for gang in failed:
         queue.gang_failed(gang, now)
     for gang in activate:

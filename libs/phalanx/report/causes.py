@@ -29,8 +29,9 @@ def names_of_pod(namespace: str, name: str) -> dict[str, str]:
     return {f"{namespace}/{name}": POD, name: POD}
 
 
-def names_of_gang(gang: str, pods: Iterable[tuple[str, str]], members: Mapping[str, Iterable[tuple[str, str]]]
-                  ) -> dict[str, str]:
+def names_of_gang(
+    gang: str, pods: Iterable[tuple[str, str]], members: Mapping[str, Iterable[tuple[str, str]]]
+) -> dict[str, str]:
     """The names a message about `gang` may carry: its key, its pods' (namespace, name), and each GangGroup
     member's key and pods (a message quotes the member's last failure)."""
     out: dict[str, str] = {}
@@ -67,8 +68,13 @@ class Cause:
     _example_is_gang: bool = field(default=False, repr=False)
 
     def to_json(self) -> dict[str, object]:
-        return {"cause": self.cause, "gangs": self.gangs, "pods": self.pods, "example": self.example,
-                "exampleReason": self.example_reason}
+        return {
+            "cause": self.cause,
+            "gangs": self.gangs,
+            "pods": self.pods,
+            "example": self.example,
+            "exampleReason": self.example_reason,
+        }
 
 
 def tally(items: Iterable[tuple[str, str, str, str, int]]) -> list[Cause]:
@@ -101,8 +107,9 @@ def unbound_causes(report: dict[str, Any]) -> list[Cause]:
         ns, name = str(p.get("namespace", "")), str(p.get("name", ""))
         reason = str(p.get("reason") or "no reason recorded")
         gang = str(p.get("gang") or "")
-        cause = p.get("cause") or cause_of(reason, names_of_gang(gang, members[gang], {}) if gang
-                                           else names_of_pod(ns, name))
+        cause = p.get("cause") or cause_of(
+            reason, names_of_gang(gang, members[gang], {}) if gang else names_of_pod(ns, name)
+        )
         items.append((str(cause), gang, gang or f"{ns}/{name}", reason, 1))
     return tally(items)
 
@@ -110,8 +117,11 @@ def unbound_causes(report: dict[str, Any]) -> list[Cause]:
 def gang_causes(report: dict[str, Any], started: bool) -> list[Cause]:
     """The gangs that waited and then started (`started`), or never started, counted by the cause of their
     wait (pods: theirs)."""
-    sizes = {f"{g.get('namespace')}/{g.get('name')}": g.get("pods") for g in report.get("podGroups") or []
-             if isinstance(g, dict)}
+    sizes = {
+        f"{g.get('namespace')}/{g.get('name')}": g.get("pods")
+        for g in report.get("podGroups") or []
+        if isinstance(g, dict)
+    }
     began = {w.get("gang") for w in report.get("gangWaits") or [] if isinstance(w, dict)}
     items = []
     for g in report.get("gangReasons") or []:

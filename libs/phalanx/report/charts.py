@@ -81,8 +81,19 @@ def reserved_resources(report: dict[str, Any]) -> list[str]:
     return [r for r in resources(report) if any(v for v in _floats(held.get(r)) if v == v)]
 
 
-def _share_chart(runs: Sequence[Run], *, series: str, picked: Callable[[dict[str, Any]], list[str]], suffix: str,
-                 axis: str, nothing: str, name: str, title: str, x_max: float | None, height: int) -> Plot:
+def _share_chart(
+    runs: Sequence[Run],
+    *,
+    series: str,
+    picked: Callable[[dict[str, Any]], list[str]],
+    suffix: str,
+    axis: str,
+    nothing: str,
+    name: str,
+    title: str,
+    x_max: float | None,
+    height: int,
+) -> Plot:
     """One line per run and resource of the share-of-cluster series `series` (allocatedRatio, reservedRatio)."""
     lines: list[Line] = []
     for run in runs:
@@ -92,8 +103,16 @@ def _share_chart(runs: Sequence[Run], *, series: str, picked: Callable[[dict[str
             color = RESOURCE_COLORS.get(res, RUN_COLORS[i % len(RUN_COLORS)])
             # CPU and memory often move together: memory dashed and GPU wider keep all three visible.
             dash = run.dash or ((7.0, 4.0) if res == "memory" else None)
-            lines.append(Line(_name(runs, run, RESOURCE_NAMES.get(res, res) + suffix), t, _floats(s[series][res]),
-                              color, dash=dash, width=2.6 if res == GPU else 1.8))
+            lines.append(
+                Line(
+                    _name(runs, run, RESOURCE_NAMES.get(res, res) + suffix),
+                    t,
+                    _floats(s[series][res]),
+                    color,
+                    dash=dash,
+                    width=2.6 if res == GPU else 1.8,
+                )
+            )
     if not lines:
         return empty(nothing)
     y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
@@ -101,20 +120,39 @@ def _share_chart(runs: Sequence[Run], *, series: str, picked: Callable[[dict[str
     return Plot(chart(lines, x, ratio_scale(y_max, axis), name=name, title=title, width=1100, height=height))
 
 
-def reserved_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
-                   height: int = 260) -> Plot:
+def reserved_chart(
+    runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None, height: int = 260
+) -> Plot:
     """Capacity reserved for waiting gangs and not bound: held, idle, and what keeps others waiting."""
-    return _share_chart(runs, series="reservedRatio", picked=reserved_resources, suffix=" reserved, not bound",
-                        axis="reserved, share of the cluster", nothing="no capacity was ever held by a waiting gang",
-                        name=name, title=title, x_max=x_max, height=height)
+    return _share_chart(
+        runs,
+        series="reservedRatio",
+        picked=reserved_resources,
+        suffix=" reserved, not bound",
+        axis="reserved, share of the cluster",
+        nothing="no capacity was ever held by a waiting gang",
+        name=name,
+        title=title,
+        x_max=x_max,
+        height=height,
+    )
 
 
-def allocation_chart(runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None,
-                     height: int = 380) -> Plot:
-    return _share_chart(runs, series="allocatedRatio", picked=resources, suffix="",
-                        axis="allocated, share of the cluster",
-                        nothing="no allocation series in this report (no nodes, or a report without series)",
-                        name=name, title=title, x_max=x_max, height=height)
+def allocation_chart(
+    runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None, height: int = 380
+) -> Plot:
+    return _share_chart(
+        runs,
+        series="allocatedRatio",
+        picked=resources,
+        suffix="",
+        axis="allocated, share of the cluster",
+        nothing="no allocation series in this report (no nodes, or a report without series)",
+        name=name,
+        title=title,
+        x_max=x_max,
+        height=height,
+    )
 
 
 def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
@@ -125,11 +163,20 @@ def pending_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
         if not t:
             continue
         pods_color = PENDING_PODS_COLOR if len(runs) == 1 else RUN_COLORS[k % len(RUN_COLORS)]
-        lines.append(Line(_name(runs, run, "pending pods"), t, _floats(s.get("pendingPods")), pods_color,
-                          dash=run.dash))
+        lines.append(
+            Line(_name(runs, run, "pending pods"), t, _floats(s.get("pendingPods")), pods_color, dash=run.dash)
+        )
         if run.report.get("podGroups") or run.report.get("summary", {}).get("gangsTotal"):
-            lines.append(Line(_name(runs, run, "pending gangs"), t, _floats(s.get("pendingGangs")),
-                              PENDING_GANGS_COLOR, dash=run.dash, width=1.5))
+            lines.append(
+                Line(
+                    _name(runs, run, "pending gangs"),
+                    t,
+                    _floats(s.get("pendingGangs")),
+                    PENDING_GANGS_COLOR,
+                    dash=run.dash,
+                    width=1.5,
+                )
+            )
     if not lines:
         return empty("no pending-count series in this report")
     y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
@@ -140,8 +187,9 @@ def wait_values(report: dict[str, Any]) -> list[float]:
     waits = report.get("gangWaits")
     if not isinstance(waits, list):
         return []
-    return sorted(float(w["waitSeconds"]) for w in waits
-                  if isinstance(w, dict) and isinstance(w.get("waitSeconds"), (int, float)))
+    return sorted(
+        float(w["waitSeconds"]) for w in waits if isinstance(w, dict) and isinstance(w.get("waitSeconds"), (int, float))
+    )
 
 
 def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
@@ -152,8 +200,15 @@ def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
         if not waits:
             continue
         n = len(waits)
-        lines.append(Line(_name(runs, run, f"gangs started ({n})"), [0.0] + waits,
-                          [0.0] + [(i + 1) / n for i in range(n)], RUN_COLORS[k % len(RUN_COLORS)], dash=run.dash))
+        lines.append(
+            Line(
+                _name(runs, run, f"gangs started ({n})"),
+                [0.0] + waits,
+                [0.0] + [(i + 1) / n for i in range(n)],
+                RUN_COLORS[k % len(RUN_COLORS)],
+                dash=run.dash,
+            )
+        )
     if not lines:
         has_gangs = any(r.report.get("podGroups") or r.report.get("summary", {}).get("gangsTotal") for r in runs)
         return empty("no gang ever started: no waits to show" if has_gangs else "no gangs")
@@ -163,8 +218,16 @@ def wait_cdf_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
         markers = [Marker(float(v), k) for k, v in pct.items() if isinstance(v, (int, float))]
     w_max = max(max(line.xs) for line in lines)
     y = Scale(0.0, 1.0, "share of started gangs", [0, 0.25, 0.5, 0.75, 1.0], units.fmt_percent)
-    return Plot(chart(lines, time_scale(w_max, what="wait from first pod's arrival to min bound"), y,
-                     name=name, title=title, markers=markers))
+    return Plot(
+        chart(
+            lines,
+            time_scale(w_max, what="wait from first pod's arrival to min bound"),
+            y,
+            name=name,
+            title=title,
+            markers=markers,
+        )
+    )
 
 
 def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
@@ -177,19 +240,35 @@ def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
             continue
         xs = _floats(s.get("arrivedGpuDemand"))
         # Stairs: within one sample the demand arrives first and the allocation follows it.
-        lines.append(Line(_name(runs, run, "GPU allocated"), xs, _floats(gpu),
-                          RUN_COLORS[k % len(RUN_COLORS)], dash=run.dash))
+        lines.append(
+            Line(_name(runs, run, "GPU allocated"), xs, _floats(gpu), RUN_COLORS[k % len(RUN_COLORS)], dash=run.dash)
+        )
     if not lines:
         return empty("no run here is an arrived-GPU-demand sweep")
     x_hi = max((x for line in lines for x in line.xs if x == x), default=0.0)
     if x_hi <= 0:
         return empty("no GPU demand arrived")
     ref = min(1.0, x_hi)
-    lines.insert(0, Line("y = x (all arrived demand allocated)", [0.0, ref], [0.0, ref], "#adb5bd",
-                         step=False, dash=(5.0, 4.0), width=1.2))
+    lines.insert(
+        0,
+        Line(
+            "y = x (all arrived demand allocated)",
+            [0.0, ref],
+            [0.0, ref],
+            "#adb5bd",
+            step=False,
+            dash=(5.0, 4.0),
+            width=1.2,
+        ),
+    )
     y_max = max(ref, max((y for line in lines[1:] for y in line.ys if y == y), default=0.0))
     step = units.nice_step(x_hi)
-    x = Scale(0.0, x_hi, "arrived GPU demand, share of the cluster's GPUs", units.ticks(0.0, x_hi),
-              lambda v: f"{units.fmt_tick(v * 100, step * 100)}%")
+    x = Scale(
+        0.0,
+        x_hi,
+        "arrived GPU demand, share of the cluster's GPUs",
+        units.ticks(0.0, x_hi),
+        lambda v: f"{units.fmt_tick(v * 100, step * 100)}%",
+    )
     markers = [Marker(float(d), units.fmt_percent(float(d))) for d in DEMAND_LEVELS]
     return Plot(chart(lines, x, ratio_scale(y_max, "GPU allocated"), name=name, title=title, markers=markers))

@@ -35,8 +35,10 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: st
         rows.append(("", "", ""))
         rows.append(("gang: bound/min phase", label_a, label_b))
         for k in keys:
-            cells = ["-" if g is None else f"{g['bound']}/{g['minMember']} {g['phase']}"
-                     for g in (groups_a.get(k), groups_b.get(k))]
+            cells = [
+                "-" if g is None else f"{g['bound']}/{g['minMember']} {g['phase']}"
+                for g in (groups_a.get(k), groups_b.get(k))
+            ]
             rows.append((f"{k[0]}/{k[1]}", cells[0], cells[1]))
     return rows
 

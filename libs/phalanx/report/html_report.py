@@ -56,8 +56,14 @@ SUMMARY_FIELDS = (
 DURATION_KEYS = {"virtualSeconds", "wallSeconds"}
 BOUND_PHASES = {"Running", "Finished"}
 
-_ENV = Environment(loader=PackageLoader("phalanx.report", "templates"), autoescape=True, undefined=StrictUndefined,
-                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+_ENV = Environment(
+    loader=PackageLoader("phalanx.report", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
 _ENV.filters["number"] = units.fmt_number
 
 
@@ -145,8 +151,11 @@ class CompareTable(Capped):
 # -- summary ---------------------------------------------------------------------------------------
 def summary_card(report: dict[str, Any]) -> Card:
     s = report.get("summary") or {}
-    rows = [KeyValue(key, label, _duration(s[key]) if key in DURATION_KEYS else _value(s[key]))
-            for key, label in SUMMARY_FIELDS if key in s]
+    rows = [
+        KeyValue(key, label, _duration(s[key]) if key in DURATION_KEYS else _value(s[key]))
+        for key, label in SUMMARY_FIELDS
+        if key in s
+    ]
     known = {k for k, _ in SUMMARY_FIELDS} | {"errors"}
     rows += [KeyValue(k, k, _value(v)) for k, v in s.items() if k not in known and not isinstance(v, (dict, list))]
     rows.append(KeyValue("errors", "errors", units.fmt_number(len(s.get("errors") or []))))
@@ -157,7 +166,9 @@ def waits_card(report: dict[str, Any]) -> Card:
     pct = report.get("gangWaitPercentiles") or {}
     if not pct:
         has_gangs = report.get("podGroups") or (report.get("summary") or {}).get("gangsTotal")
-        return Card("Gang wait", [KeyValue("gangWaits", "gang waits", "no gang started" if has_gangs else "no gangs", "")])
+        return Card(
+            "Gang wait", [KeyValue("gangWaits", "gang waits", "no gang started" if has_gangs else "no gangs", "")]
+        )
     rows = [KeyValue(k, k, _duration(pct[k])) for k in ("p50", "p90", "p99") if k in pct]
     rows.append(KeyValue("gangsStarted", "gangs started", units.fmt_number(len(wait_values(report)))))
     return Card("Gang wait (first pod's arrival to min bound)", rows)
@@ -196,9 +207,14 @@ def _lede(report: dict[str, Any]) -> dict[str, str] | None:
     s = report.get("summary") or {}
     if not s:
         return None
-    return {"mode": _value(s.get("mode")), "pods_bound": _value(s.get("podsBound")),
-            "pods_total": _value(s.get("podsTotal")), "gangs_bound": _value(s.get("gangsBound")),
-            "gangs_total": _value(s.get("gangsTotal")), "virtual": _duration(float(s.get("virtualSeconds") or 0))}
+    return {
+        "mode": _value(s.get("mode")),
+        "pods_bound": _value(s.get("podsBound")),
+        "pods_total": _value(s.get("podsTotal")),
+        "gangs_bound": _value(s.get("gangsBound")),
+        "gangs_total": _value(s.get("gangsTotal")),
+        "virtual": _duration(float(s.get("virtualSeconds") or 0)),
+    }
 
 
 # -- tables of gangs and pods ----------------------------------------------------------------------
@@ -214,26 +230,39 @@ def gangs_view(report: dict[str, Any]) -> GangsTable:
         return GangsTable([], 0, what)
     waits = {w.get("gang"): w.get("waitSeconds") for w in report.get("gangWaits") or [] if isinstance(w, dict)}
     reasons = {g.get("gang"): g.get("reason") for g in report.get("gangReasons") or [] if isinstance(g, dict)}
-    tables = [causes_table(found, caption, "distinct causes")
-              for started, caption in ((False, "Why gangs never started"), (True, "Why gangs waited before they started"))
-              if (found := gang_causes(report, started))]
+    tables = [
+        causes_table(found, caption, "distinct causes")
+        for started, caption in ((False, "Why gangs never started"), (True, "Why gangs waited before they started"))
+        if (found := gang_causes(report, started))
+    ]
     # Gangs that did not bind whole come first: on a long replay they are the ones worth reading.
     ordered = sorted(groups, key=lambda g: g.get("phase") in BOUND_PHASES)
     rows = []
     for g in ordered[:ROW_CAP]:
         key = f"{g.get('namespace', '')}/{g.get('name', '')}"
         wait = waits.get(key)
-        rows.append({"key": key, "css": "ok" if g.get("phase") in BOUND_PHASES else "bad",
-                     "phase": _value(g.get("phase")), "bound": _value(g.get("bound")), "min": _value(g.get("minMember")),
-                     "pods": _value(g.get("pods")), "timed_out": "yes" if g.get("timedOut") else "",
-                     "wait": _duration(wait) if wait is not None else "", "reason": str(reasons.get(key) or "")})
+        rows.append(
+            {
+                "key": key,
+                "css": "ok" if g.get("phase") in BOUND_PHASES else "bad",
+                "phase": _value(g.get("phase")),
+                "bound": _value(g.get("bound")),
+                "min": _value(g.get("minMember")),
+                "pods": _value(g.get("pods")),
+                "timed_out": "yes" if g.get("timedOut") else "",
+                "wait": _duration(wait) if wait is not None else "",
+                "reason": str(reasons.get(key) or ""),
+            }
+        )
     return GangsTable(rows, len(groups), what, caption="All gangs" if tables else "", causes=tables)
 
 
 def unbound_view(report: dict[str, Any]) -> UnboundTable:
     pods = [p for p in report.get("pods") or [] if isinstance(p, dict) and p.get("boundAt") is None]
-    rows = [{"name": f"{p.get('namespace', '')}/{p.get('name', '')}", "reason": str(p.get("reason") or "")}
-            for p in pods[:ROW_CAP]]
+    rows = [
+        {"name": f"{p.get('namespace', '')}/{p.get('name', '')}", "reason": str(p.get("reason") or "")}
+        for p in pods[:ROW_CAP]
+    ]
     found = causes_table(unbound_causes(report), "By reason", "distinct reasons") if pods else None
     return UnboundTable(rows, len(pods), "unbound pods", causes=found)
 
@@ -257,8 +286,11 @@ def _grid(runs: list[Run]) -> Grid:
     demand = None
     if any(has_demand_sweep(r.report) for r in runs):
         demand = demand_chart(runs, name="demand", title="GPU allocation against arrived GPU demand")
-    return Grid(pending_chart(runs, name="pending", title="pending pods and gangs"),
-                wait_cdf_chart(runs, name="waits", title="gang wait distribution"), demand)
+    return Grid(
+        pending_chart(runs, name="pending", title="pending pods and gangs"),
+        wait_cdf_chart(runs, name="waits", title="gang wait distribution"),
+        demand,
+    )
 
 
 # -- pages -----------------------------------------------------------------------------------------
@@ -266,17 +298,29 @@ def render_html(report: dict[str, Any], title: str) -> str:
     runs = [Run("", report)]
     cards = [c for c in (summary_card(report), waits_card(report), demand_card(report), capacity_card(report)) if c]
     return _ENV.get_template("report.html.j2").render(
-        title=title, lede=_lede(report), cards=cards, errors=errors_list(report),
+        title=title,
+        lede=_lede(report),
+        cards=cards,
+        errors=errors_list(report),
         allocation=allocation_chart(runs, name="allocation", title="allocated share of the cluster over virtual time"),
-        reserved=_reserved(runs, "reserved"), grid=_grid(runs), gangs=gangs_view(report),
-        unbound=unbound_view(report))
+        reserved=_reserved(runs, "reserved"),
+        grid=_grid(runs),
+        gangs=gangs_view(report),
+        unbound=unbound_view(report),
+    )
 
 
 def _compare_summary(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> CompareTable:
     rows = compare_rows(a, b, label_a, label_b)
     head, body = rows[0], rows[1:]
-    extra = [("gang wait " + k, _duration((a.get("gangWaitPercentiles") or {}).get(k)),
-              _duration((b.get("gangWaitPercentiles") or {}).get(k))) for k in ("p50", "p90", "p99")]
+    extra = [
+        (
+            "gang wait " + k,
+            _duration((a.get("gangWaitPercentiles") or {}).get(k)),
+            _duration((b.get("gangWaitPercentiles") or {}).get(k)),
+        )
+        for k in ("p50", "p90", "p99")
+    ]
     for level in DEMAND_LEVELS if has_demand_sweep(a) or has_demand_sweep(b) else ():
         cells = [(r.get("gpuAllocationAtDemand") or {}).get(level) if has_demand_sweep(r) else None for r in (a, b)]
         texts = [units.fmt_percent(c) if isinstance(c, (int, float)) else "–" for c in cells]
@@ -284,19 +328,31 @@ def _compare_summary(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b
     # compare_rows ends with one row per gang; our rows go before that block, which can be long.
     split = next((i for i, r in enumerate(body) if r == ("", "", "")), len(body))
     body = body[:split] + extra + body[split:]
-    shown = [{"title": t, "a": ca, "b": cb, "sub": t.startswith("gang: ")} for t, ca, cb in body[:ROW_CAP]
-             if (t, ca, cb) != ("", "", "")]
+    shown = [
+        {"title": t, "a": ca, "b": cb, "sub": t.startswith("gang: ")}
+        for t, ca, cb in body[:ROW_CAP]
+        if (t, ca, cb) != ("", "", "")
+    ]
     return CompareTable(shown, len(body), "rows", head=list(head))
 
 
 def render_compare_html(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> str:
     runs = [Run(label_a, a), Run(label_b, b, dash=(6.0, 3.0))]
     x_max = t_max(runs)  # one time axis for both, so the side-by-side plots line up
-    stacked = [{"label": run.label,
-                "allocation": allocation_chart([Run(run.label, run.report)], name=f"allocation-{i}", title=run.label,
-                                               x_max=x_max, height=300),
-                "reserved": _reserved([Run(run.label, run.report)], f"reserved-{i}", x_max)}
-               for i, run in enumerate(runs)]
+    stacked = [
+        {
+            "label": run.label,
+            "allocation": allocation_chart(
+                [Run(run.label, run.report)], name=f"allocation-{i}", title=run.label, x_max=x_max, height=300
+            ),
+            "reserved": _reserved([Run(run.label, run.report)], f"reserved-{i}", x_max),
+        }
+        for i, run in enumerate(runs)
+    ]
     return _ENV.get_template("compare.html.j2").render(
-        title=f"{label_a} vs {label_b}", label_b=label_b, summary=_compare_summary(a, b, label_a, label_b),
-        runs=stacked, grid=_grid(runs))
+        title=f"{label_a} vs {label_b}",
+        label_b=label_b,
+        summary=_compare_summary(a, b, label_a, label_b),
+        runs=stacked,
+        grid=_grid(runs),
+    )

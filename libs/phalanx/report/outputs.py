@@ -16,8 +16,10 @@ class OutputError(Exception):
 
 def extra_missing(kind: str, module: str) -> OutputError:
     """HTML and PNG reports draw with libraries of the `report` extra, which the container image leaves out."""
-    return OutputError(f"{kind} reports need {module}, which is not installed; it comes with the 'report' extra: "
-                       "pip install 'phalanx[report]'")
+    return OutputError(
+        f"{kind} reports need {module}, which is not installed; it comes with the 'report' extra: "
+        "pip install 'phalanx[report]'"
+    )
 
 
 def check_can_render(html: bool = False, png: bool = False) -> None:
@@ -67,8 +69,13 @@ def write_html(page: str, path: str) -> None:
     _write(path, lambda p: Path(p).write_text(page, encoding="utf-8"))
 
 
-def write_report_files(report: dict[str, Any], title: str, json_path: str | None = None,
-                       html_path: str | None = None, png_path: str | None = None) -> None:
+def write_report_files(
+    report: dict[str, Any],
+    title: str,
+    json_path: str | None = None,
+    html_path: str | None = None,
+    png_path: str | None = None,
+) -> None:
     if json_path:
         write_json(report, json_path)
     if html_path:

@@ -45,12 +45,24 @@ STYLE: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text stays text: selectable, searchable, and small
     "text.parse_math": False,  # a label is shown as written, "$" and all
     "lines.scale_dashes": False,  # dash patterns in points, as given
-    "font.size": 11, "axes.labelsize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 12,
-    "axes.labelcolor": "#343a40", "xtick.labelcolor": "#495057", "ytick.labelcolor": "#495057",
-    "axes.facecolor": "#fcfcfd", "axes.edgecolor": "#ced4da", "figure.facecolor": "none",
-    "axes.grid": True, "grid.color": "#e9ecef", "grid.linewidth": 1.0,
-    "xtick.major.size": 0, "ytick.major.size": 0,  # grid lines instead of tick marks
-    "xtick.major.pad": 5, "ytick.major.pad": 5,
+    "font.size": 11,
+    "axes.labelsize": 12,
+    "xtick.labelsize": 11,
+    "ytick.labelsize": 11,
+    "legend.fontsize": 12,
+    "axes.labelcolor": "#343a40",
+    "xtick.labelcolor": "#495057",
+    "ytick.labelcolor": "#495057",
+    "axes.facecolor": "#fcfcfd",
+    "axes.edgecolor": "#ced4da",
+    "figure.facecolor": "none",
+    "axes.grid": True,
+    "grid.color": "#e9ecef",
+    "grid.linewidth": 1.0,
+    "xtick.major.size": 0,
+    "ytick.major.size": 0,  # grid lines instead of tick marks
+    "xtick.major.pad": 5,
+    "ytick.major.pad": 5,
 }
 
 
@@ -75,9 +87,16 @@ class Marker:
 
 def _finite(line: Line) -> tuple[list[float], list[float]]:
     """The points with both coordinates finite: a missing sample is left out, not drawn as a gap."""
-    pts = [(float(x), float(y)) for x, y in zip(line.xs, line.ys)
-           if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x == x and y == y
-           and abs(x) != float("inf") and abs(y) != float("inf")]
+    pts = [
+        (float(x), float(y))
+        for x, y in zip(line.xs, line.ys)
+        if isinstance(x, (int, float))
+        and isinstance(y, (int, float))
+        and x == x
+        and y == y
+        and abs(x) != float("inf")
+        and abs(y) != float("inf")
+    ]
     return [x for x, _ in pts], [y for _, y in pts]
 
 
@@ -87,8 +106,17 @@ def _legend_columns(lines: Sequence[Line], width: int) -> int:
     return max(1, min(len(lines), int(width // (widest + 12))))
 
 
-def chart(lines: Sequence[Line], x: Scale, y: Scale, *, name: str, title: str, markers: Sequence[Marker] = (),
-          width: int = WIDTH, height: int = HEIGHT) -> str:
+def chart(
+    lines: Sequence[Line],
+    x: Scale,
+    y: Scale,
+    *,
+    name: str,
+    title: str,
+    markers: Sequence[Marker] = (),
+    width: int = WIDTH,
+    height: int = HEIGHT,
+) -> str:
     """One SVG chart; `name` becomes data-chart (and salts the SVG's ids) so a page can tell its charts apart."""
     from matplotlib import rc_context
     from matplotlib.backends.backend_svg import FigureCanvasSVG
@@ -101,14 +129,32 @@ def chart(lines: Sequence[Line], x: Scale, y: Scale, *, name: str, title: str, m
         ax = fig.add_subplot()
         for i, line in enumerate(lines):
             xs, ys = _finite(line)
-            ax.plot(xs, ys, drawstyle="steps-post" if line.step else "default", color=line.color,
-                    linewidth=line.width, linestyle=(0, line.dash) if line.dash else "-", label=line.label,
-                    gid=f"series-{i}", snap=False, clip_on=False)  # snapping would move points half a pixel
+            ax.plot(
+                xs,
+                ys,
+                drawstyle="steps-post" if line.step else "default",
+                color=line.color,
+                linewidth=line.width,
+                linestyle=(0, line.dash) if line.dash else "-",
+                label=line.label,
+                gid=f"series-{i}",
+                snap=False,
+                clip_on=False,
+            )  # snapping would move points half a pixel
         for k, m in enumerate(markers):
             if x.lo <= m.x <= x.hi:
                 ax.axvline(m.x, color=MARKER_COLOR, linewidth=1.0, linestyle=(0, (2.0, 3.0)), clip_on=False)
-                ax.text(m.x, 1.0, m.label, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                        fontsize=10, color=MARKER_COLOR, gid=f"marker-{k}")
+                ax.text(
+                    m.x,
+                    1.0,
+                    m.label,
+                    transform=ax.get_xaxis_transform(),
+                    ha="center",
+                    va="bottom",
+                    fontsize=10,
+                    color=MARKER_COLOR,
+                    gid=f"marker-{k}",
+                )
         for axis, scale in ((ax.xaxis, x), (ax.yaxis, y)):
             axis.set_major_locator(FixedLocator(scale.visible_ticks()))
             axis.set_major_formatter(FuncFormatter(lambda v, _pos, fmt=scale.fmt: fmt(v)))
@@ -119,20 +165,38 @@ def chart(lines: Sequence[Line], x: Scale, y: Scale, *, name: str, title: str, m
         ax.set_xlabel(x.label)
         ax.set_ylabel(y.label)
         if lines:
-            fig.legend(loc="outside upper left", ncols=_legend_columns(lines, width), frameon=False,
-                       handlelength=2.2, borderaxespad=0.2)
+            fig.legend(
+                loc="outside upper left",
+                ncols=_legend_columns(lines, width),
+                frameon=False,
+                handlelength=2.2,
+                borderaxespad=0.2,
+            )
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     box = ax.get_window_extent()  # where the layout put the axes, in SVG units (dpi 72), y up
     top, bottom = fig.bbox.height - box.y1, fig.bbox.height - box.y0
-    return _marked_up(buf.getvalue(), name=name, title=title, labels=[line.label for line in lines],
-                      box=(box.x0, top, box.x1, bottom), domain=(x.lo, x.hi, y.lo, y.hi))
+    return _marked_up(
+        buf.getvalue(),
+        name=name,
+        title=title,
+        labels=[line.label for line in lines],
+        box=(box.x0, top, box.x1, bottom),
+        domain=(x.lo, x.hi, y.lo, y.hi),
+    )
 
 
-def _marked_up(svg: str, *, name: str, title: str, labels: list[str], box: tuple[float, float, float, float],
-               domain: tuple[float, float, float, float]) -> str:
+def _marked_up(
+    svg: str,
+    *,
+    name: str,
+    title: str,
+    labels: list[str],
+    box: tuple[float, float, float, float],
+    domain: tuple[float, float, float, float],
+) -> str:
     """matplotlib's SVG document as an element to inline in a page, marked up as the module docstring says."""
-    root = ET.fromstring(svg[svg.index("<svg"):])  # without the XML declaration and DOCTYPE
+    root = ET.fromstring(svg[svg.index("<svg") :])  # without the XML declaration and DOCTYPE
     for attr in ("width", "height"):  # the page's CSS sizes it; the viewBox keeps its proportions
         root.attrib.pop(attr, None)
     root.attrib.update({"class": "chart", "data-chart": name, "role": "img", "aria-label": title})

@@ -53,13 +53,27 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
         for r in res:
             ys = [float(v) for v in s["allocatedRatio"][r]]
             y_max = max([y_max] + ys)
-            ax.step(xs, ys, where="post", color=RESOURCE_COLORS.get(r), linewidth=2.2 if r == GPU else 1.6,
-                    linestyle="--" if r == "memory" else "-", label=f"{RESOURCE_NAMES.get(r, r)} allocated")
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=RESOURCE_COLORS.get(r),
+                linewidth=2.2 if r == GPU else 1.6,
+                linestyle="--" if r == "memory" else "-",
+                label=f"{RESOURCE_NAMES.get(r, r)} allocated",
+            )
         for r in reserved_resources(report):  # held by waiting gangs, next to what is bound: what others wait for
             ys = [float(v) for v in s["reservedRatio"][r]]
             y_max = max([y_max] + ys)
-            ax.step(xs, ys, where="post", color=RESOURCE_COLORS.get(r), linewidth=1.4, linestyle=":",
-                    label=f"{RESOURCE_NAMES.get(r, r)} reserved, not bound")
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=RESOURCE_COLORS.get(r),
+                linewidth=1.4,
+                linestyle=":",
+                label=f"{RESOURCE_NAMES.get(r, r)} reserved, not bound",
+            )
         hi = _zoom(y_max)
         ax.set_ylim(0, hi * 1.02)
         ax.set_xlim(xs[0], xs[-1] if xs[-1] > xs[0] else xs[0] + 1)
@@ -83,15 +97,24 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
             h2, l2 = ax2.get_legend_handles_labels()
             handles, labels = handles + h2, labels + l2
         # Below the axes, so the legend never hides a line.
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(len(labels), 4),
-                  frameon=False, fontsize=9)  # at most 4 a row: with the reserved lines there can be 7
+        ax.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.13),
+            ncol=min(len(labels), 4),
+            frameon=False,
+            fontsize=9,
+        )  # at most 4 a row: with the reserved lines there can be 7
     summary = report.get("summary") or {}
     sub = ""
     if summary:
         mode = f"{summary.get('mode')} mode"
-        sub = (f"\n{summary.get('podsBound')}/{summary.get('podsTotal')} pods bound, "
-               f"{summary.get('gangsBound')}/{summary.get('gangsTotal')} gangs bound whole"
-               + ("" if mode in title else f" ({mode})"))
+        sub = (
+            f"\n{summary.get('podsBound')}/{summary.get('podsTotal')} pods bound, "
+            f"{summary.get('gangsBound')}/{summary.get('gangsTotal')} gangs bound whole"
+            + ("" if mode in title else f" ({mode})")
+        )
     ax.set_title(title + sub, fontsize=11)
     fig.tight_layout()
     fig.savefig(str(path), format="png")

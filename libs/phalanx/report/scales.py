@@ -53,8 +53,9 @@ def count_scale(y_max: float, label: str) -> Scale:
     if step < 1:  # counts are whole: no ticks at 0.5 pods
         step = 1.0
     hi = math.ceil(hi / step) * step
-    return Scale(0.0, hi, label, [k * step for k in range(int(round(hi / step)) + 1)],
-                 lambda v: units.fmt_tick(v, step))
+    return Scale(
+        0.0, hi, label, [k * step for k in range(int(round(hi / step)) + 1)], lambda v: units.fmt_tick(v, step)
+    )
 
 
 def zoom(y_max: float) -> float:

@@ -19,8 +19,10 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     found = causes.unbound_causes(report)
     for c in found[:TEXT_CAUSES]:
         in_gangs = f" of {units.fmt_number(c.gangs)} gang{'s' if c.gangs != 1 else ''}" if c.gangs else ""
-        lines.append(f"  not bound: {units.fmt_number(c.pods)} pod{'s' if c.pods != 1 else ''}{in_gangs}: "
-                     f"{c.cause} (e.g. {c.example})")
+        lines.append(
+            f"  not bound: {units.fmt_number(c.pods)} pod{'s' if c.pods != 1 else ''}{in_gangs}: "
+            f"{c.cause} (e.g. {c.example})"
+        )
     if len(found) > TEXT_CAUSES:
         lines.append(f"  not bound: {len(found) - TEXT_CAUSES} more causes (see the report's pods)")
     for e in s["errors"]:

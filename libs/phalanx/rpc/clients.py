@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -64,7 +64,7 @@ class _Client:
         self.security = security
         self.timeout = timeout
         self._generation = -1
-        self._retired: list[tuple[float, grpc.Channel, list[StreamCaller]]] = []  # type: ignore[type-arg]
+        self._retired: list[tuple[float, grpc.Channel, list[StreamCaller]]] = []
         self._connect()
 
     def _connect(self) -> None:
@@ -76,7 +76,7 @@ class _Client:
     def _open(self, ch: grpc.Channel) -> None:
         raise NotImplementedError
 
-    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+    def _streams(self) -> list[StreamCaller]:
         return []
 
     def _fresh(self) -> None:
@@ -91,7 +91,7 @@ class _Client:
             self._close(*self._retired.pop(0)[1:])
 
     @staticmethod
-    def _close(ch: grpc.Channel, streams: list[StreamCaller]) -> None:  # type: ignore[type-arg]
+    def _close(ch: grpc.Channel, streams: list[StreamCaller]) -> None:
         for caller in streams:
             caller.close()
         ch.close()
@@ -119,7 +119,7 @@ class QueueClient(_Client):
         self.stub = queue_pb2_grpc.QueueStub(ch)
         self._pop = StreamCaller(self.stub.PopStream)
 
-    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+    def _streams(self) -> list[StreamCaller]:
         return [self._pop]
 
     def on_restart(self, listener: Callable[[], None]) -> None:
@@ -140,8 +140,9 @@ class QueueClient(_Client):
         self._fresh()
         total = queue_pb2.AddResponse()
         for i in range(0, max(len(pods), 1), MAX_ITEMS):
-            req = queue_pb2.AddRequest(pods=[pod_to_pb(p) for p in pods[i:i + MAX_ITEMS]], now=now,
-                                       only_missing=only_missing)
+            req = queue_pb2.AddRequest(
+                pods=[pod_to_pb(p) for p in pods[i : i + MAX_ITEMS]], now=now, only_missing=only_missing
+            )
             resp = self.stub.Add(req, timeout=self.timeout)
             self._heard(resp.incarnation)
             total.added += resp.added
@@ -151,8 +152,13 @@ class QueueClient(_Client):
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
         self._fresh()
-        req = queue_pb2.PopRequest(max_pods=max_pods, now=now, wait_seconds=wait_seconds, consumer=self.consumer,
-                                   consumer_incarnation=self.consumer_incarnation)
+        req = queue_pb2.PopRequest(
+            max_pods=max_pods,
+            now=now,
+            wait_seconds=wait_seconds,
+            consumer=self.consumer,
+            consumer_incarnation=self.consumer_incarnation,
+        )
         if carry is not None and not carry.empty():
             req.done.CopyFrom(_done_request(carry.verdicts, carry.activate, carry.failed, now))
             req.remove.extend(carry.remove)
@@ -179,8 +185,9 @@ class QueueClient(_Client):
     def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None:
         """`freed`: the event only freed this capacity (moves only the pods it may help); None: moves all."""
         self._fresh()
-        self.stub.MoveAll(queue_pb2.MoveAllRequest(event=event, now=now, freed=freed_to_pb(freed)),
-                          timeout=self.timeout)
+        self.stub.MoveAll(
+            queue_pb2.MoveAllRequest(event=event, now=now, freed=freed_to_pb(freed)), timeout=self.timeout
+        )
 
     def release_in_flight(self) -> int:
         self._fresh()
@@ -200,7 +207,9 @@ def _done_request(verdicts: list[Verdict], activate: list[str], failed: list[str
     for v in verdicts:
         p = v.item.pod
         # A pod leaving the queue is named only; one going back may be new to the queue, so it travels whole.
-        pod = objects_pb2.Pod(namespace=p.namespace, name=p.name) if v.outcome in _LEAVING else pod_to_pb(p, v.item.trace)
+        pod = (
+            objects_pb2.Pod(namespace=p.namespace, name=p.name) if v.outcome in _LEAVING else pod_to_pb(p, v.item.trace)
+        )
         res = queue_pb2.PodResult(pod=pod, outcome=_OUTCOME_PB[v.outcome], reason=v.reason)
         if v.hint is not None and v.outcome == Outcome.UNSCHEDULABLE:
             encoded = hint_pb.get(id(v.hint))
@@ -219,13 +228,17 @@ class BinderClient(_Client):
         self._bind = StreamCaller(self.stub.BindStream)
         self._bind_many = StreamCaller(self.stub.BindManyStream)
 
-    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+    def _streams(self) -> list[StreamCaller]:
         return [self._bind, self._bind_many]
 
     def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str) -> list[BindResult]:
         self._fresh()
-        req = binder_pb2.BindRequest(assignments=[assignment_to_pb(a) for a in assignments],
-                                     all_or_nothing=all_or_nothing, now=now, trace_parent=trace)
+        req = binder_pb2.BindRequest(
+            assignments=[assignment_to_pb(a) for a in assignments],
+            all_or_nothing=all_or_nothing,
+            now=now,
+            trace_parent=trace,
+        )
         return [bind_result_from_pb(r) for r in self._bind.call(req).results]
 
     def bind_many(self, batches: list[tuple[list[Assignment], bool, str]], now: float) -> list[list[BindResult]]:
@@ -238,8 +251,11 @@ class BinderClient(_Client):
             if chunk and size + len(a) > MAX_BIND_TOTAL:
                 out += self._send_many(chunk, now)
                 chunk, size = [], 0
-            chunk.append(binder_pb2.BindBatch(assignments=[assignment_to_pb(x) for x in a], all_or_nothing=aon,
-                                              trace_parent=trace))
+            chunk.append(
+                binder_pb2.BindBatch(
+                    assignments=[assignment_to_pb(x) for x in a], all_or_nothing=aon, trace_parent=trace
+                )
+            )
             size += len(a)
         return out + (self._send_many(chunk, now) if chunk else [])
 
@@ -249,8 +265,9 @@ class BinderClient(_Client):
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         self._fresh()
-        req = binder_pb2.ReportRequest(pods=[pod_report_to_pb(p) for p in pods],
-                                       gangs=[gang_report_to_pb(g) for g in gangs], now=now)
+        req = binder_pb2.ReportRequest(
+            pods=[pod_report_to_pb(p) for p in pods], gangs=[gang_report_to_pb(g) for g in gangs], now=now
+        )
         self.stub.Report(req, timeout=self.timeout)
 
 
@@ -261,41 +278,77 @@ class SchedulerClient(_Client):
         self.stub = scheduler_pb2_grpc.SchedulerStub(ch)
         self._step = StreamCaller(self.stub.StepStream)
 
-    def _streams(self) -> list[StreamCaller]:  # type: ignore[type-arg]
+    def _streams(self) -> list[StreamCaller]:
         return [self._step]
 
     @staticmethod
-    def events(now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
-               gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
-               finished: list[str] = (), deleted: list[str] = (),  # type: ignore[assignment]
-               bound: list[PodInfo] = ()) -> scheduler_pb2.ClusterEvents:  # type: ignore[assignment]
+    def events(
+        now: float,
+        *,
+        nodes: Sequence[NodeInfo] = (),
+        nodes_removed: Sequence[str] = (),
+        gangs: Sequence[GangSpec] = (),
+        gangs_removed: Sequence[str] = (),
+        finished: Sequence[str] = (),
+        deleted: Sequence[str] = (),
+        bound: Sequence[PodInfo] = (),
+    ) -> scheduler_pb2.ClusterEvents:
         return scheduler_pb2.ClusterEvents(
-            nodes_upserted=[node_to_pb(n) for n in nodes], nodes_removed=list(nodes_removed),
-            gangs_upserted=[gang_to_pb(g) for g in gangs], gangs_removed=list(gangs_removed),
-            pods_finished=list(finished), pods_deleted=list(deleted), pods_bound=[pod_to_pb(p) for p in bound],
-            now=now)
+            nodes_upserted=[node_to_pb(n) for n in nodes],
+            nodes_removed=list(nodes_removed),
+            gangs_upserted=[gang_to_pb(g) for g in gangs],
+            gangs_removed=list(gangs_removed),
+            pods_finished=list(finished),
+            pods_deleted=list(deleted),
+            pods_bound=[pod_to_pb(p) for p in bound],
+            now=now,
+        )
 
-    def apply(self, now: float, *, nodes: list[NodeInfo] = (), nodes_removed: list[str] = (),  # type: ignore[assignment]
-              gangs: list[GangSpec] = (), gangs_removed: list[str] = (),  # type: ignore[assignment]
-              finished: list[str] = (), deleted: list[str] = (), bound: list[PodInfo] = ()) -> None:  # type: ignore[assignment]
+    def apply(
+        self,
+        now: float,
+        *,
+        nodes: Sequence[NodeInfo] = (),
+        nodes_removed: Sequence[str] = (),
+        gangs: Sequence[GangSpec] = (),
+        gangs_removed: Sequence[str] = (),
+        finished: Sequence[str] = (),
+        deleted: Sequence[str] = (),
+        bound: Sequence[PodInfo] = (),
+    ) -> None:
         self._fresh()
         nodes = list(nodes)
         while len(nodes) > MAX_ITEMS:  # the scheduler's limit per call
             self.stub.ApplyClusterEvents(self.events(now, nodes=nodes[:MAX_ITEMS]), timeout=self.timeout)
             nodes = nodes[MAX_ITEMS:]
-        ev = self.events(now, nodes=nodes, nodes_removed=nodes_removed, gangs=gangs, gangs_removed=gangs_removed,
-                         finished=finished, deleted=deleted, bound=bound)
+        ev = self.events(
+            now,
+            nodes=nodes,
+            nodes_removed=nodes_removed,
+            gangs=gangs,
+            gangs_removed=gangs_removed,
+            finished=finished,
+            deleted=deleted,
+            bound=bound,
+        )
         self.stub.ApplyClusterEvents(ev, timeout=self.timeout)
 
-    def step(self, now: float, events: scheduler_pb2.ClusterEvents | None = None,
-             pods: list[PodInfo] = (),  # type: ignore[assignment]
-             later: list[tuple[float, list[PodInfo], list[str]]] = ()  # type: ignore[assignment]
-             ) -> scheduler_pb2.StepResponse:
+    def step(
+        self,
+        now: float,
+        events: scheduler_pb2.ClusterEvents | None = None,
+        pods: Sequence[PodInfo] = (),
+        later: Sequence[tuple[float, list[PodInfo], list[str]]] = (),
+    ) -> scheduler_pb2.StepResponse:
         self._fresh()
-        req = scheduler_pb2.StepRequest(now=now, pods_added=[pod_to_pb(p) for p in pods],
-                                        later=[scheduler_pb2.Instant(now=t, pods_added=[pod_to_pb(p) for p in ps],
-                                                                     pods_finished=fin)
-                                               for t, ps, fin in later])
+        req = scheduler_pb2.StepRequest(
+            now=now,
+            pods_added=[pod_to_pb(p) for p in pods],
+            later=[
+                scheduler_pb2.Instant(now=t, pods_added=[pod_to_pb(p) for p in ps], pods_finished=fin)
+                for t, ps, fin in later
+            ],
+        )
         if events is not None:
             req.events.CopyFrom(events)
         return self._step.call(req)

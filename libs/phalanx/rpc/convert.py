@@ -183,17 +183,34 @@ def bind_result_from_pb(m: binder_pb2.BindResult) -> BindResult:
 
 
 def pod_report_to_pb(r: PodReport) -> binder_pb2.PodReport:
-    return binder_pb2.PodReport(pod_key=r.pod_key, annotations=r.annotations,
-                                unschedulable_message=r.unschedulable_message, event_reason=r.event_reason,
-                                event_message=r.event_message)
+    return binder_pb2.PodReport(
+        pod_key=r.pod_key,
+        annotations=r.annotations,
+        unschedulable_message=r.unschedulable_message,
+        event_reason=r.event_reason,
+        event_message=r.event_message,
+    )
 
 
 def pod_report_from_pb(m: binder_pb2.PodReport) -> PodReport:
     return PodReport(m.pod_key, dict(m.annotations), m.unschedulable_message, m.event_reason, m.event_message)
 
 
-_GANG_REPORT_FIELDS = ("gang_key", "phase", "scheduled", "message", "source", "event_reason", "unschedulable",
-                       "schedule_start_time", "pod_key", "has_counts", "running", "succeeded", "failed")
+_GANG_REPORT_FIELDS = (
+    "gang_key",
+    "phase",
+    "scheduled",
+    "message",
+    "source",
+    "event_reason",
+    "unschedulable",
+    "schedule_start_time",
+    "pod_key",
+    "has_counts",
+    "running",
+    "succeeded",
+    "failed",
+)
 
 
 def gang_report_to_pb(r: GangReport) -> binder_pb2.GangReport:

@@ -38,7 +38,11 @@ class Heartbeat:
 
     def problem(self) -> str:
         silent = self._clock() - self.last
-        return f"{self.name} loop silent for {silent:.0f}s (limit {self.max_silence:g}s)" if silent > self.max_silence else ""
+        return (
+            f"{self.name} loop silent for {silent:.0f}s (limit {self.max_silence:g}s)"
+            if silent > self.max_silence
+            else ""
+        )
 
 
 class HealthMonitor:
@@ -106,4 +110,5 @@ def redis_check(client: object) -> Callable[[], str]:
     def check() -> str:
         client.ping()  # type: ignore[attr-defined]
         return ""
+
     return check

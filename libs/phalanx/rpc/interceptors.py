@@ -13,7 +13,7 @@ from phalanx.telemetry.tracing import tracer
 _UNTRACED = ("/grpc.health.v1.Health/",)
 
 
-class _ClientCallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+class _ClientCallDetails(grpc.ClientCallDetails):
     def __init__(self, base: grpc.ClientCallDetails, metadata: list[tuple[str, str]]) -> None:
         self.method = base.method
         self.timeout = base.timeout
@@ -23,9 +23,10 @@ class _ClientCallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
         self.compression = getattr(base, "compression", None)
 
 
-class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
-                              request: Any) -> Any:
+class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
         with tracer().start_as_current_span(f"client {details.method}", kind=SpanKind.CLIENT) as span:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
@@ -36,7 +37,7 @@ class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignor
             return response
 
 
-class TracingServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class TracingServerInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
         method = details.method
@@ -56,5 +57,5 @@ class TracingServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                     raise
 
         return grpc.unary_unary_rpc_method_handler(
-            traced, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer)
+            traced, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )

@@ -19,9 +19,14 @@ _OUTCOMES = {
 
 
 def hint_to_pb(hint: Hint) -> queue_pb2.RetryHint:
-    return queue_pb2.RetryHint(needs=dict(hint.needs), insufficient=sorted(hint.insufficient),
-                               nodes=sorted(hint.nodes), node_change_only=hint.node_change_only,
-                               pods=hint.pods if hint.pods > 1 else 0, slots=dict(hint.slots))
+    return queue_pb2.RetryHint(
+        needs=dict(hint.needs),
+        insufficient=sorted(hint.insufficient),
+        nodes=sorted(hint.nodes),
+        node_change_only=hint.node_change_only,
+        pods=hint.pods if hint.pods > 1 else 0,
+        slots=dict(hint.slots),
+    )
 
 
 def hint_from_pb(pb: queue_pb2.RetryHint) -> Hint:
@@ -48,8 +53,10 @@ class HintDecoder:
 def freed_to_pb(freed: FreedCapacity | None) -> list[queue_pb2.FreedCapacity]:
     if not freed:
         return []
-    return [queue_pb2.FreedCapacity(node=f.node, resources=sorted(f.resources), free=dict(f.free),
-                                    taken_only=f.taken_only) for f in freed.events()]
+    return [
+        queue_pb2.FreedCapacity(node=f.node, resources=sorted(f.resources), free=dict(f.free), taken_only=f.taken_only)
+        for f in freed.events()
+    ]
 
 
 def freed_from_pb(items: Iterable[queue_pb2.FreedCapacity]) -> list[Freed]:

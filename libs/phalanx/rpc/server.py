@@ -49,18 +49,31 @@ class ServiceServer:
     then also served in plaintext on `health_listen`, alone, for kubelet probes, which cannot do TLS.
     Plaintext is accepted on loopback addresses only."""
 
-    def __init__(self, name: str, listen: str, register: Callable[[grpc.Server], None], *, security: Security,
-                 health_listen: str = "", workers: int = 8) -> None:
+    def __init__(
+        self,
+        name: str,
+        listen: str,
+        register: Callable[[grpc.Server], None],
+        *,
+        security: Security,
+        health_listen: str = "",
+        workers: int = 8,
+    ) -> None:
         self.name = name
         if security.plaintext and not is_loopback(listen):
-            raise ValueError(f"{name}: --listen {listen}: plaintext gRPC is served on loopback addresses only "
-                             "(127.0.0.1, ::1); give certificates with --tls-dir for any other address")
+            raise ValueError(
+                f"{name}: --listen {listen}: plaintext gRPC is served on loopback addresses only "
+                "(127.0.0.1, ::1); give certificates with --tls-dir for any other address"
+            )
         interceptors: list[grpc.ServerInterceptor] = [] if security.plaintext else [AuthorizationInterceptor()]
         if tracing_enabled():
             interceptors.append(TracingServerInterceptor())
         interceptors += call_stats.interceptors_from_env(name)  # PHALANX_RPC_STATS_DIR: count calls (bench)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name),
-                                  interceptors=interceptors, options=SERVER_OPTIONS)
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name),
+            interceptors=interceptors,
+            options=SERVER_OPTIONS,
+        )
         register(self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -78,8 +91,10 @@ class ServiceServer:
         self.health_server: grpc.Server | None = None
         self.health_address = ""
         if health_listen:
-            self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{name}-health"),
-                                             options=[("grpc.max_receive_message_length", 4096)])
+            self.health_server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{name}-health"),
+                options=[("grpc.max_receive_message_length", 4096)],
+            )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
             port = self.health_server.add_insecure_port(health_listen)
             if port == 0:
@@ -173,8 +188,9 @@ def dial(address: str, security: Security, peer: str, options: Sequence[tuple[st
     and the server's checked against `peer` (its identity, as its name whatever the address)."""
     if security.files is None:
         return grpc.insecure_channel(address, options=list(options))
-    return grpc.secure_channel(address, channel_credentials(security.files),
-                               options=[*options, ("grpc.ssl_target_name_override", peer)])
+    return grpc.secure_channel(
+        address, channel_credentials(security.files), options=[*options, ("grpc.ssl_target_name_override", peer)]
+    )
 
 
 def channel(address: str, security: Security, peer: str) -> grpc.Channel:
@@ -192,8 +208,11 @@ def wait_healthy(address: str, timeout: float = 20.0, security: Security = PLAIN
     deadline = time.monotonic() + timeout
     # A service that is still starting refuses the first connection; gRPC's default reconnect backoff (1 s,
     # growing) would then hold every later check back, so retry the connection at the polling pace.
-    fast_retry = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
-                  ("grpc.max_reconnect_backoff_ms", 250)]
+    fast_retry = [
+        ("grpc.initial_reconnect_backoff_ms", 50),
+        ("grpc.min_reconnect_backoff_ms", 50),
+        ("grpc.max_reconnect_backoff_ms", 250),
+    ]
     with dial(address, security, peer, fast_retry) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:

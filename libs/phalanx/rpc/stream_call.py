@@ -66,8 +66,9 @@ class StreamCaller(Generic[Req, Resp]):
             self._reset()
 
 
-def serve_stream(handle: Callable[[Req, grpc.ServicerContext], Resp]) -> Callable[
-        [Iterator[Req], grpc.ServicerContext], Iterator[Resp]]:
+def serve_stream(
+    handle: Callable[[Req, grpc.ServicerContext], Resp],
+) -> Callable[[Iterator[Req], grpc.ServicerContext], Iterator[Resp]]:
     """Server side: answers each message of the stream with the unary handler."""
 
     def stream(requests: Iterator[Req], context: grpc.ServicerContext) -> Iterator[Resp]:

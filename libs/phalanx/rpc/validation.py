@@ -106,16 +106,22 @@ def _keys(keys: Sequence[str], path: str, what: str) -> list[str]:
     errors = _count(keys, path)
     if errors:
         return errors
-    return [f"{path}[{i}]: {shown(k)} is not a {what} key (namespace/name)"
-            for i, k in enumerate(keys) if not names.is_object_key(k)]
+    return [
+        f"{path}[{i}]: {shown(k)} is not a {what} key (namespace/name)"
+        for i, k in enumerate(keys)
+        if not names.is_object_key(k)
+    ]
 
 
 def _node_names(items: Sequence[str], path: str) -> list[str]:
     errors = _count(items, path)
     if errors:
         return errors
-    return [f"{path}[{i}]: {shown(n)} is not {names.SUBDOMAIN_RULE}"
-            for i, n in enumerate(items) if not names.is_dns_subdomain(n)]
+    return [
+        f"{path}[{i}]: {shown(n)} is not {names.SUBDOMAIN_RULE}"
+        for i, n in enumerate(items)
+        if not names.is_dns_subdomain(n)
+    ]
 
 
 def _string_map(m: Mapping[str, str], path: str) -> list[str]:
@@ -170,8 +176,12 @@ def _placement(p: objects_pb2.Placement, path: str) -> list[str]:
             errors += _requirements(requirements, f"{path}.affinity_terms[{i}].{part}")
     for i, t in enumerate(p.tolerations):
         at = f"{path}.tolerations[{i}]"
-        errors += (_text(t.key, f"{at}.key", MAX_KEY) + _text(t.operator, f"{at}.operator", MAX_KEY)
-                   + _text(t.value, f"{at}.value", MAX_KEY) + _text(t.effect, f"{at}.effect", MAX_KEY))
+        errors += (
+            _text(t.key, f"{at}.key", MAX_KEY)
+            + _text(t.operator, f"{at}.operator", MAX_KEY)
+            + _text(t.value, f"{at}.value", MAX_KEY)
+            + _text(t.effect, f"{at}.effect", MAX_KEY)
+        )
     return errors
 
 
@@ -181,8 +191,11 @@ def _requirements(requirements: Sequence[objects_pb2.SelectorRequirement], path:
         at = f"{path}[{i}]"
         errors += _text(r.key, f"{at}.key", MAX_KEY) + _text(r.operator, f"{at}.operator", MAX_KEY)
         errors += _count(r.values, f"{at}.values", MAX_ENTRIES)
-        errors += [f"{at}.values[{j}]: {len(v)} characters is too long (at most {MAX_KEY})"
-                   for j, v in enumerate(r.values) if len(v) > MAX_KEY]
+        errors += [
+            f"{at}.values[{j}]: {len(v)} characters is too long (at most {MAX_KEY})"
+            for j, v in enumerate(r.values)
+            if len(v) > MAX_KEY
+        ]
     return errors
 
 
@@ -224,7 +237,9 @@ def gang_errors(gang: objects_pb2.Gang, path: str) -> list[str]:
         errors.append(f"{path}.mode: unknown value {gang.mode}")
     errors += _count(gang.groups, f"{path}.groups", MAX_ENTRIES) or [
         f"{path}.groups[{i}]: {shown(g)} is not a gang key (namespace/name)"
-        for i, g in enumerate(gang.groups) if not names.is_object_key(g)]
+        for i, g in enumerate(gang.groups)
+        if not names.is_object_key(g)
+    ]
     errors += _time(gang.wait_seconds, f"{path}.wait_seconds", negative_ok=True)  # negative: the default
     errors += _time(gang.created_at, f"{path}.created_at")
     errors += _resources(gang.min_resources, f"{path}.min_resources")
@@ -302,7 +317,8 @@ def pop_request(req: queue_pb2.PopRequest) -> list[str]:
 def remove_request(req: queue_pb2.RemoveRequest) -> list[str]:
     # Unknown keys are fine (nothing to forget); only the size is bounded.
     return _count(req.pod_keys, "pod_keys") or [
-        f"pod_keys[{i}]: {len(k)} characters is too long" for i, k in enumerate(req.pod_keys) if len(k) > MAX_KEY]
+        f"pod_keys[{i}]: {len(k)} characters is too long" for i, k in enumerate(req.pod_keys) if len(k) > MAX_KEY
+    ]
 
 
 def move_all_request(req: queue_pb2.MoveAllRequest) -> list[str]:
@@ -330,7 +346,9 @@ def _freed(items: Sequence[queue_pb2.FreedCapacity], path: str) -> list[str]:
 def _resource_names(items: Sequence[str], path: str) -> list[str]:
     return _count(items, path, MAX_ENTRIES) or [
         f"{path}[{i}]: resource name {shown(r)} must have 1 to {MAX_KEY} characters"
-        for i, r in enumerate(items) if not r or len(r) > MAX_KEY]
+        for i, r in enumerate(items)
+        if not r or len(r) > MAX_KEY
+    ]
 
 
 def stats_request(req: queue_pb2.StatsRequest) -> list[str]:
@@ -440,6 +458,4 @@ def _gang_report(g: binder_pb2.GangReport, path: str) -> list[str]:
 
 
 def report_request(req: binder_pb2.ReportRequest) -> list[str]:
-    return (_time(req.now, "now") + _each(req.pods, "pods", _pod_report)
-            + _each(req.gangs, "gangs", _gang_report))
-
+    return _time(req.now, "now") + _each(req.pods, "pods", _pod_report) + _each(req.gangs, "gangs", _gang_report)

@@ -62,8 +62,7 @@ class BindDispatch:
         gangs = self.cache.gangs
         if gangs.group_of(gang) in self.pending_groups or gangs.group_ready(gang):
             return True
-        return any(r.state == PodState.BINDING for k in gangs.record(gang).assumed
-                   if (r := self.cache.assumed.get(k)))
+        return any(r.state == PodState.BINDING for k in gangs.record(gang).assumed if (r := self.cache.assumed.get(k)))
 
     # -- sending ---------------------------------------------------------------------------------
     def bind_ready(self, state: RoundState) -> None:
@@ -83,9 +82,12 @@ class BindDispatch:
             # A GangGroup binds in one batch, in the trace of the group; each member gang's own trace
             # links to that bind (and the bind back to them), so no member's trace ends without it.
             members = [t for t in (gangs.trace_of(g) for g in group) if t and t != trace]
-            with child_span("phalanx.scheduler.dispatch_bind", trace,
-                            {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)},
-                            linked=members) as span:
+            with child_span(
+                "phalanx.scheduler.dispatch_bind",
+                trace,
+                {"phalanx.gangs": ",".join(group), "phalanx.pods": len(assignments)},
+                linked=members,
+            ) as span:
                 mark_linked("phalanx.scheduler.bound_with_group", members, span, {"phalanx.gangs": ",".join(group)})
                 self.dispatch(assignments, all_or_nothing, state, trace, items)
         elif batches:
@@ -98,8 +100,14 @@ class BindDispatch:
             for (_, _, assignments, _, items), batch_results in zip(batches, results):
                 self._take_results(batch_results, assignments, state, items)
 
-    def dispatch(self, assignments: list[Assignment], all_or_nothing: bool, state: RoundState,
-                 trace: str, items: dict[str, Popped]) -> None:
+    def dispatch(
+        self,
+        assignments: list[Assignment],
+        all_or_nothing: bool,
+        state: RoundState,
+        trace: str,
+        items: dict[str, Popped],
+    ) -> None:
         try:
             results = self.binder.bind(assignments, all_or_nothing, state.now, nested_traceparent(trace))
         except Exception as exc:  # the binder is down or restarting: its answer is unknown, not negative
@@ -130,8 +138,7 @@ class BindDispatch:
     def _binder_silent(self, exc: Exception) -> str:
         return f"the binder at {getattr(self.binder, 'address', '?')} did not answer: {rpc_failure(exc)}"
 
-    def _unfinished(self, assignments: list[Assignment], state: RoundState,
-                    items: dict[str, Popped], why: str) -> None:
+    def _unfinished(self, assignments: list[Assignment], state: RoundState, items: dict[str, Popped], why: str) -> None:
         """A decided bind that did not complete keeps its reservations and is sent again later; its pods
         leave the queue (the scheduler owns them now), so none is left in flight."""
         log.warning("bind of %d pods not finished (%s); retrying", len(assignments), why.splitlines()[0][:300])
@@ -150,8 +157,9 @@ class BindDispatch:
             self._retry_at = state.now + self._backoff
 
     # -- answers ---------------------------------------------------------------------------------
-    def _take_results(self, results: list[BindResult], assignments: list[Assignment],
-                      state: RoundState, items: dict[str, Popped]) -> None:
+    def _take_results(
+        self, results: list[BindResult], assignments: list[Assignment], state: RoundState, items: dict[str, Popped]
+    ) -> None:
         """Mirrors the binder's verdicts in memory and in the queue's verdicts."""
         by_key = {a.pod_key: a for a in assignments}
         bound_by_gang: dict[str, list[str]] = defaultdict(list)

@@ -62,8 +62,13 @@ class ClusterEvents:
         self.scheduler = scheduler
         self.rules = rules
 
-    def apply(self, change: ClusterChange, now: float, carry: Carry | None = None,
-              still_exists: Callable[[str], bool] | None = None) -> Carry:
+    def apply(
+        self,
+        change: ClusterChange,
+        now: float,
+        carry: Carry | None = None,
+        still_exists: Callable[[str], bool] | None = None,
+    ) -> Carry:
         """Applies `change` in order: nodes before the pods bound to them, gangs before the pods that release
         or confirm their members. Returns `carry` (a new one by default) with the queue's updates.
         `still_exists(pod key)`: whether a reserved pod of a removed node still exists (None: all do)."""
@@ -89,15 +94,19 @@ class ClusterEvents:
         self.scheduler.upsert_nodes(nodes)
         carry.move_all = True  # a node added or changed: every unschedulable pod gets another try
 
-    def nodes_removed(self, names: list[str], now: float, carry: Carry,
-                      still_exists: Callable[[str], bool] | None = None) -> list[PodRecord]:
+    def nodes_removed(
+        self, names: list[str], now: float, carry: Carry, still_exists: Callable[[str], bool] | None = None
+    ) -> list[PodRecord]:
         """Their reserved pods go back to the queue (backed off); returns every pod they held."""
         victims = self.scheduler.remove_nodes(names, now)
         if self.rules.unbind_removed_nodes:
             for r in victims:
                 self.scheduler.bound.discard(r.key)
-        carry.verdicts += [Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed") for r in victims
-                           if r.state == PodState.ASSUMED and (still_exists is None or still_exists(r.key))]
+        carry.verdicts += [
+            Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
+            for r in victims
+            if r.state == PodState.ASSUMED and (still_exists is None or still_exists(r.key))
+        ]
         return victims
 
     def gangs_declared(self, specs: list[GangSpec], carry: Carry) -> None:

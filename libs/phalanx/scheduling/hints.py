@@ -92,8 +92,11 @@ def node_slots(snap: Snapshot, needs: Mapping[str, int], allowed: Iterable[str] 
     if not needs:
         return {}
     names = list(allowed)
-    rows = np.array([snap.index[n] for n in names if n in snap.index], dtype=np.intp) if names \
+    rows = (
+        np.array([snap.index[n] for n in names if n in snap.index], dtype=np.intp)
+        if names
         else np.arange(len(snap), dtype=np.intp)
+    )
     if rows.size == 0:
         return {}
     free = free_columns(snap, rows)
@@ -130,8 +133,7 @@ def refresh_freed(freed: FreedCapacity, snap: Snapshot) -> None:
         freed.refresh(lambda node: node_free(snap, i) if (i := snap.index.get(node)) is not None else None)
 
 
-def rejection_hint(framework: Framework, failed: PodInfo, snap: Snapshot,
-                   unit: Iterable[PodInfo] = ()) -> Hint | None:
+def rejection_hint(framework: Framework, failed: PodInfo, snap: Snapshot, unit: Iterable[PodInfo] = ()) -> Hint | None:
     """Why `failed` found no node, as a hint; None when it cannot say (any event may help).
 
     `unit`: the other pods answered with it (a gang's): the freed node must fit at least the smallest of

@@ -43,8 +43,9 @@ class Lookahead:
         self.consumed += 1
         return self._instants.popleft()
 
-    def quiet_after(self, popped: PopResult, verdicts: list[Verdict], gangs_failed: bool,
-                    no_timer_before: Callable[[float], bool]) -> bool:
+    def quiet_after(
+        self, popped: PopResult, verdicts: list[Verdict], gangs_failed: bool, no_timer_before: Callable[[float], bool]
+    ) -> bool:
         """Whether, once this round's verdicts reach the queue, nothing is left to do before the next
         instant: the queue held only what was popped, every popped pod leaves it, no gang failed, and no
         gang timer falls due in between."""

@@ -23,8 +23,9 @@ class SchedulingLoop:
     """Steps `scheduler` under `lock`, which every other user of the scheduler (cluster events, the
     Scheduler API) holds too: the scheduler's memory is single-threaded by design."""
 
-    def __init__(self, scheduler: GangScheduler, queue: QueuePort, clock: Clock,
-                 lock: threading.Lock | None = None) -> None:
+    def __init__(
+        self, scheduler: GangScheduler, queue: QueuePort, clock: Clock, lock: threading.Lock | None = None
+    ) -> None:
         self.scheduler = scheduler
         self.queue = queue
         self.clock = clock
@@ -77,8 +78,10 @@ class SchedulingLoop:
         """One line naming the dependency a failed step could not reach ("" for any other failure). The
         step's gRPC calls go to the queue (the binder's are answered inside it: a bind that fails is kept
         and sent again)."""
-        if isinstance(exc, grpc.RpcError) and exc.code() in (grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
-                                                             grpc.StatusCode.DEADLINE_EXCEEDED):
+        if isinstance(exc, grpc.RpcError) and exc.code() in (
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        ):
             return f"the queue at {getattr(self.queue, 'address', '?')} did not answer: {rpc_failure(exc)}"
         store = getattr(self.scheduler, "store", None)
         return redis_unreachable(exc, store.redis) if store is not None else ""

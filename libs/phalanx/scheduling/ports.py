@@ -38,17 +38,31 @@ class Carry:
     freed: FreedCapacity = field(default_factory=FreedCapacity)  # capacity freed: moves the pods it may help
 
     def empty(self) -> bool:
-        return not (self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all
-                    or self.freed)
+        return not (
+            self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all or self.freed
+        )
 
     def merged(self, other: "Carry | None") -> "Carry":
         """This carry followed by `other` (undelivered updates first, so they keep their order)."""
         if other is None:
-            return Carry(list(self.verdicts), list(self.activate), list(self.failed), list(self.remove),
-                         list(self.add), self.move_all, self.freed.copy())
-        return Carry(self.verdicts + other.verdicts, self.activate + other.activate, self.failed + other.failed,
-                     self.remove + other.remove, self.add + other.add, self.move_all or other.move_all,
-                     self.freed.copy().merge(other.freed))
+            return Carry(
+                list(self.verdicts),
+                list(self.activate),
+                list(self.failed),
+                list(self.remove),
+                list(self.add),
+                self.move_all,
+                self.freed.copy(),
+            )
+        return Carry(
+            self.verdicts + other.verdicts,
+            self.activate + other.activate,
+            self.failed + other.failed,
+            self.remove + other.remove,
+            self.add + other.add,
+            self.move_all or other.move_all,
+            self.freed.copy().merge(other.freed),
+        )
 
 
 @dataclass
@@ -59,8 +73,7 @@ class PopResult:
 
 
 class QueuePort(Protocol):
-    def pop(self, max_pods: int, now: float, carry: Carry | None = None,
-            wait_seconds: float = 0.0) -> PopResult: ...
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult: ...
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
 
@@ -74,10 +87,8 @@ class QueuePort(Protocol):
 
 
 class BinderPort(Protocol):
-    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
-             trace: str) -> list[BindResult]: ...
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str) -> list[BindResult]: ...
 
-    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]],
-                  now: float) -> list[list[BindResult]]: ...
+    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]], now: float) -> list[list[BindResult]]: ...
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...

@@ -27,18 +27,38 @@ class StatusReports:
         self._gang_last: dict[str, tuple[GangPhase, str]] = {}  # gang key -> last (phase, message) sent
         self._first_attempt: dict[str, float] = {}  # gang key -> when the scheduler first reported it
 
-    def pod(self, pod_key: str, message: str, annotations: dict[str, str] | None = None,
-            event: EventReason = EventReason.FAILED_SCHEDULING) -> None:
+    def pod(
+        self,
+        pod_key: str,
+        message: str,
+        annotations: dict[str, str] | None = None,
+        event: EventReason = EventReason.FAILED_SCHEDULING,
+    ) -> None:
         """A pod's condition and Event."""
         if not annotations and self._pod_last.get(pod_key) == message:
             return
         self._pod_last[pod_key] = message
-        self._pods.append(PodReport(
-            pod_key=pod_key, annotations=annotations or {}, unschedulable_message=message,
-            event_reason=event, event_message=message))
+        self._pods.append(
+            PodReport(
+                pod_key=pod_key,
+                annotations=annotations or {},
+                unschedulable_message=message,
+                event_reason=event,
+                event_message=message,
+            )
+        )
 
-    def gang(self, spec: GangSpec | None, rec: GangRecord, phase: GangPhase, reason: EventReason, message: str,
-             now: float, unschedulable: bool = False, pod_key: str = "") -> None:
+    def gang(
+        self,
+        spec: GangSpec | None,
+        rec: GangRecord,
+        phase: GangPhase,
+        reason: EventReason,
+        message: str,
+        now: float,
+        unschedulable: bool = False,
+        pod_key: str = "",
+    ) -> None:
         """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again."""
         last = self._gang_last.get(rec.key)
         if last == (phase, message):
@@ -48,10 +68,19 @@ class StatusReports:
         self._gang_last[rec.key] = (phase, message)
         started = rec.first_wait if rec.first_wait is not None else self._first_attempt.setdefault(rec.key, now)
         members = sorted(rec.bound | rec.assumed)
-        self._gangs.append(GangReport(
-            gang_key=rec.key, phase=phase, scheduled=len(rec.bound), message=message,
-            source=spec.source if spec is not None else "", event_reason=event, unschedulable=unschedulable,
-            schedule_start_time=started, pod_key=pod_key or (members[0] if members else "")))
+        self._gangs.append(
+            GangReport(
+                gang_key=rec.key,
+                phase=phase,
+                scheduled=len(rec.bound),
+                message=message,
+                source=spec.source if spec is not None else "",
+                event_reason=event,
+                unschedulable=unschedulable,
+                schedule_start_time=started,
+                pod_key=pod_key or (members[0] if members else ""),
+            )
+        )
 
     def forget_pods(self, keys: list[str]) -> None:
         for key in keys:

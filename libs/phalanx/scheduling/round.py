@@ -24,8 +24,14 @@ class RoundState:
     freed: FreedCapacity = field(default_factory=FreedCapacity)
     reloaded: bool = False  # usage was reloaded from Redis: any unschedulable pod may fit now
 
-    def reject(self, unit: list[Popped], outcome: Outcome, message: str, reports: StatusReports | None,
-               hint: Hint | None = None) -> None:
+    def reject(
+        self,
+        unit: list[Popped],
+        outcome: Outcome,
+        message: str,
+        reports: StatusReports | None,
+        hint: Hint | None = None,
+    ) -> None:
         """The same verdict for every pod of `unit`, reported on each pod unless `reports` is None."""
         for item in unit:
             self.verdicts.append(Verdict(item, outcome, message, hint))

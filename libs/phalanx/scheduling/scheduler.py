@@ -50,6 +50,20 @@ class SchedulerSettings:
     profile: str = DEFAULT_SCHEDULER_NAME  # the scheduler name: the `profile` label of its metrics
 
 
+@dataclass(frozen=True)
+class GangSummary:
+    """A gang's progress as ListGangs reports it."""
+
+    key: str
+    min_available: int | None  # None: not declared
+    assumed: int
+    bound: int
+    satisfied: bool
+    timed_out: bool
+    first_wait_at: float | None
+    satisfied_at: float | None
+
+
 @dataclass
 class StepResult:
     attempted: int = 0
@@ -61,8 +75,14 @@ class StepResult:
 
 
 class GangScheduler:
-    def __init__(self, store: StateStore, queue: QueuePort, binder: BinderPort, framework: Framework,
-                 settings: SchedulerSettings | None = None) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        queue: QueuePort,
+        binder: BinderPort,
+        framework: Framework,
+        settings: SchedulerSettings | None = None,
+    ) -> None:
         """`framework`: the profile's plugins, built by the composition root (phalanx.plugins.registry)."""
         self.store = store
         self.queue = queue
@@ -107,8 +127,13 @@ class GangScheduler:
         """Rebuilds memory from Redis and finishes whatever a previous process left half done."""
         self.resync()
         released = self.queue.release_in_flight()
-        log.info("recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
-                 len(self.snapshot), len(self.gangs.specs), len(self.assumed), released)
+        log.info(
+            "recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
+            len(self.snapshot),
+            len(self.gangs.specs),
+            len(self.assumed),
+            released,
+        )
         carry = Carry()
         self.binds.retry(now, carry, force=True)
         if carry.verdicts:
@@ -211,8 +236,13 @@ class GangScheduler:
             self.gangs.apply(txn.gang_ops)  # so gang counts include them
 
     # -- the step ------------------------------------------------------------------------------------
-    def step(self, now: float, carry: Carry | None = None, prefetched: PopResult | None = None,
-             lookahead: Lookahead | None = None) -> StepResult:
+    def step(
+        self,
+        now: float,
+        carry: Carry | None = None,
+        prefetched: PopResult | None = None,
+        lookahead: Lookahead | None = None,
+    ) -> StepResult:
         """Schedules until the queue has nothing runnable at `now`. `carry` holds queue updates from
         cluster events; every pop carries the verdicts of the previous one. `prefetched`: pods already
         popped (by a long poll while idle) to start with. `lookahead`: the simulator's instants to come
@@ -280,8 +310,9 @@ class GangScheduler:
             raise
         self.reports.flush(self.binder, now)
         self.timeouts.refresh()
-        wakeups = [t for t in (popped.next_ready_at, self.timeouts.next_deadline, self.binds.next_retry())
-                   if t is not None]
+        wakeups = [
+            t for t in (popped.next_ready_at, self.timeouts.next_deadline, self.binds.next_retry()) if t is not None
+        ]
         result.next_wakeup = min(wakeups) if wakeups else None
         result.queue_pending = popped.pending
         result.instants_done = later.consumed
@@ -328,8 +359,9 @@ class GangScheduler:
             state.ordinary.extend(unit)  # once-satisfied: the gang rules no longer apply
             return
         spec = self.gangs.specs[gang]
-        with child_span("phalanx.scheduler.gang_attempt", unit[0].trace,
-                        {"phalanx.gang": gang, "phalanx.pods": len(unit)}) as span:
+        with child_span(
+            "phalanx.scheduler.gang_attempt", unit[0].trace, {"phalanx.gang": gang, "phalanx.pods": len(unit)}
+        ) as span:
             shortfall = self._min_resources_shortfall(spec)
             if shortfall:
                 msg = f"{self.gangs.describe(gang)}; {shortfall}"
@@ -337,7 +369,9 @@ class GangScheduler:
                 self.timeouts.last_failure[gang] = shortfall
                 short = [r for r, need in spec.min_resources.items() if self.snapshot.free_total().get(r, 0) < need]
                 state.reject(unit, Outcome.UNSCHEDULABLE, msg, self.reports, shortfall_hint(short))
-                self._report_gang(gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, msg, state.now, unschedulable=True)
+                self._report_gang(
+                    gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, msg, state.now, unschedulable=True
+                )
                 return
             for attempt in range(2):
                 if self._try_gang_unit(gang, unit, state, span):
@@ -345,7 +379,9 @@ class GangScheduler:
                 # Another writer changed a node we chose: refresh and decide again.
                 self.snapshot.load_used(self.store.load_used())
                 state.reloaded = True
-            state.reject(unit, Outcome.BACKOFF, f"{self.gangs.describe(gang)}; commit conflicts, retrying", self.reports)
+            state.reject(
+                unit, Outcome.BACKOFF, f"{self.gangs.describe(gang)}; commit conflicts, retrying", self.reports
+            )
 
     def _try_gang_unit(self, gang: str, unit: list[Popped], state: RoundState, span: object) -> bool:
         strict = self.gangs.strict(gang)
@@ -392,8 +428,9 @@ class GangScheduler:
         for item, i, reqs in placed:
             self.snapshot.reserve(i, reqs)
             state.freed.taken(self.snapshot.nodes[i].name)  # keeps the queue's gang slot counts current
-            self.assumed[item.pod.key] = PodRecord(item.pod.key, self.snapshot.nodes[i].name, gang,
-                                                   reqs, item.pod, PodState.ASSUMED)
+            self.assumed[item.pod.key] = PodRecord(
+                item.pod.key, self.snapshot.nodes[i].name, gang, reqs, item.pod, PodState.ASSUMED
+            )
             state.verdicts.append(Verdict(item, Outcome.ASSUMED))
         for item in rejected:
             msg = f"{self.gangs.describe(gang)}; already tried in this scheduling cycle"
@@ -418,15 +455,24 @@ class GangScheduler:
             self._report_gang(gang, GangPhase.SCHEDULING, EventReason.GANG_WAITING, waiting, state.now)
         return True
 
-    def _fail_strict_gang(self, gang: str, unit: list[Popped], placed: list[tuple[Popped, int, Resources]],
-                          failure: tuple[Popped, str], stmt: GangStatement, state: RoundState, span: object,
-                          hint: Hint | None = None) -> bool:
+    def _fail_strict_gang(
+        self,
+        gang: str,
+        unit: list[Popped],
+        placed: list[tuple[Popped, int, Resources]],
+        failure: tuple[Popped, str],
+        stmt: GangStatement,
+        state: RoundState,
+        span: object,
+        hint: Hint | None = None,
+    ) -> bool:
         """Strict: one pod failed, so every assumed pod of the gang is released and the rest of the
         gang is rejected until the cycle ends. `hint`: what may help the failed pod, for the whole gang."""
         failed_item, why = failure
         previously = [k for k in self.gangs.record(gang).assumed if k in self.assumed]
-        message = (f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; "
-                   f"Strict mode released the gang's reservations")
+        message = (
+            f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; Strict mode released the gang's reservations"
+        )
         self.timeouts.last_failure[gang] = f"{failed_item.pod.name}: {why}"
         for item in unit:
             self.gangs.mark_tried(gang, item.pod.key, stmt)
@@ -446,15 +492,17 @@ class GangScheduler:
         # Now that the gang holds nothing: how many of its pods each node could take (see phalanx.queueing.hints).
         hint = with_slots(hint, self.snapshot, len(unit) + len(released))
         for r in released:
-            state.verdicts.append(Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message,
-                                          hint))
+            state.verdicts.append(
+                Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message, hint)
+            )
             self.reports.pod(r.key, message)
         for item in unit:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message, hint))
             self.reports.pod(item.pod.key, message)
         state.failed.append(gang)
-        self._report_gang(gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, message, state.now,
-                          unschedulable=True)
+        self._report_gang(
+            gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, message, state.now, unschedulable=True
+        )
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
         return True
@@ -507,8 +555,9 @@ class GangScheduler:
                 self.reports.pod(item.pod.key, res.message)
         if not placed:
             return
-        txn = Txn(reserve=[self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs)
-                           for item, i, reqs in placed])
+        txn = Txn(
+            reserve=[self.store.reserve_entry(item.pod, self.snapshot.nodes[i].name, reqs) for item, i, reqs in placed]
+        )
         ok, reason = self.store.apply(txn)
         if not ok:
             log.info("ordinary pods: commit conflict (%s); retrying after backoff", reason)
@@ -523,10 +572,11 @@ class GangScheduler:
             node = self.snapshot.nodes[i].name
             state.freed.taken(node)
             self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, PodState.ASSUMED)
-            assignments.append(Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node,
-                                                     gang=item.pod.gang))
+            assignments.append(Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node, gang=item.pod.gang))
         faults.reached("scheduler.after_commit")
-        self.binds.dispatch(assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed})
+        self.binds.dispatch(
+            assignments, False, state, placed[0][0].trace, {item.pod.key: item for item, _, _ in placed}
+        )
 
     def confirm_bound(self, pods: list[PodInfo], now: float) -> list[PodInfo]:
         """Pods the API server shows bound that this scheduler still holds as reserved: their binding was
@@ -559,21 +609,45 @@ class GangScheduler:
         return moved
 
     # -- reporting -----------------------------------------------------------------------------------
-    def _report_gang(self, gang: str, phase: GangPhase, reason: EventReason, message: str, now: float,
-                     unschedulable: bool = False, pod_key: str = "") -> None:
-        self.reports.gang(self.gangs.specs.get(gang), self.gangs.record(gang), phase, reason, message, now,
-                          unschedulable=unschedulable, pod_key=pod_key)
+    def _report_gang(
+        self,
+        gang: str,
+        phase: GangPhase,
+        reason: EventReason,
+        message: str,
+        now: float,
+        unschedulable: bool = False,
+        pod_key: str = "",
+    ) -> None:
+        self.reports.gang(
+            self.gangs.specs.get(gang),
+            self.gangs.record(gang),
+            phase,
+            reason,
+            message,
+            now,
+            unschedulable=unschedulable,
+            pod_key=pod_key,
+        )
 
     # -- introspection -------------------------------------------------------------------------------
-    def gang_statuses(self) -> list[dict[str, object]]:
-        out: list[dict[str, object]] = []
+    def gang_statuses(self) -> list[GangSummary]:
+        out: list[GangSummary] = []
         for key in sorted(set(self.gangs.specs) | set(self.gangs.records)):
             rec = self.gangs.record(key)
-            out.append({
-                "key": key, "min_available": self.gangs.min_of(key), "assumed": len(rec.assumed), "bound": len(rec.bound),
-                "satisfied": rec.satisfied_at is not None, "timed_out": rec.timed_out,
-                "first_wait_at": rec.first_wait, "satisfied_at": rec.satisfied_at,
-            })
+            spec = self.gangs.specs.get(key)
+            out.append(
+                GangSummary(
+                    key=key,
+                    min_available=spec.min_available if spec is not None else None,
+                    assumed=len(rec.assumed),
+                    bound=len(rec.bound),
+                    satisfied=rec.satisfied_at is not None,
+                    timed_out=rec.timed_out,
+                    first_wait_at=rec.first_wait,
+                    satisfied_at=rec.satisfied_at,
+                )
+            )
         return out
 
 

@@ -85,15 +85,27 @@ class GangTimeouts:
         GANG_TIMEOUTS.inc(len(expired))
         to_remove: list[str] = []
         for gang, pods in victims.items():
-            with child_span("phalanx.scheduler.gang_timeout", gangs.record(gang).trace,
-                            {"phalanx.gang": gang, "phalanx.pods": len(pods)}):
+            with child_span(
+                "phalanx.scheduler.gang_timeout",
+                gangs.record(gang).trace,
+                {"phalanx.gang": gang, "phalanx.pods": len(pods)},
+            ):
                 for key in pods:
                     self.cache.give_back(key, carry.freed)
-                    self.reports.pod(key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event=EventReason.GANG_TIMEOUT)
+                    self.reports.pod(
+                        key, messages[gang], annotations={KOORD_TIMEOUT: "true"}, event=EventReason.GANG_TIMEOUT
+                    )
                     to_remove.append(key)
-            self.reports.gang(gangs.specs.get(gang), gangs.record(gang), GangPhase.FAILED, EventReason.GANG_TIMEOUT,
-                              messages[gang], now,
-                              unschedulable=True, pod_key=pods[0] if pods else "")
+            self.reports.gang(
+                gangs.specs.get(gang),
+                gangs.record(gang),
+                GangPhase.FAILED,
+                EventReason.GANG_TIMEOUT,
+                messages[gang],
+                now,
+                unschedulable=True,
+                pod_key=pods[0] if pods else "",
+            )
         carry.remove.extend(to_remove)  # the released capacity (carry.freed) may fit others
 
     def said(self, gang: str) -> str:
@@ -102,8 +114,10 @@ class GangTimeouts:
         if said is not None:
             return said
         # Timed out before this process started: what it had placed then went with its reservations.
-        return (f"gang {gang} timed out after waiting {self.cache.gangs.wait_seconds(gang):g}s; it will not be "
-                f"scheduled again until its pods are recreated")
+        return (
+            f"gang {gang} timed out after waiting {self.cache.gangs.wait_seconds(gang):g}s; it will not be "
+            f"scheduled again until its pods are recreated"
+        )
 
     def _message(self, gang: str) -> str:
         """Why the wait ran out, said while the gang still holds its reservations (they are counted). A gang
@@ -116,14 +130,18 @@ class GangTimeouts:
             why = f"last failure: {last}"
         else:
             why = "too few of its pods were created"
-        return (f"gang {gang} timed out after waiting {gangs.wait_seconds(gang):g}s with "
-                f"{gangs.placed_count(gang)}/{gangs.min_of(gang)} pods placed ({why}); it will not be scheduled "
-                f"again until its pods are recreated")
+        return (
+            f"gang {gang} timed out after waiting {gangs.wait_seconds(gang):g}s with "
+            f"{gangs.placed_count(gang)}/{gangs.min_of(gang)} pods placed ({why}); it will not be scheduled "
+            f"again until its pods are recreated"
+        )
 
     def _partner_progress(self, gang: str) -> str:
         gangs = self.cache.gangs
         if gang not in gangs.specs:
             return f"waiting for GangGroup member {gang}, which is not declared"
         last = self.last_failure.get(gang)
-        return (f"waiting for GangGroup member {gang} which has {gangs.placed_count(gang)}/{gangs.min_of(gang)} "
-                f"pods placed" + (f", its last failure: {last}" if last else ""))
+        return (
+            f"waiting for GangGroup member {gang} which has {gangs.placed_count(gang)}/{gangs.min_of(gang)} "
+            f"pods placed" + (f", its last failure: {last}" if last else "")
+        )

@@ -53,7 +53,9 @@ def caller_identity(context: grpc.ServicerContext) -> str:
     return names[0].decode(errors="replace") if names else ""
 
 
-def refusal(method: str, identity: str, policy: Mapping[str, frozenset[str]] = POLICY) -> tuple[grpc.StatusCode, str] | None:
+def refusal(
+    method: str, identity: str, policy: Mapping[str, frozenset[str]] = POLICY
+) -> tuple[grpc.StatusCode, str] | None:
     """The status to refuse a call with, or None if `identity` may call `method`."""
     if not identity:
         return grpc.StatusCode.UNAUTHENTICATED, f"{method}: no client certificate; calls need mutual TLS"
@@ -61,12 +63,14 @@ def refusal(method: str, identity: str, policy: Mapping[str, frozenset[str]] = P
     if allowed is None:
         return grpc.StatusCode.PERMISSION_DENIED, f"{method}: not served to any caller"
     if identity not in allowed:
-        return (grpc.StatusCode.PERMISSION_DENIED,
-                f"{method}: {identity!r} may not call this method (allowed: {', '.join(sorted(allowed))})")
+        return (
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{method}: {identity!r} may not call this method (allowed: {', '.join(sorted(allowed))})",
+        )
     return None
 
 
-class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class AuthorizationInterceptor(grpc.ServerInterceptor):
     def __init__(self, policy: Mapping[str, frozenset[str]] = POLICY) -> None:
         self.policy = policy
         self._logged: set[tuple[str, str]] = set()
@@ -93,6 +97,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
                 check(method, context)
                 return inner_uu(request, context)
+
             return handler._replace(unary_unary=unary_unary)
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
@@ -100,6 +105,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             def unary_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
                 check(method, context)
                 yield from inner_us(request, context)
+
             return handler._replace(unary_stream=unary_stream)
         if handler.stream_unary is not None:
             inner_su = handler.stream_unary
@@ -107,10 +113,12 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             def stream_unary(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
                 check(method, context)
                 return inner_su(requests, context)
+
             return handler._replace(stream_unary=stream_unary)
         inner_ss = handler.stream_stream
 
         def stream_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
             check(method, context)
             yield from inner_ss(requests, context)
+
         return handler._replace(stream_stream=stream_stream)

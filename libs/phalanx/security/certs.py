@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +42,9 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _validity(days: float) -> tuple[dt.datetime, dt.datetime]:
@@ -54,33 +56,62 @@ def new_ca(name: str = "phalanx-ca", days: float = 3650) -> KeyPair:
     key = _key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     start, end = _validity(days)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
 
 
-def issue(ca: KeyPair, identity: str, dns_names: list[str] = (), ips: list[str] = (),  # type: ignore[assignment]
-          days: float = 365) -> KeyPair:
+def issue(
+    ca: KeyPair,
+    identity: str,
+    dns_names: Sequence[str] = (),
+    ips: Sequence[str] = (),
+    days: float = 365,
+) -> KeyPair:
     """A certificate for `identity` (its common name), good as a server (for `dns_names` and `ips`) and as
     a client, signed by `ca`."""
     key = _key()
     start, end = _validity(days)
     names: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys([identity, *dns_names])]
     names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity)]))
-            .issuer_name(ca.certificate().subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .sign(ca.private_key(), hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity)]))
+        .issuer_name(ca.certificate().subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca.private_key(), hashes.SHA256())
+    )
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
 
 
@@ -88,8 +119,11 @@ def write(directory: Path, ca_cert_pem: bytes, pair: KeyPair) -> Path:
     """Writes ca.crt, tls.crt and tls.key (readable by the owner only) into `directory`, each file replaced
     whole (a reader never sees half a key)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, data, mode in ((CA_FILE, ca_cert_pem, 0o644), (CERT_FILE, pair.cert_pem, 0o644),
-                             (KEY_FILE, pair.key_pem, 0o600)):
+    for name, data, mode in (
+        (CA_FILE, ca_cert_pem, 0o644),
+        (CERT_FILE, pair.cert_pem, 0o644),
+        (KEY_FILE, pair.key_pem, 0o600),
+    ):
         tmp = directory / f".{name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb") as f:

@@ -17,8 +17,9 @@ from phalanx.security.tls import ALL_IDENTITIES
 CA_KEY_FILE = "ca.key"
 
 
-def make_tree(out: Path, identities: list[str], dns: list[str], ips: list[str], days: float,
-              redis_password: bool = False) -> list[Path]:
+def make_tree(
+    out: Path, identities: list[str], dns: list[str], ips: list[str], days: float, redis_password: bool = False
+) -> list[Path]:
     """out/ca.crt (+ ca.key), out/<identity>/{ca.crt,tls.crt,tls.key}, out/redis/password; returns what
     was written."""
     written: list[Path] = []
@@ -49,14 +50,21 @@ def make_tree(out: Path, identities: list[str], dns: list[str], ips: list[str], 
     return written
 
 
-def add_certs_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("certs", help="make a CA and the services' certificates (mutual TLS) as files",
-                       description="Writes OUT/ca.crt and ca.key, and OUT/<identity>/{ca.crt,tls.crt,tls.key} for "
-                                   "each identity; existing files are kept. Point each service's --tls-dir at its "
-                                   "identity's directory.")
+def add_certs_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "certs",
+        help="make a CA and the services' certificates (mutual TLS) as files",
+        description="Writes OUT/ca.crt and ca.key, and OUT/<identity>/{ca.crt,tls.crt,tls.key} for "
+        "each identity; existing files are kept. Point each service's --tls-dir at its "
+        "identity's directory.",
+    )
     p.add_argument("--out", required=True, help="directory to write into")
-    p.add_argument("--identity", action="append", choices=ALL_IDENTITIES,
-                   help="an identity to make a certificate for (repeatable; default: all)")
+    p.add_argument(
+        "--identity",
+        action="append",
+        choices=ALL_IDENTITIES,
+        help="an identity to make a certificate for (repeatable; default: all)",
+    )
     p.add_argument("--dns", action="append", default=[], help="extra DNS name in every certificate (repeatable)")
     p.add_argument("--ip", action="append", default=["127.0.0.1"], help="IP address in every certificate")
     p.add_argument("--days", type=float, default=365.0, help="validity of the service certificates")
@@ -68,8 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.days <= 0:
         print(f"phalanx certs: --days {args.days:g}: must be positive", file=sys.stderr)
         return 2
-    written = make_tree(Path(args.out), args.identity or list(ALL_IDENTITIES), args.dns, args.ip, args.days,
-                        args.redis_password)
+    written = make_tree(
+        Path(args.out), args.identity or list(ALL_IDENTITIES), args.dns, args.ip, args.days, args.redis_password
+    )
     for path in written:
         print(f"wrote {path}")
     if not written:

@@ -64,9 +64,10 @@ class TlsFiles:
             try:
                 st = path.stat()  # follows the ..data symlink Kubernetes swaps on a Secret update
             except OSError as exc:
-                raise TlsError(f"TLS file {path}: {exc.strerror or exc} (set --tls-dir or PHALANX_TLS_DIR to a "
-                               f"directory holding {CA_FILE}, {CERT_FILE} and {KEY_FILE}; `phalanx certs` makes them)"
-                               ) from None
+                raise TlsError(
+                    f"TLS file {path}: {exc.strerror or exc} (set --tls-dir or PHALANX_TLS_DIR to a "
+                    f"directory holding {CA_FILE}, {CERT_FILE} and {KEY_FILE}; `phalanx certs` makes them)"
+                ) from None
             out.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(out)
 
@@ -87,8 +88,9 @@ class TlsFiles:
                 material = Material(*(p.read_bytes() for p in self.paths))
                 if not all(material.__dict__.values()):
                     if self._material is None:
-                        raise TlsError(f"TLS files in {self.directory}: one of {CA_FILE}, {CERT_FILE}, {KEY_FILE} "
-                                       "is empty")
+                        raise TlsError(
+                            f"TLS files in {self.directory}: one of {CA_FILE}, {CERT_FILE}, {KEY_FILE} is empty"
+                        )
                     return self._material  # caught mid-write: the next check reads the whole files
                 if self._material is not None:
                     log.info("TLS certificates in %s changed; new connections use them", self.directory)

@@ -123,9 +123,16 @@ class _Due:
 
 
 class Simulation:
-    def __init__(self, workload: Workload, queue: QueueClient, scheduler: SchedulerClient, client: redis.Redis,
-                 keys: Keys, options: SimOptions,
-                 recover_scheduler: Callable[[], SchedulerClient] | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        queue: QueueClient,
+        scheduler: SchedulerClient,
+        client: redis.Redis,
+        keys: Keys,
+        options: SimOptions,
+        recover_scheduler: Callable[[], SchedulerClient] | None = None,
+    ) -> None:
         self.w = workload
         self.queue = queue
         self.scheduler = scheduler
@@ -178,7 +185,7 @@ class Simulation:
                 deferred = []
                 later = self._gather_later(now, due)
                 step = self._step(now, due, later)
-                self._put_back(later[step.instants_done:])
+                self._put_back(later[step.instants_done :])
                 # Send as many instants ahead as recent steps could use: runs grow while the cluster stays
                 # quiet, and shrink to one when every instant has to wait (a full cluster).
                 if step.instants_done == len(later):
@@ -315,8 +322,11 @@ class Simulation:
                     pod = self._admit_pod(payload)
                     if pod is not None:
                         inst.pods.append(pod)
-            if (self._declares_gang(inst.pods) or self._joins_waiting_gang(inst.pods)
-                    or carried + len(inst.pods) + len(inst.finished) > MAX_ITEMS):
+            if (
+                self._declares_gang(inst.pods)
+                or self._joins_waiting_gang(inst.pods)
+                or carried + len(inst.pods) + len(inst.finished) > MAX_ITEMS
+            ):
                 # Declaring a gang is a cluster event (it retries unschedulable pods): it gets its own step.
                 # And one request carries at most MAX_ITEMS pods: the instant waits for the next step.
                 self._put_back([inst])
@@ -339,8 +349,9 @@ class Simulation:
         """A pod of a gang not started yet may change what gangs hold reserved, which is read as each step
         ends (_read_gang_reports): it gets its own step, so that reading is exact at every instant. Nothing
         else in a run of quiet instants can (the queue holds nothing but each instant's arrivals)."""
-        return self.opt.mode == "gang" and any((g := self.pods[p.key].gang) and g not in self.gang_started
-                                               for p in pods)
+        return self.opt.mode == "gang" and any(
+            (g := self.pods[p.key].gang) and g not in self.gang_started for p in pods
+        )
 
     @staticmethod
     def _simple(kind: str, payload: Any) -> bool:
@@ -367,8 +378,9 @@ class Simulation:
             return None
 
     def _admit_pod(self, obj: WorkloadObject) -> PodInfo | None:
-        track = PodTrack(obj.namespace, obj.name, obj.origin,
-                         dict((obj.obj.get("metadata") or {}).get("annotations") or {}))
+        track = PodTrack(
+            obj.namespace, obj.name, obj.origin, dict((obj.obj.get("metadata") or {}).get("annotations") or {})
+        )
         if track.key in self.pods:
             self.errors.append(f"{obj.origin}: Pod {track.key} appears twice; the later copy is ignored")
             return None
@@ -440,9 +452,11 @@ class Simulation:
         try:
             return fn(self.scheduler)
         except grpc.RpcError as exc:
-            if self.recover_scheduler is None or exc.code() not in (grpc.StatusCode.UNAVAILABLE,
-                                                                     grpc.StatusCode.UNKNOWN,
-                                                                     grpc.StatusCode.CANCELLED):
+            if self.recover_scheduler is None or exc.code() not in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.UNKNOWN,
+                grpc.StatusCode.CANCELLED,
+            ):
                 raise
             self.scheduler = self.recover_scheduler()
             return fn(self.scheduler)
@@ -455,8 +469,9 @@ class Simulation:
             self._call(lambda s: s.apply(now, nodes=nodes[:-MAX_ITEMS]))
             due.nodes = nodes[-MAX_ITEMS:]
         if not due.no_events():
-            events = SchedulerClient.events(now, nodes=due.nodes, gangs=due.gangs, finished=due.finished,
-                                            deleted=due.deleted, bound=due.bound)
+            events = SchedulerClient.events(
+                now, nodes=due.nodes, gangs=due.gangs, finished=due.finished, deleted=due.deleted, bound=due.bound
+            )
         pods = due.pods
         if len(pods) > MAX_ITEMS:
             # One request carries at most MAX_ITEMS pods: the others enter the queue first, at the same
@@ -543,8 +558,10 @@ class Simulation:
         bound = self.bound_count
         wall = max(time.monotonic() - wall0, 1e-9)
         end = "\n" if final else "\r"
-        sys.stderr.write(f"\rvirtual {now:10.1f}s  pods seen {seen:6d}  bound {bound:6d}  "
-                         f"{bound / wall:7.0f} pods/s  wall {wall:6.1f}s{end}")
+        sys.stderr.write(
+            f"\rvirtual {now:10.1f}s  pods seen {seen:6d}  bound {bound:6d}  "
+            f"{bound / wall:7.0f} pods/s  wall {wall:6.1f}s{end}"
+        )
         sys.stderr.flush()
 
     def _result(self, end: float, wall: float, until_reached: bool) -> SimResult:
@@ -553,6 +570,20 @@ class Simulation:
         conditions = decoded(self.redis.hgetall(self.keys.sim_conditions))
         annotations = {k: json.loads(v) for k, v in decoded(self.redis.hgetall(self.keys.sim_annotations)).items()}
         gangs = {k: s for k in sorted(self.gang_refs) if (s := self.intake.gang(k)) is not None}
-        return SimResult(self.pods, gangs, set(self.gang_refs), self.errors, end, wall, self.steps, self.opt.mode,
-                         timed_out, conditions, annotations, until_reached, self.series.report(), self.attempts,
-                         self.gang_messages)
+        return SimResult(
+            self.pods,
+            gangs,
+            set(self.gang_refs),
+            self.errors,
+            end,
+            wall,
+            self.steps,
+            self.opt.mode,
+            timed_out,
+            conditions,
+            annotations,
+            until_reached,
+            self.series.report(),
+            self.attempts,
+            self.gang_messages,
+        )

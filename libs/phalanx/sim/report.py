@@ -66,11 +66,20 @@ def build_report(r: SimResult) -> dict[str, Any]:
         cause = None
         if reason is not None:
             cause = causes.cause_of(reason, names[t.gang] if t.gang else causes.names_of_pod(t.namespace, t.name))
-        pods_out.append({
-            "namespace": t.namespace, "name": t.name, "gang": t.gang or None, "node": t.node, "boundAt": t.bound_at,
-            "startedAt": t.started_at, "finishedAt": t.finished_at, "annotations": annotations, "reason": reason,
-            "cause": cause,
-        })
+        pods_out.append(
+            {
+                "namespace": t.namespace,
+                "name": t.name,
+                "gang": t.gang or None,
+                "node": t.node,
+                "boundAt": t.bound_at,
+                "startedAt": t.started_at,
+                "finishedAt": t.finished_at,
+                "annotations": annotations,
+                "reason": reason,
+                "cause": cause,
+            }
+        )
 
     groups_out = []
     gangs_bound = partial = timed_out = 0
@@ -88,8 +97,17 @@ def build_report(r: SimResult) -> dict[str, Any]:
         is_timed_out = key in r.timed_out_gangs
         phase = _phase(bound, finished, minimum, is_timed_out)
         ns, name = key.split("/", 1)
-        groups_out.append({"namespace": ns, "name": name, "phase": phase, "bound": bound, "minMember": minimum,
-                           "pods": len(members), "timedOut": is_timed_out})
+        groups_out.append(
+            {
+                "namespace": ns,
+                "name": name,
+                "phase": phase,
+                "bound": bound,
+                "minMember": minimum,
+                "pods": len(members),
+                "timedOut": is_timed_out,
+            }
+        )
         if waits.get(key, 1.0) > 0:  # bound the instant it arrived: nothing to explain
             why = _gang_reason(r, key, members, key in waits)
             if why is not None:
@@ -119,4 +137,3 @@ def build_report(r: SimResult) -> dict[str, Any]:
         "errors": r.errors,
     }
     return {"pods": pods_out, "podGroups": groups_out, "gangReasons": gang_reasons, "summary": summary}
-

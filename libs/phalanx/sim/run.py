@@ -28,13 +28,19 @@ class Endpoints:
     prefix: str = "phalanx"
 
 
-def simulate(workload: Workload, options: SimOptions, endpoints: Endpoints | None = None,
-             profile: str | None = None, scheduler_env: dict[str, str] | None = None,
-             log_dir: Path | None = None) -> dict[str, Any]:
+def simulate(
+    workload: Workload,
+    options: SimOptions,
+    endpoints: Endpoints | None = None,
+    profile: str | None = None,
+    scheduler_env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+) -> dict[str, Any]:
     stack: Stack | None = None
     if endpoints is None:
-        stack = Stack.launch(default_wait=options.default_wait, profile=profile, scheduler_env=scheduler_env,
-                             log_dir=log_dir)
+        stack = Stack.launch(
+            default_wait=options.default_wait, profile=profile, scheduler_env=scheduler_env, log_dir=log_dir
+        )
         endpoints = Endpoints(stack.redis_url, stack.queue.address, stack.scheduler.address, stack.prefix)
     client = redis.Redis.from_url(endpoints.redis_url, decode_responses=True)
     keys = Keys(endpoints.prefix)
@@ -47,7 +53,7 @@ def simulate(workload: Workload, options: SimOptions, endpoints: Endpoints | Non
     def recover() -> SchedulerClient:
         """The scheduler process died: start it again (it rebuilds from Redis) and carry on."""
         if stack is None:
-            raise RuntimeError("the scheduler at %s is unavailable" % endpoints.scheduler)  # type: ignore[union-attr]
+            raise RuntimeError("the scheduler at %s is unavailable" % endpoints.scheduler)
         stack.scheduler.kill()
         stack.scheduler.start()
         return SchedulerClient(stack.scheduler.address, security)

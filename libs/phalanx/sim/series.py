@@ -29,8 +29,9 @@ def _gpu_milli(requests: dict[str, int]) -> int:
 
 
 def _tracked(requests: dict[str, int]) -> dict[str, int]:
-    return {GPU: _gpu_milli(requests), "cpu": requests.get("cpu", 0),
-            "memory": requests.get("memory", 0)}
+    return {GPU: _gpu_milli(requests), "cpu": requests.get("cpu", 0), "memory": requests.get("memory", 0)}
+
+
 MAX_POINTS = 2000  # reports stay small on long traces; the last value of each bucket is kept
 DEMAND_LEVELS = (0.9, 1.0, 1.1, 1.3)  # arrived GPU demand, as a share of the GPUs, where the FGD metric is read
 # The largest arrival, as a share of the GPUs, that still tells the levels apart (10 points between the
@@ -109,8 +110,13 @@ class SeriesRecorder:
             elif kind == "started":
                 pending_gangs.discard(data)
                 self.gang_waits.setdefault(data, at - first_arrival.get(data, at))
-            point = {"t": at, "pendingPods": float(pending), "pendingGangs": float(len(pending_gangs)),
-                     "arrivedGpuDemand": self._ratio(arrived_gpu, GPU), "gpuFreed": float(gpu_freed)}
+            point = {
+                "t": at,
+                "pendingPods": float(pending),
+                "pendingGangs": float(len(pending_gangs)),
+                "arrivedGpuDemand": self._ratio(arrived_gpu, GPU),
+                "gpuFreed": float(gpu_freed),
+            }
             for r in TRACKED:
                 point[f"allocated:{r}"] = float(allocated.get(r, 0))
                 point[f"reserved:{r}"] = float(reserved.get(r, 0))
@@ -134,12 +140,18 @@ class SeriesRecorder:
             "arrivedGpuDemand": [round(p["arrivedGpuDemand"], 6) for p in points],
             # Natural units (cores, bytes, GPUs), not the milli-units used inside.
             "allocated": {r: [p[f"allocated:{r}"] / 1000 for p in points] for r in TRACKED if self.capacity.get(r)},
-            "allocatedRatio": {r: [round(p[f"allocated:{r}"] / self.capacity[r], 6) for p in points]
-                               for r in TRACKED if self.capacity.get(r)},
+            "allocatedRatio": {
+                r: [round(p[f"allocated:{r}"] / self.capacity[r], 6) for p in points]
+                for r in TRACKED
+                if self.capacity.get(r)
+            },
             # Read from Redis as each step ends (see Simulation._read_gang_reports), exact at every instant.
             "reserved": {r: [p[f"reserved:{r}"] / 1000 for p in points] for r in TRACKED if self.capacity.get(r)},
-            "reservedRatio": {r: [round(p[f"reserved:{r}"] / self.capacity[r], 6) for p in points]
-                              for r in TRACKED if self.capacity.get(r)},
+            "reservedRatio": {
+                r: [round(p[f"reserved:{r}"] / self.capacity[r], 6) for p in points]
+                for r in TRACKED
+                if self.capacity.get(r)
+            },
             "capacity": {r: v / 1000 for r, v in self.capacity.items() if v},
         }
         waits = sorted(self.gang_waits.values())
@@ -175,7 +187,9 @@ class SeriesRecorder:
         out: dict[str, float | None] = {}
         for d in demands:
             i = bisect.bisect_left(_running_max(xs), d - 1e-9)
-            out[f"{d:g}"] = None if i >= len(xs) else round(self._ratio(int(self.points[i][f"allocated:{GPU}"]), GPU), 6)
+            out[f"{d:g}"] = (
+                None if i >= len(xs) else round(self._ratio(int(self.points[i][f"allocated:{GPU}"]), GPU), 6)
+            )
         return out
 
 

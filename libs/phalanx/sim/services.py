@@ -33,10 +33,20 @@ class Stack:
     security: Security = PLAINTEXT  # how clients of the stack call it (the simulator's identity with TLS)
 
     @classmethod
-    def launch(cls, *, redis_url: str | None = None, prefix: str = "phalanx", default_wait: float = 600.0,
-               profile: str | None = None, scheduler_env: dict[str, str] | None = None,
-               log_dir: Path | None = None, clock: str = "virtual",
-               env: dict[str, str] | None = None, tls: bool = False, metrics: bool = False) -> "Stack":
+    def launch(
+        cls,
+        *,
+        redis_url: str | None = None,
+        prefix: str = "phalanx",
+        default_wait: float = 600.0,
+        profile: str | None = None,
+        scheduler_env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+        clock: str = "virtual",
+        env: dict[str, str] | None = None,
+        tls: bool = False,
+        metrics: bool = False,
+    ) -> "Stack":
         """`clock="real"`: every service on the wall clock; the scheduler runs its own loop (long-polling
         the queue when idle) and the simulated backend's bind log records wall time. `env`: extra
         environment of all three services. `tls`: mutual TLS between them, as deployed (certificates made
@@ -63,13 +73,34 @@ class Stack:
 
         state = ["--redis-url", redis_url, "--redis-prefix", prefix]
         queue_port, binder_port, scheduler_port, *metrics_ports = free_ports(6 if metrics else 3)
-        queue = ServiceProcess("queue", "phalanx_queue", [*common, *transport("queue"), "--unschedulable-flush", "0"],
-                               queue_port, logs / "queue.log")
-        binder = ServiceProcess("binder", "phalanx_binder", [*common, *transport("binder"), *state,
-                                                             "--backend", "simulated"], binder_port, logs / "binder.log")
+        queue = ServiceProcess(
+            "queue",
+            "phalanx_queue",
+            [*common, *transport("queue"), "--unschedulable-flush", "0"],
+            queue_port,
+            logs / "queue.log",
+        )
+        binder = ServiceProcess(
+            "binder",
+            "phalanx_binder",
+            [*common, *transport("binder"), *state, "--backend", "simulated"],
+            binder_port,
+            logs / "binder.log",
+        )
         # Cluster events come through the Scheduler API (the simulator's), on either clock.
-        sched_args = [*common, *transport("scheduler"), *state, "--backend", "simulated", "--queue", queue.address,
-                      "--binder", binder.address, "--default-wait", str(default_wait)]
+        sched_args = [
+            *common,
+            *transport("scheduler"),
+            *state,
+            "--backend",
+            "simulated",
+            "--queue",
+            queue.address,
+            "--binder",
+            binder.address,
+            "--default-wait",
+            str(default_wait),
+        ]
         if profile:
             sched_args += ["--profile", profile]
         scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, scheduler_port, logs / "scheduler.log")

@@ -20,7 +20,7 @@ from phalanx.intake.errors import quoted
 try:  # the C loader is several times faster on large traces
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+    from yaml import SafeLoader as _Loader
 
 KINDS = {"Node", "Pod", "PodGroup", "ConfigMap"}
 # Fields of a pod the simulator reads itself, before the intake: their shape is checked here, so a
@@ -84,8 +84,11 @@ def _shape_error(wo: WorkloadObject) -> str:
 def _documents(text: str) -> list[str]:
     """Splits on document separators before parsing, so one broken document does not hide the rest."""
     parts = _SEPARATOR.split(text)
-    return [p for p in parts if p.strip() and not all(line.lstrip().startswith("#") or not line.strip()
-                                                      for line in p.splitlines())]
+    return [
+        p
+        for p in parts
+        if p.strip() and not all(line.lstrip().startswith("#") or not line.strip() for line in p.splitlines())
+    ]
 
 
 def _parse_documents(text: str) -> list[Callable[[], Any]]:
@@ -129,8 +132,10 @@ def load_workload(paths: list[str | Path]) -> Workload:
             for item in items:
                 kind = item.get("kind") if isinstance(item, dict) else None
                 if not isinstance(kind, str) or kind not in KINDS:
-                    w.errors.append(f"{origin}: kind {quoted(kind)} is not simulated (expected one of "
-                                    f"{', '.join(sorted(KINDS))}); skipped")
+                    w.errors.append(
+                        f"{origin}: kind {quoted(kind)} is not simulated (expected one of "
+                        f"{', '.join(sorted(KINDS))}); skipped"
+                    )
                     continue
                 meta = item.get("metadata")
                 if not isinstance(meta, dict) or not meta.get("name"):
@@ -144,8 +149,10 @@ def load_workload(paths: list[str | Path]) -> Workload:
                 try:
                     ts = _timestamp(meta.get("creationTimestamp"))
                 except ValueError:
-                    w.errors.append(f"{origin}: {wo.describe()}: metadata.creationTimestamp "
-                                    f"{meta.get('creationTimestamp')!r} is not an RFC 3339 time; it appears at 0")
+                    w.errors.append(
+                        f"{origin}: {wo.describe()}: metadata.creationTimestamp "
+                        f"{meta.get('creationTimestamp')!r} is not an RFC 3339 time; it appears at 0"
+                    )
                     ts = None
                 stamped.append((wo, ts))
     times = [ts for _, ts in stamped if ts is not None]

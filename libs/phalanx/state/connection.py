@@ -26,10 +26,12 @@ def connect(url: str, *, password_file: str = "", ca_file: str = "") -> redis.Re
         kwargs["password"] = password
     if ca_file:
         if not url.startswith("rediss://"):
-            raise RedisConfigError(f"--redis-ca-file is for TLS: --redis-url must start with rediss://, not "
-                                   f"{redacted(url).split('://')[0]}://")
+            raise RedisConfigError(
+                f"--redis-ca-file is for TLS: --redis-url must start with rediss://, not "
+                f"{redacted(url).split('://')[0]}://"
+            )
         kwargs["ssl_ca_certs"] = ca_file
-    return redis.Redis.from_url(url, **kwargs)  # type: ignore[arg-type]
+    return redis.Redis.from_url(url, **kwargs)
 
 
 def redacted(url: str) -> str:

@@ -57,25 +57,31 @@ def _(op: PodsReleased) -> list[Command]:
 
 @commands.register
 def _(op: WaitStarted) -> list[Command]:
-    return [["HSET", rel_gang(op.gang), "first_wait", str(op.at), "trace", op.trace],
-            ["ZADD", REL_TIMERS, str(op.deadline), op.gang]]
+    return [
+        ["HSET", rel_gang(op.gang), "first_wait", str(op.at), "trace", op.trace],
+        ["ZADD", REL_TIMERS, str(op.deadline), op.gang],
+    ]
 
 
 @commands.register
 def _(op: TimedOut) -> list[Command]:
-    return [["HSET", rel_gang(op.gang), "timed_out", "1"],
-            ["ZREM", REL_TIMERS, op.gang],
-            ["DEL", rel_gang_assumed(op.gang)]]
+    return [
+        ["HSET", rel_gang(op.gang), "timed_out", "1"],
+        ["ZREM", REL_TIMERS, op.gang],
+        ["DEL", rel_gang_assumed(op.gang)],
+    ]
 
 
 @commands.register
 def _(op: PodsBound) -> list[Command]:
     if not op.pods:
         return []
-    return [["SREM", rel_gang_assumed(op.gang), *op.pods],
-            ["SADD", rel_gang_bound(op.gang), *op.pods],
-            ["HSETNX", rel_gang(op.gang), "satisfied_at", str(op.at)],
-            ["ZREM", REL_TIMERS, op.gang]]
+    return [
+        ["SREM", rel_gang_assumed(op.gang), *op.pods],
+        ["SADD", rel_gang_bound(op.gang), *op.pods],
+        ["HSETNX", rel_gang(op.gang), "satisfied_at", str(op.at)],
+        ["ZREM", REL_TIMERS, op.gang],
+    ]
 
 
 @commands.register

@@ -110,8 +110,23 @@ def _fields(cls: type) -> tuple[str, ...]:
 # pod_to_json below writes these fields by hand (asdict costs ~0.2 ms a pod, once per reservation); if
 # any of these classes gains a field, it falls back to asdict so nothing is ever left out.
 _HAND_WRITTEN = (
-    _fields(PodInfo) == ("namespace", "name", "uid", "priority", "created_at", "requests", "placement", "gang",
-                         "gang_created_at", "node_name", "annotations", "labels", "duration", "invalid")
+    _fields(PodInfo)
+    == (
+        "namespace",
+        "name",
+        "uid",
+        "priority",
+        "created_at",
+        "requests",
+        "placement",
+        "gang",
+        "gang_created_at",
+        "node_name",
+        "annotations",
+        "labels",
+        "duration",
+        "invalid",
+    )
     and _fields(Placement) == ("node_selector", "affinity_terms", "tolerations")
     and _fields(SelectorTerm) == ("match_expressions", "match_fields")
     and _fields(SelectorRequirement) == ("key", "operator", "values")
@@ -125,19 +140,31 @@ def pod_to_json(pod: PodInfo) -> dict[str, Any]:
         return asdict(pod)
     p = pod.placement
     return {
-        "namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "priority": pod.priority,
-        "created_at": pod.created_at, "requests": dict(pod.requests),
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "uid": pod.uid,
+        "priority": pod.priority,
+        "created_at": pod.created_at,
+        "requests": dict(pod.requests),
         "placement": {
             "node_selector": tuple(tuple(kv) for kv in p.node_selector),
             "affinity_terms": tuple(
-                {"match_expressions": tuple(_requirement_to_json(r) for r in t.match_expressions),
-                 "match_fields": tuple(_requirement_to_json(r) for r in t.match_fields)}
-                for t in p.affinity_terms),
-            "tolerations": tuple({"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
-                                 for t in p.tolerations),
+                {
+                    "match_expressions": tuple(_requirement_to_json(r) for r in t.match_expressions),
+                    "match_fields": tuple(_requirement_to_json(r) for r in t.match_fields),
+                }
+                for t in p.affinity_terms
+            ),
+            "tolerations": tuple(
+                {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect} for t in p.tolerations
+            ),
         },
-        "gang": pod.gang, "gang_created_at": pod.gang_created_at, "node_name": pod.node_name,
-        "annotations": dict(pod.annotations), "labels": dict(pod.labels), "duration": pod.duration,
+        "gang": pod.gang,
+        "gang_created_at": pod.gang_created_at,
+        "node_name": pod.node_name,
+        "annotations": dict(pod.annotations),
+        "labels": dict(pod.labels),
+        "duration": pod.duration,
         "invalid": pod.invalid,
     }
 
@@ -145,7 +172,7 @@ def pod_to_json(pod: PodInfo) -> dict[str, Any]:
 def pod_from_json(data: dict[str, Any]) -> PodInfo:
     p = data["placement"]
     placement = Placement(
-        node_selector=tuple(tuple(x) for x in p["node_selector"]),  # type: ignore[misc]
+        node_selector=tuple(tuple(x) for x in p["node_selector"]),
         affinity_terms=tuple(
             SelectorTerm(
                 tuple(SelectorRequirement(r["key"], r["operator"], tuple(r["values"])) for r in t["match_expressions"]),
@@ -197,7 +224,7 @@ _ARGS_PER_CMD = 1000
 
 def _chunked(op: str, suffix: str, args: list[str], step: int = _ARGS_PER_CMD) -> list[list[Any]]:
     """[op, suffix, *args] split into commands of at most `step` arguments (`step` even: HSET pairs stay whole)."""
-    return [[op, suffix, *args[i:i + step]] for i in range(0, len(args), step)]
+    return [[op, suffix, *args[i : i + step]] for i in range(0, len(args), step)]
 
 
 def _opt_float(value: str | None) -> float | None:
@@ -301,7 +328,7 @@ class StateStore:
 
     def _rel(self, key: str) -> str:
         """A key of self.keys relative to the base (what Txn.cmds address)."""
-        return key[len(self.keys.base) + 1:]
+        return key[len(self.keys.base) + 1 :]
 
     def must_apply(self, txn: Txn) -> None:
         ok, reason = self.apply(txn)
@@ -330,8 +357,13 @@ class StateStore:
                     cmds.append(["HDEL", k_cap, *[node_field(node.name, r) for r in sorted(stale)]])
             cmds.append(["HSET", k_nodes, node.name, node_to_json(node)])
             if node.allocatable:
-                cmds.append(["HSET", k_cap, *[x for r, v in node.allocatable.items()
-                                               for x in (node_field(node.name, r), str(v))]])
+                cmds.append(
+                    [
+                        "HSET",
+                        k_cap,
+                        *[x for r, v in node.allocatable.items() for x in (node_field(node.name, r), str(v))],
+                    ]
+                )
         self._write(cmds)
 
     def remove_nodes(self, names: list[str]) -> list[PodRecord]:
@@ -370,8 +402,14 @@ class StateStore:
         out: dict[str, PodRecord] = {}
         for key, raw in records.items():
             rec = json.loads(raw)
-            out[key] = PodRecord(key, rec["node"], rec["gang"], rec["requests"], pod_from_json(rec["pod"]),
-                                 PodState(states.get(key, PodState.ASSUMED)))
+            out[key] = PodRecord(
+                key,
+                rec["node"],
+                rec["gang"],
+                rec["requests"],
+                pod_from_json(rec["pod"]),
+                PodState(states.get(key, PodState.ASSUMED)),
+            )
         return out
 
     def get_pods(self, keys: list[str]) -> dict[str, PodRecord]:
@@ -385,8 +423,14 @@ class StateStore:
         for key, raw, state in zip(keys, records, states):
             if raw:
                 rec = json.loads(raw)
-                out[key] = PodRecord(key, rec["node"], rec["gang"], rec["requests"], pod_from_json(rec["pod"]),
-                                     PodState(state or PodState.ASSUMED))
+                out[key] = PodRecord(
+                    key,
+                    rec["node"],
+                    rec["gang"],
+                    rec["requests"],
+                    pod_from_json(rec["pod"]),
+                    PodState(state or PodState.ASSUMED),
+                )
         return out
 
     def pods_in_state(self, state: PodState) -> dict[str, PodRecord]:
@@ -396,8 +440,9 @@ class StateStore:
     # -- gangs -----------------------------------------------------------------------------------
     def put_gangs(self, gangs: list[GangSpec]) -> None:
         if gangs:
-            self._write(_chunked("HSET", self._rel(self.keys.gangs),
-                                 [x for g in gangs for x in (g.key, gang_to_json(g))]))
+            self._write(
+                _chunked("HSET", self._rel(self.keys.gangs), [x for g in gangs for x in (g.key, gang_to_json(g))])
+            )
 
     def remove_gangs(self, keys: list[str]) -> None:
         if keys:
@@ -408,8 +453,16 @@ class StateStore:
         if not keys:
             return
         cmds = _chunked("HDEL", self._rel(self.keys.gangs), list(keys)) + _chunked("ZREM", REL_TIMERS, list(keys))
-        cmds += [["DEL", self._rel(name)] for k in keys for name in (
-            self.keys.gang(k), self.keys.gang_assumed(k), self.keys.gang_bound(k), self.keys.gang_rounds(k))]
+        cmds += [
+            ["DEL", self._rel(name)]
+            for k in keys
+            for name in (
+                self.keys.gang(k),
+                self.keys.gang_assumed(k),
+                self.keys.gang_bound(k),
+                self.keys.gang_rounds(k),
+            )
+        ]
         self._write(cmds)
 
     def load_gangs(self) -> dict[str, GangSpec]:
@@ -425,7 +478,7 @@ class StateStore:
         raw = pipe.execute()
         out: dict[str, GangRecord] = {}
         for i, key in enumerate(keys):
-            h, assumed, bound, rounds = raw[4 * i: 4 * i + 4]
+            h, assumed, bound, rounds = raw[4 * i : 4 * i + 4]
             out[key] = GangRecord(
                 key=key,
                 cycle=int(h.get("cycle", 1)),
@@ -445,7 +498,7 @@ class StateStore:
         found: set[str] = set(decoded(self.redis.hkeys(self.keys.gangs)))
         marker = self.keys.base + ":gang:"
         for k in self.redis.scan_iter(match=marker + "*", count=1000):
-            rest = k[len(marker):]
+            rest = k[len(marker) :]
             for suffix in (":assumed", ":bound", ":rounds"):
                 if rest.endswith(suffix):
                     rest = rest[: -len(suffix)]
@@ -488,8 +541,9 @@ class StateStore:
         term = "" if self.term is None else str(self.term)
         fixed = int(self._repair_usage(keys=[self.keys.pods, self.keys.used, self.keys.leader_term], args=[term]))
         if fixed < 0:
-            raise self._fenced(f"fenced out: leadership term {term} is older than the current leader's "
-                               f"{self.leader_term()}")
+            raise self._fenced(
+                f"fenced out: leadership term {term} is older than the current leader's {self.leader_term()}"
+            )
         return fixed
 
     # -- maintenance -----------------------------------------------------------------------------

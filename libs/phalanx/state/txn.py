@@ -48,8 +48,16 @@ class Txn:
         self.release_gangs[pod] = gang
 
     def empty(self) -> bool:
-        return not (self.expect or self.release or self.reserve or self.facts or self.set_state or self.cmds
-                    or self.gang_ops or self.sim_binds)
+        return not (
+            self.expect
+            or self.release
+            or self.reserve
+            or self.facts
+            or self.set_state
+            or self.cmds
+            or self.gang_ops
+            or self.sim_binds
+        )
 
     def all_cmds(self) -> list[list[Any]]:
         out = list(self.cmds)
@@ -78,8 +86,10 @@ class Txn:
         if self.release:
             body["release"] = [
                 [pod, gang, key_index(keys.full(rel_gang_assumed(gang))), key_index(keys.full(rel_gang_bound(gang)))]
-                if (gang := self.release_gangs[pod]) else [pod, "", 0, 0]
-                for pod in self.release]
+                if (gang := self.release_gangs[pod])
+                else [pod, "", 0, 0]
+                for pod in self.release
+            ]
         cmds = [[op, key_index(keys.full(suffix)), *args] for op, suffix, *args in self.all_cmds()]
         if cmds:
             body["cmds"] = cmds

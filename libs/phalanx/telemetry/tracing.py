@@ -88,8 +88,9 @@ def links_to(traceparents: Iterable[str]) -> list[Link]:
 
 
 @contextmanager
-def child_span(name: str, traceparent: str, attributes: dict[str, Any] | None = None,
-               linked: Iterable[str] = ()) -> Iterator[Span]:
+def child_span(
+    name: str, traceparent: str, attributes: dict[str, Any] | None = None, linked: Iterable[str] = ()
+) -> Iterator[Span]:
     """A span in the gang's trace named by `traceparent` (a new trace when it is empty). When the current
     span already belongs to that trace (a gRPC server span of a call made for this gang), the new span
     nests under it, so the tree shows the hop; otherwise it hangs off the gang's root. `linked`: the

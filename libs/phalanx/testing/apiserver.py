@@ -60,8 +60,7 @@ DEFAULT_DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
 DEFAULT_SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 BINARIES = ("etcd", "kube-apiserver")
 APISERVER_MISSING_REASON = (
-    "kube-apiserver/etcd binaries not found: run hack/build-k8s-binaries.sh (takes ~5 min) "
-    "or set PHALANX_K8S_BIN_DIR"
+    "kube-apiserver/etcd binaries not found: run hack/build-k8s-binaries.sh (takes ~5 min) or set PHALANX_K8S_BIN_DIR"
 )
 
 _REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -69,6 +68,7 @@ _GO_MOD = _REPO_ROOT / "hack" / "k8s-binaries" / "go.mod"
 
 
 # --- finding the binaries --------------------------------------------------------------------------------
+
 
 def pinned_k8s_version() -> str | None:
     """The k8s.io/kubernetes version pinned in hack/k8s-binaries/go.mod, if this is a source checkout."""
@@ -125,6 +125,7 @@ def apiserver_available() -> bool:
 
 
 # --- the server ------------------------------------------------------------------------------------------
+
 
 def _tail(path: Path, lines: int = 30) -> str:
     try:
@@ -316,8 +317,11 @@ class LocalApiServer:
         try:
             return subprocess.Popen(
                 [str(self.bin_dir / name), *args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -327,18 +331,21 @@ class LocalApiServer:
         data = self._path("etcd")
         shutil.rmtree(data, ignore_errors=True)
         peer_url = f"http://127.0.0.1:{peer}"
-        self._etcd = self._spawn("etcd", [
-            "--name=phalanx",
-            f"--data-dir={data}",
-            f"--listen-client-urls={self.etcd_url}",
-            f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=phalanx={peer_url}",
-            "--initial-cluster-state=new",
-            "--unsafe-no-fsync=true",  # throwaway data: skip fsyncs, much faster on a busy disk
-            "--log-level=warn",
-        ])
+        self._etcd = self._spawn(
+            "etcd",
+            [
+                "--name=phalanx",
+                f"--data-dir={data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=phalanx={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync=true",  # throwaway data: skip fsyncs, much faster on a busy disk
+                "--log-level=warn",
+            ],
+        )
         self._wait("etcd", self._etcd, lambda: self._http_ok(f"{self.etcd_url}/health"))
 
     def _start_apiserver(self) -> None:
@@ -365,8 +372,7 @@ class LocalApiServer:
             args.append(f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}")
         args += self.extra_apiserver_args
         self._apiserver = self._spawn("kube-apiserver", args)
-        self._wait("kube-apiserver", self._apiserver,
-                   lambda: self._http_ok(f"{self.url}/readyz", token=self.token))
+        self._wait("kube-apiserver", self._apiserver, lambda: self._http_ok(f"{self.url}/readyz", token=self.token))
 
     def _http_ok(self, url: str, token: str | None = None) -> bool:
         request = urllib.request.Request(url)
@@ -391,13 +397,15 @@ class LocalApiServer:
             if proc.poll() is not None:
                 tail = _tail(log)
                 error = _AddressInUse if "address already in use" in tail else LocalApiServerError
-                raise error(f"{name} exited with code {proc.returncode} before becoming ready; "
-                            f"last lines of {log}:\n{tail}")
+                raise error(
+                    f"{name} exited with code {proc.returncode} before becoming ready; last lines of {log}:\n{tail}"
+                )
             if ready():
                 return
             if time.monotonic() > deadline:
-                raise LocalApiServerError(f"{name} not ready after {self.startup_timeout:.0f}s; "
-                                          f"last lines of {log}:\n{_tail(log)}")
+                raise LocalApiServerError(
+                    f"{name} not ready after {self.startup_timeout:.0f}s; last lines of {log}:\n{_tail(log)}"
+                )
             time.sleep(0.1)
 
     def _kill_processes(self) -> None:
@@ -425,10 +433,15 @@ class LocalApiServer:
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "phalanx-local", "cluster": {
-                "server": self.url,
-                "certificate-authority-data": base64.b64encode(self._ca_pem).decode(),
-            }}],
+            "clusters": [
+                {
+                    "name": "phalanx-local",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": base64.b64encode(self._ca_pem).decode(),
+                    },
+                }
+            ],
             "users": [{"name": user, "user": {"token": self._tokens[user]}}],
             "contexts": [{"name": "phalanx-local", "context": {"cluster": "phalanx-local", "user": user}}],
             "current-context": "phalanx-local",

@@ -22,8 +22,16 @@ class LocalQueue:
 
     def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> None:
         for p in pods:
-            self.queue.add(p.key, priority=p.priority, created_at=p.created_at, gang=p.gang,
-                           gang_created_at=p.gang_created_at, payload=Popped(p), now=now, only_missing=only_missing)
+            self.queue.add(
+                p.key,
+                priority=p.priority,
+                created_at=p.created_at,
+                gang=p.gang,
+                gang_created_at=p.gang_created_at,
+                payload=Popped(p),
+                now=now,
+                only_missing=only_missing,
+            )
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
         if carry is not None:
@@ -56,12 +64,10 @@ class LocalBinder:
         self.binder = binder
         self.backend = backend
 
-    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float,
-             trace: str) -> list[BindResult]:
+    def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str) -> list[BindResult]:
         return self.binder.bind(assignments, all_or_nothing, now, trace)[0]
 
-    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]],
-                  now: float) -> list[list[BindResult]]:
+    def bind_many(self, batches: list[tuple[list[Assignment], bool, str]], now: float) -> list[list[BindResult]]:
         return [self.bind(a, aon, now, trace) for a, aon, trace in batches]
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:

@@ -23,8 +23,14 @@ from phalanx.testing.ports import free_port
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None, *, appendonly: bool = False,
-                 log_path: str | os.PathLike[str] | None = None, password: str = "") -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        appendonly: bool = False,
+        log_path: str | os.PathLike[str] | None = None,
+        password: str = "",
+    ) -> None:
         """appendonly: persist like the Helm chart (`--appendonly yes --save ""`).
         log_path: append redis-server's output there (default: discarded).
         password: require AUTH, as the chart's Redis does (given in a config file, not on the command line)."""
@@ -55,15 +61,30 @@ class RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
-        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else ["--appendonly", "no"]
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else ["--appendonly", "no"]
+        )
         config: list[str] = []
         if self.password:
             conf = Path(self.dir) / "redis.conf"
             conf.touch(mode=0o600)
             conf.write_text(f"requirepass {self.password}\n")
             config = [str(conf)]
-        return [binary, *config, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-                *persistence, "--protected-mode", "yes" if self.password else "no"]
+        return [
+            binary,
+            *config,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--save",
+            "",
+            *persistence,
+            "--protected-mode",
+            "yes" if self.password else "no",
+        ]
 
     def start(self, timeout: float = 10.0) -> "RedisServer":
         out = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL

@@ -82,8 +82,9 @@ class ServiceProcess:
             said_fault = f" {FAULT_ENV}={fault}" if fault else ""
             log.write(f"\n{_INCARNATION}{self.incarnations}{said_fault} ===\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env)
+            self.proc = subprocess.Popen(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
         if wait:
             try:
                 self.wait_healthy()
@@ -96,8 +97,12 @@ class ServiceProcess:
         while True:
             self._raise_if_exited()
             try:
-                wait_healthy(self.address, timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
-                             security=self.security, peer=self.identity)
+                wait_healthy(
+                    self.address,
+                    timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
+                    security=self.security,
+                    peer=self.identity,
+                )
                 return
             except TimeoutError:
                 if time.monotonic() >= deadline:
@@ -108,13 +113,15 @@ class ServiceProcess:
         code = self.exit_code()
         if code is None:
             return
-        lines = [line for line in self.log_tail(50).splitlines()
-                 if line.strip() and not line.startswith(_INCARNATION)]
+        lines = [line for line in self.log_tail(50).splitlines() if line.strip() and not line.startswith(_INCARNATION)]
         last = lines[-1].strip() if lines else ""
         if last.startswith(f"phalanx-{self.name}:"):  # the service said why, in one line
             raise ServiceExited(last)
-        raise ServiceExited(f"phalanx-{self.name} exited with status {code} while starting"
-                            + (f": {last}" if last else "") + f" (log: {self.log_path})")
+        raise ServiceExited(
+            f"phalanx-{self.name} exited with status {code} while starting"
+            + (f": {last}" if last else "")
+            + f" (log: {self.log_path})"
+        )
 
     def exit_code(self) -> int | None:
         """None while running (or never started); after kill(), the killed incarnation's status."""

@@ -213,9 +213,7 @@ class _Table:
                     if not row or all(not cell.strip() for cell in row):
                         continue  # blank lines carry nothing
                     if len(row) < width:
-                        raise TraceError(
-                            f"{self.path}: line {self.line}: expected {width} columns, got {len(row)}"
-                        )
+                        raise TraceError(f"{self.path}: line {self.line}: expected {width} columns, got {len(row)}")
                     yield row
             except csv.Error as exc:
                 raise TraceError(f"{self.path}: line {self._reader.line_num}: {exc}") from None
@@ -270,13 +268,15 @@ def read_nodes(path: Path) -> list[NodeShape]:
         name = _object_name(table, row, "sn", first_line)
         gpus = table.count(row, "gpu", empty=0)
         model = sanitize_label_value(table.text(row, "model"))
-        nodes.append(NodeShape(
-            name=name,
-            cpu=f"{table.count(row, 'cpu_milli')}m",
-            memory=f"{table.count(row, 'memory_mib')}Mi",
-            gpus=gpus,
-            labels={GPU_MODEL_LABEL: model} if model else {},
-        ))
+        nodes.append(
+            NodeShape(
+                name=name,
+                cpu=f"{table.count(row, 'cpu_milli')}m",
+                memory=f"{table.count(row, 'memory_mib')}Mi",
+                gpus=gpus,
+                labels={GPU_MODEL_LABEL: model} if model else {},
+            )
+        )
     if not nodes:
         raise TraceError(f"{path}: no nodes (only a header)")
     return nodes
@@ -364,7 +364,7 @@ def _trace_pod(table: _Table, row: list[str], first_line: dict[str, int]) -> Tra
 
 
 def _gpu_models(spec: str) -> tuple[str, ...]:
-    """"V100M16|V100M32|V100M32" -> ("V100M16", "V100M32"), sanitised like the node label."""
+    """ "V100M16|V100M32|V100M32" -> ("V100M16", "V100M32"), sanitised like the node label."""
     models: list[str] = []
     for part in spec.split("|"):
         model = sanitize_label_value(part)
@@ -532,8 +532,9 @@ def import_openb(nodes_path: Path, pods_path: Path, options: ImportOptions = Imp
     gangs = form_gangs(arrived, options.gang_rule)
     shapes = [_pod_shape(item, gang, options.namespace) for item, gang in zip(arrived, gangs)]
     header = _header(nodes_path, pods_path, options, len(nodes), cluster_gpus, len(table.pods), len(shapes), skipped)
-    return ImportResult(workload=Workload(nodes=nodes, pods=shapes, header=header), rows=len(table.pods),
-                        skipped_fractional=skipped)
+    return ImportResult(
+        workload=Workload(nodes=nodes, pods=shapes, header=header), rows=len(table.pods), skipped_fractional=skipped
+    )
 
 
 def _pod_shape(item: Arrived, gang: GangRef | None, namespace: str) -> PodShape:
@@ -553,7 +554,13 @@ def _pod_shape(item: Arrived, gang: GangRef | None, namespace: str) -> PodShape:
 
 
 def _header(
-    nodes_path: Path, pods_path: Path, options: ImportOptions, nodes: int, gpus: int, rows: int, pods: int,
+    nodes_path: Path,
+    pods_path: Path,
+    options: ImportOptions,
+    nodes: int,
+    gpus: int,
+    rows: int,
+    pods: int,
     skipped: int,
 ) -> list[str]:
     skipped_text = f"{skipped} fractional-GPU pods skipped (--skip-fractional)" if skipped else "0 fractional-GPU pods"

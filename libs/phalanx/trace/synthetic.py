@@ -272,14 +272,16 @@ def build_nodes(groups: Sequence[NodeGroup]) -> list[NodeShape]:
     for g, group in enumerate(groups):
         width = max(4, len(str(group.count - 1)))
         for i in range(group.count):
-            nodes.append(NodeShape(
-                name=f"node-{g}-{i:0{width}d}",
-                cpu=f"{group.cpu_milli}m",
-                memory=group.memory,
-                gpus=group.gpus,
-                labels={GPU_MODEL_LABEL: group.model} if group.model else {},
-                max_pods=group.max_pods,
-            ))
+            nodes.append(
+                NodeShape(
+                    name=f"node-{g}-{i:0{width}d}",
+                    cpu=f"{group.cpu_milli}m",
+                    memory=group.memory,
+                    gpus=group.gpus,
+                    labels={GPU_MODEL_LABEL: group.model} if group.model else {},
+                    max_pods=group.max_pods,
+                )
+            )
     return nodes
 
 

@@ -216,9 +216,11 @@ def pod_object(pod: PodShape) -> dict[str, Any]:
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [
-                            {"key": GPU_MODEL_LABEL, "operator": "In", "values": list(pod.gpu_models)}
-                        ]}
+                        {
+                            "matchExpressions": [
+                                {"key": GPU_MODEL_LABEL, "operator": "In", "values": list(pod.gpu_models)}
+                            ]
+                        }
                     ]
                 }
             }
@@ -301,7 +303,7 @@ def _emit_sequence(items: list[Any], pad: str, lines: list[str]) -> None:
         if isinstance(item, Mapping) and item:
             start = len(lines)
             _emit_mapping(item, pad + "  ", lines)
-            lines[start] = f"{pad}- {lines[start][len(pad) + 2:]}"  # the first key shares the dash's line
+            lines[start] = f"{pad}- {lines[start][len(pad) + 2 :]}"  # the first key shares the dash's line
         elif isinstance(item, (Mapping, list)):
             raise TypeError("nested empty collections in sequences are not emitted")  # never produced here
         else:
