@@ -185,6 +185,18 @@ def health_listen_of(args: argparse.Namespace, service: str) -> str:
     return f"{host}:{DEFAULT_HEALTH_PORTS[service]}"
 
 
+def kubeconfig_arg(p: argparse.ArgumentParser) -> None:
+    """--kubeconfig, for the services that talk to the API server (scheduler and binder)."""
+    env_flag(
+        p,
+        "--kubeconfig",
+        "PHALANX_KUBECONFIG",
+        "",
+        "kubeconfig file of the API server",
+        shown="empty: in-cluster configuration",
+    )
+
+
 def redis_args(p: argparse.ArgumentParser) -> None:
     env_flag(p, "--redis-url", "PHALANX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis holding Phalanx's state")
     env_flag(p, "--redis-prefix", "PHALANX_REDIS_PREFIX", "phalanx", "prefix of every Redis key")

@@ -16,6 +16,7 @@ from phalanx.config import (
     common_parser,
     env_flag,
     health_listen_of,
+    kubeconfig_arg,
     redis_args,
     redis_client,
     security_of,
@@ -103,14 +104,7 @@ def parser() -> argparse.ArgumentParser:
         "where bindings are written",
         choices=["simulated", "kubernetes"],
     )
-    env_flag(
-        p,
-        "--kubeconfig",
-        "PHALANX_KUBECONFIG",
-        "",
-        "kubeconfig file of the API server",
-        shown="empty: in-cluster configuration",
-    )
+    kubeconfig_arg(p)
     env_flag(
         p,
         "--scheduler-name",

@@ -35,6 +35,7 @@ from phalanx.config import (
     common_parser,
     env_flag,
     health_listen_of,
+    kubeconfig_arg,
     opt_bool,
     redis_args,
     redis_client,
@@ -187,14 +188,7 @@ def parser() -> argparse.ArgumentParser:
         "events arrive through the Scheduler API",
         choices=["simulated", "kubernetes"],
     )
-    env_flag(
-        p,
-        "--kubeconfig",
-        "PHALANX_KUBECONFIG",
-        "",
-        "kubeconfig file of the API server",
-        shown="empty: in-cluster configuration",
-    )
+    kubeconfig_arg(p)
     env_flag(
         p,
         "--reconcile-interval",

@@ -554,6 +554,10 @@ class Simulation:
 
     # -- progress and results --------------------------------------------------------------------------
     def _print_progress(self, now: float, wall0: float, final: bool = False) -> None:
+        """One status line rewritten in place. Written by hand on purpose: a progress library (tqdm, rich)
+        measures progress against a total, which an open workload does not have, and would be a dependency of
+        every install for these few lines; the line's content (virtual time, pods seen and bound) is
+        the simulator's own."""
         seen = len(self.pods)
         bound = self.bound_count
         wall = max(time.monotonic() - wall0, 1e-9)

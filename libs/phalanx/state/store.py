@@ -231,6 +231,14 @@ def _opt_float(value: str | None) -> float | None:
     return None if value in (None, "") else float(value)
 
 
+def _pod_record(key: str, raw: str, state: str | None) -> PodRecord:
+    """A reservation as `reserve_entry` wrote it, in the state `podstate` holds (none yet: assumed)."""
+    rec = json.loads(raw)
+    return PodRecord(
+        key, rec["node"], rec["gang"], rec["requests"], pod_from_json(rec["pod"]), PodState(state or PodState.ASSUMED)
+    )
+
+
 class StateStore:
     def __init__(self, client: redis.Redis, keys: Keys | None = None, term: int | None = None) -> None:
         """`term`: the fencing term every write carries (a scheduler elected leader); None: no fencing."""
@@ -401,15 +409,7 @@ class StateStore:
         records, states = pipe.execute()
         out: dict[str, PodRecord] = {}
         for key, raw in records.items():
-            rec = json.loads(raw)
-            out[key] = PodRecord(
-                key,
-                rec["node"],
-                rec["gang"],
-                rec["requests"],
-                pod_from_json(rec["pod"]),
-                PodState(states.get(key, PodState.ASSUMED)),
-            )
+            out[key] = _pod_record(key, raw, states.get(key))
         return out
 
     def get_pods(self, keys: list[str]) -> dict[str, PodRecord]:
@@ -422,15 +422,7 @@ class StateStore:
         out: dict[str, PodRecord] = {}
         for key, raw, state in zip(keys, records, states):
             if raw:
-                rec = json.loads(raw)
-                out[key] = PodRecord(
-                    key,
-                    rec["node"],
-                    rec["gang"],
-                    rec["requests"],
-                    pod_from_json(rec["pod"]),
-                    PodState(state or PodState.ASSUMED),
-                )
+                out[key] = _pod_record(key, raw, state)
         return out
 
     def pods_in_state(self, state: PodState) -> dict[str, PodRecord]:
