@@ -127,6 +127,19 @@ def test_pod_to_json_is_asdict(pod: PodInfo) -> None:
 
 
 def test_gang_record_copy_matches_deepcopy() -> None:
+    # copy() names every field: a new field must be added there (and here) or it would be dropped.
+    assert [f.name for f in dataclasses.fields(GangRecord)] == [
+        "key",
+        "cycle",
+        "valid",
+        "first_wait",
+        "satisfied_at",
+        "timed_out",
+        "trace",
+        "assumed",
+        "bound",
+        "rounds",
+    ]
     rec = GangRecord(
         "ns/g",
         cycle=3,

@@ -3,7 +3,7 @@ reserved and bound, its wait), as kept in memory and, through `phalanx.state`, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -21,5 +21,16 @@ class GangRecord:
 
     def copy(self) -> "GangRecord":
         """An independent copy: its three containers copied, the rest immutable values (what deepcopy
-        gives, at a fraction of its cost, once per gang attempt)."""
-        return replace(self, assumed=set(self.assumed), bound=set(self.bound), rounds=dict(self.rounds))
+        gives; written out because dataclasses.replace costs 10 us, once per gang attempt)."""
+        return GangRecord(
+            self.key,
+            self.cycle,
+            self.valid,
+            self.first_wait,
+            self.satisfied_at,
+            self.timed_out,
+            self.trace,
+            set(self.assumed),
+            set(self.bound),
+            dict(self.rounds),
+        )

@@ -6,7 +6,8 @@ reservations they belong to; key names come from `phalanx.state.keys`.
 
 from __future__ import annotations
 
-from functools import singledispatch
+from collections.abc import Callable
+from typing import Any
 
 from phalanx.gang.ops import (
     BoundPodsFound,
@@ -25,46 +26,34 @@ from phalanx.state.keys import REL_TIMERS, rel_gang, rel_gang_assumed, rel_gang_
 Command = list[str]  # [op, key relative to the base, args...]
 
 
-@singledispatch
-def commands(op: GangOp) -> list[Command]:
-    raise TypeError(f"no Redis form for gang operation {type(op).__name__}")
-
-
-@commands.register
-def _(op: TriedInCycle) -> list[Command]:
+def _tried_in_cycle(op: TriedInCycle) -> list[Command]:
     return [["HSET", rel_gang_rounds(op.gang), op.pod, str(op.cycle)]]
 
 
-@commands.register
-def _(op: CycleInvalidated) -> list[Command]:
+def _cycle_invalidated(op: CycleInvalidated) -> list[Command]:
     return [["HSET", rel_gang(op.gang), "valid", "0"]]
 
 
-@commands.register
-def _(op: CycleAdvanced) -> list[Command]:
+def _cycle_advanced(op: CycleAdvanced) -> list[Command]:
     return [["HSET", rel_gang(op.gang), "cycle", str(op.cycle), "valid", "1"]]
 
 
-@commands.register
-def _(op: PodsAssumed) -> list[Command]:
+def _pods_assumed(op: PodsAssumed) -> list[Command]:
     return [["SADD", rel_gang_assumed(op.gang), *op.pods]] if op.pods else []
 
 
-@commands.register
-def _(op: PodsReleased) -> list[Command]:
+def _pods_released(op: PodsReleased) -> list[Command]:
     return []  # the release of the pods' reservations in the same Txn takes them out of the gang's sets
 
 
-@commands.register
-def _(op: WaitStarted) -> list[Command]:
+def _wait_started(op: WaitStarted) -> list[Command]:
     return [
         ["HSET", rel_gang(op.gang), "first_wait", str(op.at), "trace", op.trace],
         ["ZADD", REL_TIMERS, str(op.deadline), op.gang],
     ]
 
 
-@commands.register
-def _(op: TimedOut) -> list[Command]:
+def _timed_out(op: TimedOut) -> list[Command]:
     return [
         ["HSET", rel_gang(op.gang), "timed_out", "1"],
         ["ZREM", REL_TIMERS, op.gang],
@@ -72,8 +61,7 @@ def _(op: TimedOut) -> list[Command]:
     ]
 
 
-@commands.register
-def _(op: PodsBound) -> list[Command]:
+def _pods_bound(op: PodsBound) -> list[Command]:
     if not op.pods:
         return []
     return [
@@ -84,6 +72,26 @@ def _(op: PodsBound) -> list[Command]:
     ]
 
 
-@commands.register
-def _(op: BoundPodsFound) -> list[Command]:
+def _bound_pods_found(op: BoundPodsFound) -> list[Command]:
     return [["SADD", rel_gang_bound(op.gang), *op.pods]] if op.pods else []
+
+
+# One writer per operation type (a dict lookup: this runs for every gang operation of every commit).
+_WRITERS: dict[type[GangOp], Callable[[Any], list[Command]]] = {
+    TriedInCycle: _tried_in_cycle,
+    CycleInvalidated: _cycle_invalidated,
+    CycleAdvanced: _cycle_advanced,
+    PodsAssumed: _pods_assumed,
+    PodsReleased: _pods_released,
+    WaitStarted: _wait_started,
+    TimedOut: _timed_out,
+    PodsBound: _pods_bound,
+    BoundPodsFound: _bound_pods_found,
+}
+
+
+def commands(op: GangOp) -> list[Command]:
+    writer = _WRITERS.get(type(op))
+    if writer is None:
+        raise TypeError(f"no Redis form for gang operation {type(op).__name__}")
+    return writer(op)

@@ -34,6 +34,7 @@ Gang keys are written only through typed operations (`phalanx.gang.ops`, written
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 FIELD_SEP = "\x1f"
 
@@ -66,13 +67,27 @@ REL_SIM_BINDS = "sim:binds"
 class Keys:
     prefix: str = "phalanx"
 
-    @property
+    @cached_property
     def base(self) -> str:
         return "{" + self.prefix + "}"
 
     def full(self, suffix: str) -> str:
         """The key of a name relative to the base (the `rel_*` names above)."""
         return f"{self.base}:{suffix}"
+
+    @cached_property
+    def script_fixed(self) -> tuple[str, ...]:
+        """The keys lua/txn.lua is always handed, as KEYS[1..8] (built once: every transaction sends them)."""
+        return (
+            self.nodes,
+            self.cap,
+            self.used,
+            self.pods,
+            self.podstate,
+            self.bind_lock,
+            self.bind_fence,
+            self.leader_term,
+        )
 
     @property
     def nodes(self) -> str:

@@ -18,9 +18,6 @@ from phalanx.state import gang_writes
 from phalanx.state.keys import REL_SIM_BINDS, Keys, rel_gang_assumed, rel_gang_bound
 from phalanx.state.pod_state import PodState
 
-# The keys every call declares, in this order: the script addresses them as KEYS[1]..KEYS[8].
-_FIXED = ("nodes", "cap", "used", "pods", "podstate", "bind_lock", "bind_fence", "leader_term")
-
 
 @dataclass
 class Txn:
@@ -68,7 +65,7 @@ class Txn:
 
     def script_call(self, keys: Keys, term: int | None) -> tuple[list[str], list[str]]:
         """(KEYS, ARGV) for lua/txn.lua. `release_gangs` must name the gang of every released pod ("" for none)."""
-        declared = [getattr(keys, name) for name in _FIXED]
+        declared = list(keys.script_fixed)
         index: dict[str, int] = {}
 
         def key_index(name: str) -> int:
