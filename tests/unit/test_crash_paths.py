@@ -247,3 +247,23 @@ def test_a_pod_that_lost_its_place_may_try_again_in_a_valid_cycle() -> None:
     stmt = gm.begin()
     assert gm.try_enter_cycle("default/g", "p0", stmt) and gm.try_enter_cycle("default/g", "p1", stmt)
     assert gm.try_enter_cycle("default/g", "p1", stmt)
+
+
+def test_a_satisfied_gangs_late_pod_whose_bind_failed_is_bound_when_the_binder_is_back(h: Harness) -> None:
+    """Once satisfied, a gang's later pods are reserved as ordinary pods (outside the gang's list of
+    reserved pods); a bind of one that did not finish is still sent again, and after a restart too."""
+    h.sched.binder.down = False  # type: ignore[attr-defined]
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("train", 2, total=3)])
+    h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(2)], 0)
+    h.sched.step(0)
+    assert sorted(h.bound()) == ["default/w0", "default/w1"]  # satisfied
+    h.sched.binder.down = True  # type: ignore[attr-defined]
+    h.queue.add([pod("w2", "train", gpus=1)], 1)
+    h.sched.step(1)
+    assert "default/w2" not in h.bound() and states(h.store)["default/w2"] == "assumed"
+    fresh = Harness(h.store)  # a restart: the decided bind is found in Redis and sent again
+    fresh.queue = h.queue
+    fresh.sched.queue = h.queue
+    fresh.sched.recover(2)
+    assert h.bound()["default/w2"] == "n1"

@@ -24,6 +24,7 @@ from phalanx.scheduling.ports import BinderPort, Carry, Popped, Verdict
 from phalanx.scheduling.reports import StatusReports
 from phalanx.scheduling.round import RoundState
 from phalanx.state.pod_state import PodState
+from phalanx.state.store import PodRecord
 from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class BindDispatch:
         gangs = self.cache.gangs
         batches = []
         for group, trace in sorted(state.ready_groups.items()):
-            records = sorted((r for r in self.cache.assumed.values() if r.gang in group), key=lambda r: r.key)
+            records = sorted(self._reserved(group), key=lambda r: r.key)
             if not records:
                 continue
             assignments = [r.assignment() for r in records]
@@ -99,6 +100,16 @@ class BindDispatch:
                 return
             for (_, _, assignments, _, items), batch_results in zip(batches, results):
                 self._take_results(batch_results, assignments, state, items)
+
+    def _reserved(self, group: tuple[str, ...]) -> list[PodRecord]:
+        """The group's reserved pods. Until a gang is satisfied its record lists them (the Lua transaction
+        that reserves a gang's pods adds them to it), so they are read from there rather than found by
+        scanning every reservation, which was quadratic in a burst of small gangs. A satisfied gang's later
+        pods are reserved as ordinary pods, outside that list: a group with one is scanned."""
+        gangs = self.cache.gangs
+        if any(gangs.status(g) == GangStatus.SATISFIED for g in group):
+            return [r for r in self.cache.assumed.values() if r.gang in group]
+        return [r for g in group for k in gangs.record(g).assumed if (r := self.cache.assumed.get(k)) and r.gang == g]
 
     def dispatch(
         self,
