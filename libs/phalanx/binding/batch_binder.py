@@ -26,9 +26,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tenacity import RetryError
+
 from phalanx import faults
 from phalanx.backends.base import BindFailure, ClusterBackend
-from phalanx.binding.lock import FencedLock
+from phalanx.binding.lock import FencedLock, while_held
 from phalanx.metrics.binds import record_bind
 from phalanx.model.binding import Assignment, BindResult, BindStatus
 from phalanx.state.pod_state import PodState
@@ -113,16 +115,14 @@ class BatchBinder:
         if failures:  # a transactional backend reports none; be safe if one ever does
             return None
         self._commit_bound(txn, assignments, now)
-        deadline = time.monotonic() + 30.0
-        delay = 0.0005
-        while True:
-            ok, reason, fence = self.store.apply_fenced(txn)
-            if ok:
-                return [BindResult(pod_key=a.pod_key, status=BOUND) for a in assignments], fence
-            if reason != "locked" or time.monotonic() > deadline:
-                return None
-            time.sleep(delay)  # another binder holds the mutex
-            delay = min(delay * 2, 0.05)
+        attempts = while_held(lambda answer: answer[1] == "locked", time.monotonic() + 30.0)
+        try:
+            ok, _, fence = attempts(self.store.apply_fenced, txn)
+        except RetryError:  # another binder held the mutex for 30 s: the careful path waits its own way
+            return None
+        if not ok:
+            return None
+        return [BindResult(pod_key=a.pod_key, status=BOUND) for a in assignments], fence
 
     @staticmethod
     def _commit_bound(commit: Txn, bound: list[Assignment], now: float) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any
 
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
@@ -37,6 +38,18 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def while_held(held: Callable[[Any], bool], deadline: float) -> Retrying:
+    """Retries a call while its result says another binder holds the mutex (`held`), until the monotonic
+    `deadline`, backing off from 0.5 ms to 50 ms: a batch holds the mutex for milliseconds, so the first
+    retries come quickly, and a long hold is not asked about more than twenty times a second. Raises
+    tenacity's RetryError past the deadline."""
+    return Retrying(
+        retry=retry_if_result(held),
+        wait=wait_exponential(multiplier=0.0005, max=0.05),
+        stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
+    )
 
 
 class LockTimeout(Exception):
@@ -73,13 +86,8 @@ class FencedLock:
             self._local.release()
 
     def _acquire_redis(self, token: str, deadline: float, timeout: float) -> int:
-        """Ask until the lock is free, backing off from 0.5 ms to 50 ms: a batch holds it for milliseconds, so
-        the first retries come quickly, and a long hold is not asked about more than twenty times a second."""
-        attempts = Retrying(
-            retry=retry_if_result(lambda fence: fence == 0),
-            wait=wait_exponential(multiplier=0.0005, max=0.05),
-            stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
-        )
+        """Ask until the lock is free (see `while_held`)."""
+        attempts = while_held(lambda fence: fence == 0, deadline)
         try:
             fence: int = attempts(self._try_acquire, token)
         except RetryError:

@@ -73,20 +73,8 @@ class PodRecord:
         return Assignment(self.key, self.pod.uid, self.node, self.gang)
 
 
-# phalanx_redis_txn_conflicts_total, by the first words of lua/txn.lua's refusals.
+# phalanx_redis_txn_conflicts_total, by the kind of check that refused (the third field of lua/txn.lua's reply).
 _CONFLICTS = {reason: TXN_CONFLICTS.labels(reason) for reason in CONFLICT_REASONS}
-
-
-def _conflict_reason(refusal: str) -> str:
-    if refusal.startswith("conflict:"):
-        return "capacity"
-    if refusal == "locked":
-        return "locked"
-    if refusal.startswith("fenced:"):
-        return "stale_fence"
-    if refusal.startswith("node "):
-        return "node_gone"
-    return "pod_state"
 
 
 class TxnConflict(Exception):
@@ -309,7 +297,7 @@ class StateStore:
         if code == 2:
             raise self._fenced(str(result[1]))
         reason = str(result[1])
-        _CONFLICTS[_conflict_reason(reason)].inc()
+        _CONFLICTS[str(result[2])].inc()  # the script says which check refused (lua/txn.lua)
         return False, reason, 0
 
     def _learn_release_gangs(self, txn: Txn) -> None:

@@ -9,8 +9,8 @@
 -- `facts`: entries shaped like `reserve` for pods the API server already shows bound: recorded as bound and
 -- counted without the capacity check (they hold their node whether or not it had room: counting them
 -- keeps Phalanx from over-committing it further).
--- Returns {1, fence} on success (fence: the token this script's lock took, else 0), {0, reason} when a
--- check fails (nothing is written then, except that a taken lock has advanced the fence and a higher `term`
+-- Returns {1, fence} on success (fence: the token this script's lock took, else 0), {0, reason, kind} when a
+-- check fails (kind: capacity | locked | stale_fence | node_gone | pod_state, for the conflict metric) (nothing is written then, except that a taken lock has advanced the fence and a higher `term`
 -- has been recorded), {2, reason} when `term` is stale (nothing at all is written).
 -- `lock` = {token, lease_ms}: take the bind mutex for the length of this script (busy: {0, "locked"}),
 -- advancing the fencing token as any acquisition does; used when every write of a bind is in here.
@@ -34,7 +34,7 @@ local SEP = "\031"
 local fence = 0
 if txn.lock then
   if not redis.call("SET", K_LOCK, txn.lock[1], "NX", "PX", txn.lock[2]) then
-    return {0, "locked"}
+    return {0, "locked", "locked"}
   end
   fence = redis.call("INCR", K_FENCE)
 end
@@ -45,7 +45,7 @@ end
 if txn.fence then
   local current = tonumber(redis.call("GET", K_FENCE) or "0")
   if current ~= tonumber(txn.fence) then
-    unlock(); return {0, "fenced: lock token " .. tostring(txn.fence) .. " is stale (current " .. current .. ")"}
+    unlock(); return {0, "fenced: lock token " .. tostring(txn.fence) .. " is stale (current " .. current .. ")", "stale_fence"}
   end
 end
 
@@ -53,16 +53,16 @@ end
 for _, e in ipairs(txn.expect or {}) do
   local state = redis.call("HGET", K_STATE, e[1])
   if e[2] == "absent" then
-    if state then unlock(); return {0, "pod " .. e[1] .. " is already " .. state} end
+    if state then unlock(); return {0, "pod " .. e[1] .. " is already " .. state, "pod_state"} end
   else
     if state ~= e[2] then
-      unlock(); return {0, "pod " .. e[1] .. " is " .. (state or "absent") .. ", expected " .. e[2]}
+      unlock(); return {0, "pod " .. e[1] .. " is " .. (state or "absent") .. ", expected " .. e[2], "pod_state"}
     end
     if e[3] ~= nil and e[3] ~= "" then
       local raw = redis.call("HGET", K_PODS, e[1])
-      if not raw then unlock(); return {0, "pod " .. e[1] .. " has a state but no record"} end
+      if not raw then unlock(); return {0, "pod " .. e[1] .. " has a state but no record", "pod_state"} end
       local rec = cjson.decode(raw)
-      if rec.node ~= e[3] then unlock(); return {0, "pod " .. e[1] .. " is on " .. rec.node .. ", expected " .. e[3]} end
+      if rec.node ~= e[3] then unlock(); return {0, "pod " .. e[1] .. " is on " .. rec.node .. ", expected " .. e[3], "pod_state"} end
     end
   end
 end
@@ -76,7 +76,7 @@ for _, r in ipairs(txn.release or {}) do
   if raw then
     local rec = cjson.decode(raw)
     if (rec.gang or "") ~= r[2] then
-      unlock(); return {0, "pod " .. pod .. " is reserved for gang '" .. (rec.gang or "") .. "', not '" .. r[2] .. "'"}
+      unlock(); return {0, "pod " .. pod .. " is reserved for gang '" .. (rec.gang or "") .. "', not '" .. r[2] .. "'", "pod_state"}
     end
     released[pod] = r
     for res, amount in pairs(rec.requests) do
@@ -86,16 +86,16 @@ for _, r in ipairs(txn.release or {}) do
   end
 end
 -- New records (reserve: decided here; facts: bound already): each pod once, on an existing node. Returns an
--- error reason, or nil after adding their requests to `delta`.
+-- error reason and its kind, or nil after adding their requests to `delta`.
 local reserving = {}
 local function add_records(entries)
   for _, r in ipairs(entries or {}) do
     local pod, node, requests = r[1], r[2], r[3]
     if reserving[pod] or (released[pod] == nil and redis.call("HEXISTS", K_STATE, pod) == 1) then
-      return "pod " .. pod .. " is already reserved"
+      return "pod " .. pod .. " is already reserved", "pod_state"
     end
     reserving[pod] = true
-    if redis.call("HEXISTS", K_NODES, node) == 0 then return "node " .. node .. " does not exist" end
+    if redis.call("HEXISTS", K_NODES, node) == 0 then return "node " .. node .. " does not exist", "node_gone" end
     for res, amount in pairs(requests) do
       local f = node .. SEP .. res
       delta[f] = (delta[f] or 0) + amount
@@ -103,19 +103,19 @@ local function add_records(entries)
   end
   return nil
 end
-local refused = add_records(txn.reserve)
-if refused then unlock(); return {0, refused} end
+local refused, kind = add_records(txn.reserve)
+if refused then unlock(); return {0, refused, kind} end
 local checked = {}  -- the capacity check covers decisions, not facts
 for f, d in pairs(delta) do checked[f] = d end
-refused = add_records(txn.facts)
-if refused then unlock(); return {0, refused} end
+refused, kind = add_records(txn.facts)
+if refused then unlock(); return {0, refused, kind} end
 for f, d in pairs(checked) do
   if d > 0 then
     local cap = tonumber(redis.call("HGET", K_CAP, f) or "0")
     local used = tonumber(redis.call("HGET", K_USED, f) or "0")
     if used + d > cap then
       local node, res = string.match(f, "^(.*)" .. SEP .. "(.*)$")
-      unlock(); return {0, "conflict: node " .. node .. " has " .. (cap - used) .. " " .. res .. " free, needs " .. d}
+      unlock(); return {0, "conflict: node " .. node .. " has " .. (cap - used) .. " " .. res .. " free, needs " .. d, "capacity"}
     end
   end
 end
