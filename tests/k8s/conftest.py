@@ -404,7 +404,7 @@ class Phalanx:
         feed.stop()
         loop.join(10)
         server.stop(0)
-        for client in (servicer.queue, servicer.scheduler.binder):
+        for client in (servicer.scheduler.queue, servicer.scheduler.binder):
             client.close()
 
     def stop(self) -> None:

@@ -116,7 +116,7 @@ class Replica:
 
     def _close(self) -> None:
         self.server.stop(0)
-        for client in (self.servicer.queue, self.servicer.scheduler.binder):
+        for client in (self.servicer.scheduler.queue, self.servicer.scheduler.binder):
             client.close()
         self.down = True
 
