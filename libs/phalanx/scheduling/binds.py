@@ -142,9 +142,7 @@ class BindDispatch:
             self.dispatch(assignments, False, state, "", {r.key: Popped(r.pod) for r in records})
         if not (self.pending_groups or self.pending_pods):
             self._backoff = 0.0
-        carry.verdicts += state.verdicts
-        carry.activate += state.activate
-        carry.freed.merge(state.freed)
+        state.into(carry)
 
     def _binder_silent(self, exc: Exception) -> str:
         return f"the binder at {getattr(self.binder, 'address', '?')} did not answer: {rpc_failure(exc)}"

@@ -27,11 +27,15 @@ class SchedulerCache:
         r = self.assumed.pop(key, None)
         if r is None:
             return None
+        self.free_capacity(r, freed)
+        if r.gang:
+            self.gangs.apply([PodsReleased(r.gang, (key,))])
+        return r
+
+    def free_capacity(self, r: PodRecord, freed: FreedCapacity | None = None) -> None:
+        """What `r` held on its node returns to the snapshot (recorded in `freed`); nothing if the node is gone."""
         i = self.snapshot.index.get(r.node)
         if i is not None:
             self.snapshot.reserve(i, r.requests, sign=-1)
             if freed is not None:
                 note_release(freed, self.snapshot, r.node, r.requests)
-        if r.gang:
-            self.gangs.apply([PodsReleased(r.gang, (key,))])
-        return r

@@ -29,7 +29,7 @@ from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.scheduling.binds import BindDispatch
 from phalanx.scheduling.cache import SchedulerCache
-from phalanx.scheduling.hints import note_release, refresh_freed, rejection_hint, shortfall_hint, with_slots
+from phalanx.scheduling.hints import refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.lookahead import Lookahead
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
@@ -209,10 +209,7 @@ class GangScheduler:
         self.store.must_apply(txn)
         for r in records.values():
             if self.cache.give_back(r.key, freed) is None:  # bound, not reserved: its capacity still returns
-                i = self.snapshot.index.get(r.node)
-                if i is not None:
-                    self.snapshot.reserve(i, r.requests, sign=-1)
-                    note_release(freed, self.snapshot, r.node, r.requests)
+                self.cache.free_capacity(r, freed)
             self.bound.discard(r.key)
         return len(records)
 
