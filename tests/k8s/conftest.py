@@ -356,36 +356,20 @@ class Phalanx:
         self.queue.stop(0)
         self.start_queue(address)
 
+    def scheduler_flags(self, default_wait: float) -> list[str]:
+        """The flags of a scheduler of this stack on the wall clock, watching the test API server."""
+        return [
+            "--listen", "127.0.0.1:0", "--clock", "real", "--backend", "kubernetes",
+            "--kubeconfig", self.kubeconfig, *transport(SCHEDULER),
+            "--scheduler-name", self.scheduler_name, "--redis-url", self.redis_url, "--redis-prefix", self.prefix,
+            "--queue", self.queue.address, "--binder", self.binder.address,
+            "--default-wait", f"{default_wait:g}", "--reconcile-interval", "1",
+        ]  # fmt: skip
+
     def start_scheduler(self) -> None:
         from phalanx_scheduler import __main__ as scheduler_main
 
-        args = scheduler_main.parser().parse_args(
-            [
-                "--listen",
-                "127.0.0.1:0",
-                "--clock",
-                "real",
-                "--backend",
-                "kubernetes",
-                "--kubeconfig",
-                self.kubeconfig,
-                *transport(SCHEDULER),
-                "--scheduler-name",
-                self.scheduler_name,
-                "--redis-url",
-                self.redis_url,
-                "--redis-prefix",
-                self.prefix,
-                "--queue",
-                self.queue.address,
-                "--binder",
-                self.binder.address,
-                "--default-wait",
-                "30",
-                "--reconcile-interval",
-                "1",
-            ]
-        )
+        args = scheduler_main.parser().parse_args(self.scheduler_flags(default_wait=30))
         server, servicer = scheduler_main.build(args)
         server.start()
         feed = scheduler_main.start_feed(args, servicer)

@@ -30,7 +30,7 @@ import grpc
 import pytest
 import redis
 import yaml
-from conftest import SCHEDULER, TLS_DIR, Cluster, Phalanx, transport
+from conftest import TLS_DIR, Cluster, Phalanx
 from waiting import recording_calls, wait_for
 
 from phalanx.rpc.server import dial
@@ -62,29 +62,7 @@ class Replica:
         self.name = name
         args = scheduler_main.parser().parse_args(
             [
-                "--listen",
-                "127.0.0.1:0",
-                "--clock",
-                "real",
-                "--backend",
-                "kubernetes",
-                "--kubeconfig",
-                stack.kubeconfig,
-                *transport(SCHEDULER),
-                "--scheduler-name",
-                stack.scheduler_name,
-                "--redis-url",
-                stack.redis_url,
-                "--redis-prefix",
-                stack.prefix,
-                "--queue",
-                stack.queue.address,
-                "--binder",
-                stack.binder.address,
-                "--default-wait",
-                "60",
-                "--reconcile-interval",
-                "1",
+                *stack.scheduler_flags(default_wait=60),
                 "--leader-elect",
                 "true",
                 "--leader-elect-identity",
