@@ -7,11 +7,12 @@ it at start and after a commit conflict.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
-from phalanx.model.objects import NodeInfo, Placement, Resources
+from phalanx.model.objects import NodeInfo, PodInfo, Placement, Resources
 
 
 class Snapshot:
@@ -24,6 +25,11 @@ class Snapshot:
         self.used = np.zeros((0, 0), dtype=np.int64)
         self.generation = 0  # bumps when nodes change, invalidating cached static masks
         self._static_masks: dict[tuple[str, Placement], np.ndarray] = {}
+        # Which pods hold capacity where (those reserved with their pod): what plugins that look at other
+        # pods (inter-pod affinity, topology spread, a job's own pods) read. Keyed by node name, so a
+        # rebuild of the rows keeps it.
+        self.pods_by_node: dict[str, dict[str, PodInfo]] = {}
+        self._gang_nodes: dict[str, Counter[str]] = {}
 
     # -- building --------------------------------------------------------------------------------
     def _ensure_columns(self, names: object) -> None:
@@ -69,6 +75,9 @@ class Snapshot:
 
     def remove_nodes(self, names: list[str]) -> None:
         gone = set(names)
+        for name in gone:
+            for pod in list(self.pods_by_node.get(name, {}).values()):
+                self.untrack_pod(name, pod)
         used = {k: v for k, v in self.used_map().items() if k[0] not in gone}
         self.set_nodes([n for n in self.nodes if n.name not in gone], used)
 
@@ -110,10 +119,59 @@ class Snapshot:
             self._static_masks[key] = mask
         return mask
 
-    def reserve(self, node_index: int, requests: Resources, sign: int = 1) -> None:
+    def reserve(self, node_index: int, requests: Resources, sign: int = 1, pod: PodInfo | None = None) -> None:
+        """Adds (sign 1) or takes back (sign -1) what a pod holds on a node; with `pod`, the pod itself is
+        tracked there too (see pods_by_node)."""
         self._ensure_columns(sorted(r for r in requests if r not in self.column))
         for r, v in requests.items():
             self.used[node_index, self.column[r]] += sign * v
+        if pod is not None:
+            node = self.nodes[node_index].name
+            if sign > 0:
+                self.track_pod(node, pod)
+            else:
+                self.untrack_pod(node, pod)
+
+    # -- pods on nodes ---------------------------------------------------------------------------
+    def clear_pods(self) -> None:
+        self.pods_by_node.clear()
+        self._gang_nodes.clear()
+
+    def track_pod(self, node: str, pod: PodInfo) -> None:
+        """Records `pod` as held on `node` (no capacity changes: see reserve)."""
+        on_node = self.pods_by_node.setdefault(node, {})
+        if pod.key in on_node:
+            return
+        on_node[pod.key] = pod
+        if pod.gang:
+            self._gang_nodes.setdefault(pod.gang, Counter())[node] += 1
+
+    def untrack_pod(self, node: str, pod: PodInfo) -> None:
+        on_node = self.pods_by_node.get(node)
+        if not on_node or on_node.pop(pod.key, None) is None:
+            return
+        if not on_node:
+            del self.pods_by_node[node]
+        counts = self._gang_nodes.get(pod.gang) if pod.gang else None
+        if counts is not None:
+            counts[node] -= 1
+            if counts[node] <= 0:
+                del counts[node]
+            if not counts:
+                del self._gang_nodes[pod.gang]
+
+    def pods_on(self, node_index: int) -> dict[str, PodInfo]:
+        """The tracked pods on the node at row `node_index`, by key."""
+        return self.pods_by_node.get(self.nodes[node_index].name, {})
+
+    def gang_pod_counts(self, gang: str) -> np.ndarray:
+        """How many tracked pods of `gang` each node row holds."""
+        counts = np.zeros(len(self.nodes), dtype=np.int64)
+        for node, n in self._gang_nodes.get(gang, {}).items():
+            i = self.index.get(node)
+            if i is not None:
+                counts[i] = n
+        return counts
 
     def free_total(self) -> dict[str, int]:
         free = (self.cap - self.used).clip(min=0).sum(axis=0)

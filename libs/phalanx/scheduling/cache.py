@@ -36,6 +36,6 @@ class SchedulerCache:
         """What `r` held on its node returns to the snapshot (recorded in `freed`); nothing if the node is gone."""
         i = self.snapshot.index.get(r.node)
         if i is not None:
-            self.snapshot.reserve(i, r.requests, sign=-1)
+            self.snapshot.reserve(i, r.requests, sign=-1, pod=r.pod)
             if freed is not None:
                 note_release(freed, self.snapshot, r.node, r.requests)

@@ -148,6 +148,9 @@ class GangScheduler:
         self.gangs.records = self.store.load_gang_records(self.store.gang_keys_with_state())
         self.gangs.timers_changed = False
         records = self.store.load_pods()
+        self.snapshot.clear_pods()
+        for r in records.values():
+            self.snapshot.track_pod(r.node, r.pod)
         self.cache.assumed = {k: r for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
         self.cache.bound = {k for k, r in records.items() if r.state == PodState.BOUND}
         self.timeouts.reload()
@@ -230,6 +233,9 @@ class GangScheduler:
             self.store.must_apply(txn)
             self.bound.update(entry[0] for entry in txn.facts)
             self.snapshot.load_used(self.store.load_used())
+            for p in pods:
+                if p.key in seen:
+                    self.snapshot.track_pod(p.node_name, p)
             self.gangs.apply(txn.gang_ops)  # so gang counts include them
 
     # -- the step ------------------------------------------------------------------------------------
@@ -395,7 +401,7 @@ class GangScheduler:
             res = self.framework.place(item.pod, self.snapshot)
             if res.ok:
                 assert res.node_index is not None
-                self.snapshot.reserve(res.node_index, res.requests)
+                self.snapshot.reserve(res.node_index, res.requests, pod=item.pod)
                 placed.append((item, res.node_index, res.requests))
                 continue
             failure = (item, res.message)
@@ -404,7 +410,7 @@ class GangScheduler:
                 break
             unplaceable.append((item, res.message, rejection_hint(self.framework, item.pod, self.snapshot)))
         for item, i, reqs in placed:  # undo the local reservations; the commit below decides for real
-            self.snapshot.reserve(i, reqs, sign=-1)
+            self.snapshot.reserve(i, reqs, sign=-1, pod=item.pod)
 
         if strict and failure is not None:
             return self._fail_strict_gang(gang, unit, placed, failure, stmt, state, span, hint)
@@ -423,7 +429,7 @@ class GangScheduler:
         if placed:
             faults.reached("scheduler.after_commit")
         for item, i, reqs in placed:
-            self.snapshot.reserve(i, reqs)
+            self.snapshot.reserve(i, reqs, pod=item.pod)
             state.freed.taken(self.snapshot.nodes[i].name)  # keeps the queue's gang slot counts current
             self.assumed[item.pod.key] = PodRecord(
                 item.pod.key, self.snapshot.nodes[i].name, gang, reqs, item.pod, PodState.ASSUMED
@@ -544,7 +550,7 @@ class GangScheduler:
             res = self.framework.place(item.pod, self.snapshot)
             if res.ok:
                 assert res.node_index is not None
-                self.snapshot.reserve(res.node_index, res.requests)
+                self.snapshot.reserve(res.node_index, res.requests, pod=item.pod)
                 placed.append((item, res.node_index, res.requests))
             else:
                 hint = rejection_hint(self.framework, item.pod, self.snapshot)
@@ -559,7 +565,7 @@ class GangScheduler:
         if not ok:
             log.info("ordinary pods: commit conflict (%s); retrying after backoff", reason)
             for item, i, reqs in placed:
-                self.snapshot.reserve(i, reqs, sign=-1)
+                self.snapshot.reserve(i, reqs, sign=-1, pod=item.pod)
                 state.verdicts.append(Verdict(item, Outcome.BACKOFF, f"commit conflict: {reason}"))
             self.snapshot.load_used(self.store.load_used())
             state.reloaded = True
