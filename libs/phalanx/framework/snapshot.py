@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from phalanx.model.objects import NodeInfo, PodInfo, Placement, Resources
+from phalanx.model.objects import NodeInfo, Placement, PodInfo, Resources
 
 
 class Snapshot:
