@@ -949,7 +949,13 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     assert "PHALANX_REDIS_PASSWORD_FILE" not in binder_env, "no password Secret given for the external Redis"
     # Helm merges maps: a default score plugin is dropped by setting it to null.
     docs = helm_template(
-        tmp_path, {"profile": {"filters": ["NodeResourcesFit"], "scores": {"MostAllocated": 2, "LeastAllocated": None}}}
+        tmp_path,
+        {
+            "profile": {
+                "filters": ["NodeResourcesFit"],
+                "scores": {"MostAllocated": 2, "LeastAllocated": None, "GPUFragmentation": None},
+            }
+        },
     )
     [cm] = [c for c in of_kind(docs, "ConfigMap") if "profile" in c["metadata"]["name"]]
     assert yaml.safe_load(cm["data"]["profile.yaml"]) == {

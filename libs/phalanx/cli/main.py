@@ -150,9 +150,10 @@ def _add_replay_bench(sub: argparse._SubParsersAction) -> None:
         help="folder holding openb_node_list_gpu_node.csv and openb_pod_list_default.csv "
         "(default: ../shared/traces/alibaba-gpu-v2023 next to the repository)",
     )
-    p.add_argument("--seeds", type=int, default=3, help="FGD experiment seeds (the paper used 10)")
+    p.add_argument("--seeds", type=int, default=10, help="FGD experiment seeds per trace variant (default 10, as the paper)")
     p.add_argument("--quick", action="store_true", help="a quarter of the trace, one short FGD run (smoke test)")
     p.add_argument("--output", "-o", default="bench/replay.json", help="JSON results (default bench/replay.json)")
+    p.add_argument("--plot", help="PNG of GPU allocation against arrived demand per policy (needs the report extra)")
     p.set_defaults(func=_run_replay_bench)
 
 
@@ -171,6 +172,8 @@ def _run_replay_bench(args: argparse.Namespace) -> int:
         print(f"phalanx replay-bench: {exc}", file=sys.stderr)
         return 2
     print(replay.table(results))
+    if args.plot:
+        replay.plot(results, Path(args.plot))
     return 0
 
 

@@ -16,6 +16,7 @@ DEFAULT_FILTERS = (
     "NodeResourcesFit",
     "GPUShare",
 )
+DEFAULT_SCORES = {"LeastAllocated": 1.0, "GPUFragmentation": 100.0}
 # Node preparation (see phalanx.framework.plugin.NodePreparer) is not chosen by a profile file: the prepared
 # nodes are what Redis holds and every process (scheduler, binder, explain) counts capacity against.
 DEFAULT_NODE_PREPARERS = ("GPUShare",)
@@ -24,7 +25,9 @@ DEFAULT_NODE_PREPARERS = ("GPUShare",)
 @dataclass
 class Profile:
     filters: tuple[str, ...] = DEFAULT_FILTERS
-    scores: dict[str, float] = field(default_factory=lambda: {"LeastAllocated": 1.0})
+    # GPUFragmentation decides wherever there are GPU devices (it scores 0 everywhere without them), and
+    # LeastAllocated spreads among its equals and on clusters without GPUs, as kube-scheduler does.
+    scores: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SCORES))
     # Share of feasible nodes to find before scoring (kube-scheduler's percentageOfNodesToScore); 100 = all.
     percentage_of_nodes_to_score: int = 100
     node_preparers: tuple[str, ...] = DEFAULT_NODE_PREPARERS  # filter plugins that also prepare nodes

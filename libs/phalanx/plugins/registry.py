@@ -10,6 +10,7 @@ from phalanx.framework.plugin import FilterPlugin, ScorePlugin
 from phalanx.framework.profile import Profile, check_plugin_names, load_profile
 from phalanx.framework.registry import Registry
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
+from phalanx.plugins.gpu_fragmentation import GPUFragmentation
 from phalanx.plugins.gpu_share import GPUShare
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.node_resources_fit import NodeResourcesFit
@@ -23,7 +24,7 @@ def in_tree_registries() -> Registries:
     for cls in (NodeUnschedulable, NodeSelector, NodeAffinity, TaintToleration, NodeResourcesFit, GPUShare):
         filters.register(cls.name, cls)
     scores: Registry[ScorePlugin] = Registry("score")
-    for score_cls in (LeastAllocated, MostAllocated, MinFragment):
+    for score_cls in (LeastAllocated, MostAllocated, MinFragment, GPUFragmentation):
         scores.register(score_cls.name, score_cls)
     return filters, scores
 
