@@ -70,6 +70,7 @@ class _Mix:
     weight_milli: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # weight x GPU milli of a pod
     by_threshold: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))  # threshold x shape
     access: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))  # shape x node: 1 if allowed
+    access_class: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # node -> its column's class
 
     def built_for_snapshot(self, snap: Snapshot) -> bool:
         return self.built_for[0]() is snap and self.built_for[1] == snap.generation
@@ -113,7 +114,7 @@ class GPUFragmentation:
         before = self._before(snap, devices)[candidates]
         after_free = _after_devices(req, free)
         r = req.pod.requests
-        after = self._usable(after_free, cpu_free - r.get("cpu", 0), mem_free - r.get("memory", 0), candidates)
+        after = self._usable_distinct(after_free, cpu_free - r.get("cpu", 0), mem_free - r.get("memory", 0), candidates)
         loss = before - after  # usable GPU milli the placement takes from the mix (>= what the pod takes)
         # Among nodes that cost the mix the same, the one whose GPUs are already the most used: the mix is
         # learned from the pods seen so far, and keeping whole nodes whole is the safe bet for the rest.
@@ -138,9 +139,21 @@ class GPUFragmentation:
                 return cached[2]
         values = cached[2].copy() if cached is not None and rows.size < len(snap) else np.zeros(len(snap))
         free = snap.cap[np.ix_(rows, devices)] - snap.used[np.ix_(rows, devices)]
-        values[rows] = self._usable(free, _free(snap, "cpu", rows), _free(snap, "memory", rows), rows)
+        values[rows] = self._usable_distinct(free, _free(snap, "cpu", rows), _free(snap, "memory", rows), rows)
         self._cache = (self._mix.weight, used.copy(), values)
         return values
+
+    def _usable_distinct(
+        self, free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """_usable computed once per distinct node state: nodes of one kind in one state (hundreds of empty
+        8-GPU nodes early on, the same few partly used shapes later) are worth the same to the mix."""
+        key = np.column_stack([free, cpu_free, mem_free, self._mix.access_class[rows]])
+        distinct, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        if len(distinct) > 0.8 * len(rows):
+            return self._usable(free, cpu_free, mem_free, rows)
+        values = self._usable(free[first], cpu_free[first], mem_free[first], rows[first])
+        return values[inverse.reshape(-1)]
 
     def _usable(self, free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Per candidate node: the mix-weighted GPU milli the shapes could still take there (see the module
@@ -190,6 +203,8 @@ class GPUFragmentation:
                 mask &= plugin.filter(probe, snap)
             rows.append(mask)
         mix.access = np.array(rows, dtype=f32).reshape(len(gpu_shapes), len(snap))
+        # Nodes the mix's shapes may use alike share a class (the same columns of access).
+        mix.access_class = np.unique(mix.access.T, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 _DEVICES: "weakref.WeakKeyDictionary[Snapshot, tuple[int, np.ndarray]]" = weakref.WeakKeyDictionary()
