@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: bench-starvation setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -92,10 +92,15 @@ check-protos: $(STAMP)
 clean:
 	rm -rf $(OUT) .pytest_cache
 
-## Issue-3 benchmark: replay the openb GPU trace (speed, linear growth) and the FGD experiment.
+## Replay the openb GPU trace through the services (speed, linear growth), and the FGD experiment on every
+## openb variant, four policies, ten seeds (about 15 minutes on 2 cores); results in bench/, plot in docs/.
 bench-replay: $(STAMP)
 	@mkdir -p bench
-	$(VENV)/bin/phalanx replay-bench --output bench/replay.json | tee bench/replay.txt
+	$(VENV)/bin/phalanx replay-bench --output bench/replay.json --plot docs/images/fgd-policies.png | tee bench/replay.txt
+
+## Large gangs behind a stream of small ones: the starvation bound off and on (bench/starvation.{json,txt}).
+bench-starvation: $(STAMP)
+	$(VENV)/bin/phalanx starvation-bench --out bench
 
 ## Fault injection against a real kube-apiserver (needs `make tools`): Redis and the three services as
 ## processes, one SIGKILLed (or exiting at a kill point) per trial under ~700 pods, invariants checked.

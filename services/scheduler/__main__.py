@@ -95,7 +95,10 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
     consumer = SHARED_CONSUMER if election_enabled(args) else ""
     queue, binder = QueueClient(args.queue, security, consumer=consumer), BinderClient(args.binder, security)
     settings = SchedulerSettings(
-        default_wait_seconds=args.default_wait, pop_batch=args.pop_batch, profile=args.scheduler_name
+        default_wait_seconds=args.default_wait,
+        pop_batch=args.pop_batch,
+        profile=args.scheduler_name,
+        starvation_bound_seconds=args.starvation_bound,
     )
     scheduler = GangScheduler(store, queue, binder, framework, settings)
     if not standby:
@@ -167,6 +170,15 @@ def parser() -> argparse.ArgumentParser:
         "PHALANX_DEFAULT_WAIT",
         "600",
         "seconds a gang waits for its minimum when it declares no waiting time",
+        parse=float,
+        type=float,
+    )
+    env_flag(
+        p,
+        "--starvation-bound",
+        "PHALANX_STARVATION_BOUND",
+        "0",
+        "seconds a gang may wait for its minimum before nodes are reserved (drained) for it; 0: no reservations",
         parse=float,
         type=float,
     )

@@ -150,7 +150,9 @@ def _add_replay_bench(sub: argparse._SubParsersAction) -> None:
         help="folder holding openb_node_list_gpu_node.csv and openb_pod_list_default.csv "
         "(default: ../shared/traces/alibaba-gpu-v2023 next to the repository)",
     )
-    p.add_argument("--seeds", type=int, default=10, help="FGD experiment seeds per trace variant (default 10, as the paper)")
+    p.add_argument(
+        "--seeds", type=int, default=10, help="FGD experiment seeds per trace variant (default 10, as the paper)"
+    )
     p.add_argument("--quick", action="store_true", help="a quarter of the trace, one short FGD run (smoke test)")
     p.add_argument("--output", "-o", default="bench/replay.json", help="JSON results (default bench/replay.json)")
     p.add_argument("--plot", help="PNG of GPU allocation against arrived demand per policy (needs the report extra)")
@@ -210,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     from phalanx.explain.cli import add_explain_command
 
     add_explain_command(sub)
+    from phalanx.bench.starvation import add_parser as add_starvation_bench
+
+    add_starvation_bench(sub)
     return parser
 
 

@@ -13,6 +13,9 @@ DEFAULT_FILTERS = (
     "NodeSelector",
     "NodeAffinity",
     "TaintToleration",
+    # Before the fit: a node kept for a starving gang says so, not that it lacks room (passes everything
+    # unless the scheduler's starvation bound gave a gang a reservation).
+    "StarvationReservation",
     "NodeResourcesFit",
     "GPUShare",
 )

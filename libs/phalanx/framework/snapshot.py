@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from phalanx.framework.holds import CapacityHold
 from phalanx.model.objects import NodeInfo, Placement, PodInfo, Resources
 
 
@@ -30,6 +31,9 @@ class Snapshot:
         # rebuild of the rows keeps it.
         self.pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._gang_nodes: dict[str, Counter[str]] = {}
+        # Nodes kept for starving gangs this round, oldest gang first (set by the scheduler; read by the
+        # reservation filter). Empty: none.
+        self.reservation: tuple[CapacityHold, ...] = ()
 
     # -- building --------------------------------------------------------------------------------
     def _ensure_columns(self, names: object) -> None:

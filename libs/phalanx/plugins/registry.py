@@ -15,13 +15,22 @@ from phalanx.plugins.gpu_share import GPUShare
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.node_resources_fit import NodeResourcesFit
 from phalanx.plugins.node_unschedulable import NodeUnschedulable
+from phalanx.plugins.reservation_filter import StarvationReservation
 from phalanx.plugins.taint_toleration import TaintToleration
 
 
 def in_tree_registries() -> Registries:
     """(filters, scores): fresh registries, so a caller may register plugins of its own on them."""
     filters: Registry[FilterPlugin] = Registry("filter")
-    for cls in (NodeUnschedulable, NodeSelector, NodeAffinity, TaintToleration, NodeResourcesFit, GPUShare):
+    for cls in (
+        NodeUnschedulable,
+        NodeSelector,
+        NodeAffinity,
+        TaintToleration,
+        NodeResourcesFit,
+        GPUShare,
+        StarvationReservation,
+    ):
         filters.register(cls.name, cls)
     scores: Registry[ScorePlugin] = Registry("score")
     for score_cls in (LeastAllocated, MostAllocated, MinFragment, GPUFragmentation):

@@ -33,6 +33,7 @@ from phalanx.scheduling.hints import refresh_freed, rejection_hint, shortfall_hi
 from phalanx.scheduling.lookahead import Lookahead
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.reports import StatusReports
+from phalanx.scheduling.reservation import ReservationPlanner
 from phalanx.scheduling.round import RoundState
 from phalanx.scheduling.timeouts import GangTimeouts
 from phalanx.state.pod_state import PodState
@@ -48,6 +49,8 @@ class SchedulerSettings:
     default_wait_seconds: float = 600.0
     pop_batch: int = 256
     profile: str = DEFAULT_SCHEDULER_NAME  # the scheduler name: the `profile` label of its metrics
+    # A gang waiting longer than this gets nodes reserved for it (phalanx.scheduling.reservation); 0: off.
+    starvation_bound_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class GangScheduler:
         self.attempts = AttemptTally(self.settings.profile)  # scheduler_schedule_attempts_total and latency
         self.binds = BindDispatch(self.cache, binder, self.reports)  # holds the binder (see `binder`)
         self.timeouts = GangTimeouts(store, self.cache, self.binds, self.reports)
+        self.reservation = ReservationPlanner(self.settings.starvation_bound_seconds)
         # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
         self._undelivered = Carry()
         self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
@@ -193,6 +197,7 @@ class GangScheduler:
         for key in gone:
             self.gangs.forget(key)
             self.timeouts.forget(key)
+            self.reservation.forget(key)
             self.reports.forget_gang(key)  # GangManager.forget flags the timers: the next step re-reads them
         return gone
 
@@ -278,6 +283,9 @@ class GangScheduler:
                         continue
                     break
                 result.attempted += len(popped.items)
+                if self.reservation.enabled:  # recomputed from the state each round: nothing to persist
+                    self.reservation.learn(popped.items)
+                    self.reservation.refresh(now, self.snapshot, self.gangs)
                 state = RoundState(now)
                 round_started = perf_counter()
                 self.attempts.new_round()
@@ -431,6 +439,8 @@ class GangScheduler:
         for item, i, reqs in placed:
             self.snapshot.reserve(i, reqs, pod=item.pod)
             state.freed.taken(self.snapshot.nodes[i].name)  # keeps the queue's gang slot counts current
+            if self.reservation.enabled:
+                self.reservation.note_started(item.pod.key, state.now)
             self.assumed[item.pod.key] = PodRecord(
                 item.pod.key, self.snapshot.nodes[i].name, gang, reqs, item.pod, PodState.ASSUMED
             )
@@ -475,6 +485,7 @@ class GangScheduler:
         previously = [k for k in self.gangs.record(gang).assumed if k in self.assumed]
         message = (
             f"{self.gangs.describe(gang)}; {failed_item.pod.name}: {why}; Strict mode released the gang's reservations"
+            f"{self.reservation.note(gang)}"
         )
         self.timeouts.last_failure[gang] = f"{failed_item.pod.name}: {why}"
         for item in unit:
@@ -574,6 +585,8 @@ class GangScheduler:
         for item, i, reqs in placed:
             node = self.snapshot.nodes[i].name
             state.freed.taken(node)
+            if self.reservation.enabled:
+                self.reservation.note_started(item.pod.key, state.now)
             self.assumed[item.pod.key] = PodRecord(item.pod.key, node, item.pod.gang, reqs, item.pod, PodState.ASSUMED)
             assignments.append(Assignment(pod_key=item.pod.key, uid=item.pod.uid, node=node, gang=item.pod.gang))
         faults.reached("scheduler.after_commit")
