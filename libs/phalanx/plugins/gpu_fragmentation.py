@@ -22,7 +22,7 @@ GPU on a cluster without GPUs costs one check.
 from __future__ import annotations
 
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,8 +30,9 @@ import numpy as np
 
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
-from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE, WHOLE
+from phalanx.model.gpu import GPU, GPU_SHARE, WHOLE
 from phalanx.model.objects import Placement, PodInfo
+from phalanx.plugins.gpu_share import device_columns
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.taint_toleration import TaintToleration
 
@@ -55,11 +56,10 @@ class _Mix:
     """The recent pods' shapes, and arrays over them for the vectorised score."""
 
     counts: Counter[Shape] = field(default_factory=Counter)
-    recent: list[Shape] = field(default_factory=list)
+    recent: deque[Shape] = field(default_factory=deque)
     since_build: int = 0
     # (snapshot, its generation) the node masks were computed for
     built_for: tuple[Callable[[], Snapshot | None], int] = (lambda: None, -1)
-    shapes: list[Shape] = field(default_factory=list)
     weight: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # share of the recent pods
     threshold_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # shape -> its threshold
     thresholds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # share milli, or 1000
@@ -81,7 +81,7 @@ class _Mix:
         self.counts[shape] += 1
         self.recent.append(shape)
         if len(self.recent) > MIX_MEMORY:
-            old = self.recent.pop(0)
+            old = self.recent.popleft()
             self.counts[old] -= 1
             if self.counts[old] <= 0:
                 del self.counts[old]
@@ -100,14 +100,14 @@ class GPUFragmentation:
 
     # -- the score ---------------------------------------------------------------------------------
     def score(self, req: PodRequest, snap: Snapshot, candidates: np.ndarray) -> np.ndarray:
-        devices = _device_columns(snap)
+        devices = device_columns(snap)
         if devices.size == 0:
             return np.zeros(len(candidates))
         shape = shape_of(req.pod)
         if self._mix.see(shape) or not self._mix.built_for_snapshot(snap):
             self._build(snap)
         mix = self._mix
-        if not mix.shapes or not mix.weight.any():
+        if not mix.weight.any():  # no GPU shape seen yet
             return np.zeros(len(candidates))
         free = snap.cap[np.ix_(candidates, devices)] - snap.used[np.ix_(candidates, devices)]
         cpu_free, mem_free = _free(snap, "cpu", candidates), _free(snap, "memory", candidates)
@@ -178,7 +178,6 @@ class GPUFragmentation:
         mix.since_build = 0
         mix.built_for = (weakref.ref(snap), snap.generation)
         gpu_shapes = [s for s in mix.counts if s[2] > 0 or s[3] > 0]
-        mix.shapes = gpu_shapes
         total = sum(mix.counts.values())
         f32 = np.float32
         weight = np.array([mix.counts[s] / total for s in gpu_shapes], dtype=f32)
@@ -205,21 +204,6 @@ class GPUFragmentation:
         mix.access = np.array(rows, dtype=f32).reshape(len(gpu_shapes), len(snap))
         # Nodes the mix's shapes may use alike share a class (the same columns of access).
         mix.access_class = np.unique(mix.access.T, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
-
-
-_DEVICES: "weakref.WeakKeyDictionary[Snapshot, tuple[int, np.ndarray]]" = weakref.WeakKeyDictionary()
-
-
-def _device_columns(snap: Snapshot) -> np.ndarray:
-    """The GPU device columns in device order, computed once per snapshot generation (nodes changed)."""
-    entry = _DEVICES.get(snap)
-    if entry is None or entry[0] != snap.generation:
-        names = sorted(
-            (c for c in snap.column if c.startswith(DEVICE_PREFIX)), key=lambda c: int(c[len(DEVICE_PREFIX) :])
-        )
-        entry = (snap.generation, np.array([snap.column[c] for c in names], dtype=np.intp))
-        _DEVICES[snap] = entry
-    return entry[1]
 
 
 def _free(snap: Snapshot, resource: str, rows: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ Redis transaction checks them like any other resource.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 
 import numpy as np
@@ -33,14 +34,20 @@ def with_gpu_devices(node: NodeInfo) -> NodeInfo:
     return NodeInfo(node.name, alloc, node.labels, node.taints, node.unschedulable)
 
 
-def _device_columns(snap: Snapshot) -> np.ndarray:
-    cols = [
-        snap.column[c]
-        for c in sorted(
+_DEVICE_COLUMNS: "weakref.WeakKeyDictionary[Snapshot, tuple[int, np.ndarray]]" = weakref.WeakKeyDictionary()
+
+
+def device_columns(snap: Snapshot) -> np.ndarray:
+    """The snapshot's GPU device columns in device order; found once per generation (the columns change
+    only with the nodes), not on every pod."""
+    entry = _DEVICE_COLUMNS.get(snap)
+    if entry is None or entry[0] != snap.generation:
+        names = sorted(
             (c for c in snap.column if c.startswith(DEVICE_PREFIX)), key=lambda c: int(c[len(DEVICE_PREFIX) :])
         )
-    ]
-    return np.array(cols, dtype=np.intp)
+        entry = (snap.generation, np.array([snap.column[c] for c in names], dtype=np.intp))
+        _DEVICE_COLUMNS[snap] = entry
+    return entry[1]
 
 
 def _wants(req: PodRequest) -> tuple[int, int]:
@@ -58,7 +65,7 @@ class GPUShare:
         whole, share = _wants(req)
         if not whole and not share:
             return np.ones(len(snap), dtype=bool)
-        cols = _device_columns(snap)
+        cols = device_columns(snap)
         if cols.size == 0:
             return np.zeros(len(snap), dtype=bool)
         free = snap.cap[:, cols] - snap.used[:, cols]
@@ -83,7 +90,7 @@ class GPUShare:
         whole, share = _wants(req)
         if not whole and not share:
             return {}
-        cols = _device_columns(snap)
+        cols = device_columns(snap)
         free = snap.cap[node_index, cols] - snap.used[node_index, cols]
         names = [snap.resources[c] for c in cols]
         out: Resources = {}
