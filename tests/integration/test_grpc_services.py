@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -303,10 +304,36 @@ def test_services_and_redis_end_with_an_interrupted_parent() -> None:
         except FileNotFoundError:
             return False
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p for p in pids if running(p)] == []
+    left = {name: pid for name, pid in zip(("queue", "binder", "scheduler", "redis-server"), pids) if running(pid)}
+    for pid in left.values():  # no stray server for the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    assert left == {}, f"still running 15 s after their parent was killed: {left}"
+
+
+def test_a_wrapped_binary_ends_with_its_parent_and_keeps_its_pid() -> None:
+    """Non-Python children (redis-server, the peer kube-scheduler) get the parent-death signal from the
+    exec wrapper: the program keeps the wrapper's pid, and it ends when the process that started it dies."""
+    code = (
+        "import subprocess, sys; from phalanx.testing.children import exit_with_parent_argv; "
+        "p = subprocess.Popen(exit_with_parent_argv(['sleep', '300'])); print(p.pid, flush=True); "
+        "import time; time.sleep(120)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"):
+        time.sleep(0.02)
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"300"]
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
 
 
 def test_queue_client_notices_a_restarted_queue() -> None:

@@ -4,13 +4,14 @@ No `preexec_fn`: running Python between fork and exec in a parent that has gRPC 
 the child before it ever execs (gRPC's fork handlers and the loader lock run in a copy of a
 multi-threaded process). Without it, subprocess uses vfork + exec, which runs no fork handlers. The
 parent-death signal is set after exec instead: by the Python services themselves (see
-`phalanx.lifecycle`) and, for other binaries, by util-linux's `setpriv --pdeathsig`.
+`phalanx.lifecycle`) and, for other binaries, by a bare Python that sets it and then execs the binary in
+its place (the signal survives exec; no dependency on util-linux's setpriv, which a bare CI machine may
+lack, and unlike setpriv it checks that the parent has not died already).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 from phalanx.lifecycle import PARENT_PID_ENV
@@ -21,8 +22,17 @@ def exit_with_parent_env(env: dict[str, str]) -> dict[str, str]:
     return {**env, PARENT_PID_ENV: str(os.getpid())}
 
 
+# Run by a bare interpreter (-I -S: no site, no user paths) so the wrapper costs tens of milliseconds.
+_EXEC_WITH_PDEATHSIG = (
+    "import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(1, 15); "  # PR_SET_PDEATHSIG, SIGTERM
+    "os.getppid() == int(sys.argv[1]) or sys.exit('the starting process has already exited'); "
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
 def exit_with_parent_argv(argv: list[str]) -> list[str]:
-    """`argv` wrapped so the kernel SIGTERMs that program when this process dies (unchanged where
-    setpriv is missing: the child then simply outlives an interrupted parent)."""
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    return [setpriv, "--pdeathsig", "TERM", *argv] if setpriv else argv
+    """`argv` wrapped so the kernel SIGTERMs that program when this process dies (same pid: the wrapper
+    execs it). Unchanged off Linux, where the child simply outlives an interrupted parent."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PDEATHSIG, str(os.getpid()), *argv]
