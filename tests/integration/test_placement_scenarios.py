@@ -10,7 +10,7 @@ import pytest
 import yaml
 from builders import make_node, make_pod
 
-from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
+from phalanx.model.keys import BASIC_POLICY, KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import simulate
 from phalanx.sim.workload import load_workload
@@ -62,3 +62,36 @@ def test_spreading_strands_the_large_gang(tmp_path: Path) -> None:
     assert len({nodes[f"small-{i}"] for i in range(4)}) == 3
     assert not any(nodes[f"large-{i}"] for i in range(2))
     assert report["summary"]["gangsBound"] == 1
+
+
+def _simulate(tmp_path: Path, objects: list[dict[str, Any]]) -> dict[str, str]:
+    path = tmp_path / "workload.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    report = simulate(load_workload([path]), SimOptions(), log_dir=tmp_path / "logs")
+    return {p["name"]: p["node"] for p in report["pods"]}
+
+
+def test_a_job_chooses_its_placement_policy_by_annotation(tmp_path: Path) -> None:
+    """Two identical gangs of three 1-GPU pods: the default packs its gang on one node, the one annotated
+    JobAntiAffinity gets one pod per node (the annotation crosses queue and scheduler)."""
+    nodes = [make_node(f"n{i}").cpu("64").memory("256Gi").gpu(8).build() for i in range(3)]
+    spread = _gang("spread", 3, 1, 0)
+    for pod in spread:
+        pod["metadata"]["annotations"][BASIC_POLICY] = "JobAntiAffinity"
+    placed = _simulate(tmp_path, nodes + _gang("packed", 3, 1, 0) + spread)
+    assert len({placed[f"packed-{i}"] for i in range(3)}) == 1
+    assert sorted(placed[f"spread-{i}"] for i in range(3)) == ["n0", "n1", "n2"]
+
+
+def test_leader_first_reads_the_leader_from_its_label_through_the_services(tmp_path: Path) -> None:
+    """A busy node and an idle one: LeaderFirst puts the job's leader (a Kubeflow Master, known by its
+    label, which must cross the gRPC hops) on the idle node and its workers on the busy one."""
+    nodes = [make_node(f"n{i}").cpu("64").memory("256Gi").gpu(8).build() for i in range(2)]
+    busy = make_pod("busy").scheduler("phalanx").container().gpu(6).cpu("1").node_name("n0").build()
+    job = _gang("job", 3, 1, 1)
+    job[0]["metadata"].setdefault("labels", {})["training.kubeflow.org/replica-type"] = "Master"
+    for pod in job:
+        pod["metadata"]["annotations"][BASIC_POLICY] = "LeaderFirst"
+    placed = _simulate(tmp_path, [*nodes, busy, *job])
+    assert placed["job-0"] == "n1", placed
+    assert placed["job-1"] == placed["job-2"] == "n0"

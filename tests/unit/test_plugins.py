@@ -409,7 +409,15 @@ def test_registry_names_known_plugins_for_unknown_ones() -> None:
 def test_in_tree_registries_hold_the_builtin_plugins() -> None:
     filters, scores = in_tree_registries()
     assert filters.names() == sorted(DEFAULT_FILTERS)
-    assert scores.names() == ["GPUFragmentation", "LeastAllocated", "MinFragment", "MostAllocated"]
+    assert scores.names() == [
+        "GPUFragmentation",
+        "JobAffinity",
+        "JobAntiAffinity",
+        "LeaderFirst",
+        "LeastAllocated",
+        "MinFragment",
+        "MostAllocated",
+    ]
     for name in filters.names():
         assert filters.create(name).name == name
 

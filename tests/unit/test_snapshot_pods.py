@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from builders import gang_spec, model_node, model_pod
 from local_scheduler import LocalScheduler
@@ -43,3 +45,18 @@ def test_a_restarted_scheduler_knows_where_the_pods_are(store: StateStore) -> No
     fresh.recover(1)
     assert {k: sorted(v) for k, v in fresh.snapshot.pods_by_node.items()} == before
     assert int(fresh.snapshot.gang_pod_counts("default/g").sum()) == 2
+
+
+def test_a_gpu_pod_found_bound_occupies_devices_so_none_are_handed_out_twice(store: StateStore) -> None:
+    """A pod already bound with 6 of a node's 8 GPUs (found on a restart, or bound by another scheduler)
+    takes 6 devices: a 4-GPU gang then finds no room there, and a 2-GPU one gets the other two devices."""
+    h = LocalScheduler(store)
+    h.sched.upsert_nodes([model_node("n0", gpus=8)])
+    found = replace(model_pod("found", gpus=6), node_name="n0")
+    h.sched.add_bound_pods([found])
+    h.sched.upsert_gangs([gang_spec("big", 1, wait=100), gang_spec("small", 1, wait=100)])
+    h.queue.add([model_pod("big-0", "big", gpus=4), model_pod("small-0", "small", gpus=2)], 0)
+    h.sched.step(0)
+    assert h.bound() == {"default/small-0": "n0"}
+    devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
+    assert sum(devices.values()) == 8000 and all(v == 1000 for v in devices.values())

@@ -17,6 +17,7 @@ from phalanx.framework.profile import Profile
 from phalanx.framework.registry import Registry
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import NodeInfo, PodInfo, Resources
+from phalanx.model.policies import BASIC_POLICIES, basic_policy_of
 
 Registries = tuple[Registry[FilterPlugin], Registry[ScorePlugin]]
 
@@ -37,9 +38,31 @@ class Framework:
         self.profile = profile
         filters, scores = registries
         self.filters = [filters.create(name) for name in self.profile.filters]
-        self.scores = [(scores.create(name), weight) for name, weight in self.profile.scores.items() if weight > 0]
+        self._score_registry = scores
+        self._plugins: dict[str, ScorePlugin] = {}  # one instance per plugin, whichever policies use it
+        self._policy_scores: dict[str, list[tuple[ScorePlugin, float]]] = {}
+        self.scores = self._scores_of(self.profile.basic_policy)
         self.preparers = [_preparer(filters.create(name)) for name in self.profile.node_preparers]
         self._assigners = [f for f in self.filters if hasattr(f, "assign")]
+
+    def _scores_of(self, policy: str) -> list[tuple[ScorePlugin, float]]:
+        """The weighted score plugins of a basic policy (see phalanx.model.policies); the "Default" policy
+        is the profile's own scores. Built on first use, sharing plugin instances between policies."""
+        chosen = self._policy_scores.get(policy)
+        if chosen is None:
+            weights = BASIC_POLICIES[policy]
+            if weights is None:
+                weights = self.profile.scores
+            chosen = []
+            for name, weight in weights.items():
+                if weight <= 0:
+                    continue
+                plugin = self._plugins.get(name)
+                if plugin is None:
+                    plugin = self._plugins[name] = self._score_registry.create(name)
+                chosen.append((plugin, weight))
+            self._policy_scores[policy] = chosen
+        return chosen
 
     def prepare_node(self, node: NodeInfo) -> NodeInfo:
         """The node as it is stored and placed on, each preparing plugin applied in turn."""
@@ -61,13 +84,19 @@ class Framework:
                 return PlacementResult(None, self.explain(req, snap))
         candidates = np.flatnonzero(feasible)
         candidates = self._sample(candidates, len(snap))
-        if not self.scores or len(candidates) == 1:
+        scores = self._scores_of(basic_policy_of(pod, self.profile.basic_policy)) if pod.annotations else self.scores
+        if not scores or len(candidates) == 1:
             return self._chosen(req, snap, int(candidates[0]))
         total = np.zeros(len(candidates))
-        for scorer, weight in self.scores:
+        for scorer, weight in scores:
             total += weight * scorer.score(req, snap, candidates)
         # argmax returns the first maximum: ties go to the lowest node name, so runs are reproducible.
         return self._chosen(req, snap, int(candidates[int(np.argmax(total))]))
+
+    def held_on(self, pod: PodInfo, snap: Snapshot, node_index: int) -> Resources:
+        """What `pod` holds on that node when it is bound there already: its requests plus what assigning
+        plugins add (the GPU devices it occupies, so that nothing else is given them)."""
+        return self._chosen(PodRequest.of(pod, snap), snap, node_index).requests
 
     def _chosen(self, req: PodRequest, snap: Snapshot, node_index: int) -> PlacementResult:
         """Lets assigning plugins (GPU devices) add what the pod takes on the chosen node."""

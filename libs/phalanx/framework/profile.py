@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from phalanx.model.policies import DEFAULT_POLICY, check_basic_policy
+
 DEFAULT_FILTERS = (
     "NodeUnschedulable",
     "NodeSelector",
@@ -34,6 +36,8 @@ class Profile:
     # Share of feasible nodes to find before scoring (kube-scheduler's percentageOfNodesToScore); 100 = all.
     percentage_of_nodes_to_score: int = 100
     node_preparers: tuple[str, ...] = DEFAULT_NODE_PREPARERS  # filter plugins that also prepare nodes
+    # The placement policy of pods whose job names none (phalanx.dev/basic-policy); "Default": `scores`.
+    basic_policy: str = DEFAULT_POLICY
 
 
 class ProfileError(ValueError):
@@ -65,13 +69,13 @@ def load_profile(path: str | Path | None) -> Profile:
         return Profile()
     if not isinstance(data, dict):
         raise ProfileError(path, "", f"expected a mapping at the top level, got {_kind(data)}")
-    unknown = set(data) - {"filters", "scores", "percentageOfNodesToScore"}
+    unknown = set(data) - {"filters", "scores", "percentageOfNodesToScore", "basicPolicy"}
     if unknown:
         raise ProfileError(
             path,
             "",
             f"unknown field(s) {', '.join(sorted(map(str, unknown)))} (known: filters, "
-            "scores, percentageOfNodesToScore)",
+            "scores, percentageOfNodesToScore, basicPolicy)",
         )
     profile = Profile()
     if "filters" in data:
@@ -97,6 +101,14 @@ def load_profile(path: str | Path | None) -> Profile:
         if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100:
             raise ProfileError(path, "percentageOfNodesToScore", f"expected an integer from 1 to 100, got {pct!r}")
         profile.percentage_of_nodes_to_score = pct
+    if "basicPolicy" in data:
+        policy = data["basicPolicy"]
+        if not isinstance(policy, str):
+            raise ProfileError(path, "basicPolicy", f"expected a policy name, got {_kind(policy)}")
+        try:
+            profile.basic_policy = check_basic_policy(policy)
+        except ValueError as exc:
+            raise ProfileError(path, "basicPolicy", str(exc)) from None
     return profile
 
 

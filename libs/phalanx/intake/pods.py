@@ -15,6 +15,7 @@ from phalanx.intake.errors import Subject, quoted
 from phalanx.intake.placement import parse_placement
 from phalanx.model import keys
 from phalanx.model.objects import PodInfo, Resources
+from phalanx.model.policies import check_basic_policy, check_job_queue_policy
 from phalanx.model.quantity import add
 
 KUBE_DEFAULT_SCHEDULER = "default-scheduler"
@@ -31,6 +32,7 @@ def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
     spec = fields.mapping(fields.get(obj, "spec"), subject, "spec")
     annotations = fields.string_map(fields.get(meta, "annotations"), subject, "metadata.annotations")
     created = fields.timestamp(fields.get(meta, "creationTimestamp"), subject, "metadata.creationTimestamp")
+    _check_policies(annotations, subject)
     return PodInfo(
         namespace=subject.namespace,
         name=subject.name,
@@ -83,6 +85,20 @@ def _duration(annotations: Mapping[str, str], subject: Subject) -> float | None:
         return fields.duration_seconds(annotations[keys.SIM_DURATION])
     except ValueError as exc:
         raise subject.error(f"metadata.annotations[{keys.SIM_DURATION}]", str(exc)) from None
+
+
+def _check_policies(annotations: Mapping[str, str], subject: Subject) -> None:
+    """A job's policy annotations name known policies (a typo would silently give the default)."""
+    if keys.BASIC_POLICY in annotations:
+        try:
+            check_basic_policy(annotations[keys.BASIC_POLICY])
+        except ValueError as exc:
+            raise subject.error(f"metadata.annotations[{keys.BASIC_POLICY}]", str(exc)) from None
+    if keys.JOB_QUEUE_POLICY in annotations:
+        try:
+            check_job_queue_policy(annotations[keys.JOB_QUEUE_POLICY])
+        except ValueError as exc:
+            raise subject.error(f"metadata.annotations[{keys.JOB_QUEUE_POLICY}]", str(exc)) from None
 
 
 def pod_requests(spec: Mapping[str, Any], subject: Subject) -> Resources:

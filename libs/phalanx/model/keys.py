@@ -30,3 +30,10 @@ GROUP_VOLCANO = "scheduling.volcano.sh"
 SIM_DURATION = "simulation.phalanx.dev/duration"
 
 DEFAULT_SCHEDULER_NAME = "phalanx"
+
+# A job's policies (seed 001's Arranger): on its pods; the profile / queue service set the defaults.
+BASIC_POLICY = "phalanx.dev/basic-policy"  # how its pods are placed: BinPack, LeaderFirst, ...
+JOB_QUEUE_POLICY = "phalanx.dev/job-queue-policy"  # how it is ordered among jobs: Priority or DRF
+ROLE = "phalanx.dev/role"  # leader | worker (label or annotation), for LeaderFirst
+JOB_TOPOLOGY_KEY = "phalanx.dev/job-topology-key"  # node label JobAffinity/JobAntiAffinity group nodes by
+QUEUE_NAME = "phalanx.dev/queue"  # the tenant a job's DRF share counts against (default: its namespace)

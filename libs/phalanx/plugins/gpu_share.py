@@ -86,7 +86,8 @@ class GPUShare:
 
     def assign(self, req: PodRequest, snap: Snapshot, node_index: int) -> Resources:
         """Picks the devices: whole GPUs take the first free devices; a share takes the fullest device
-        it fits on (best fit), leaving whole devices free for whole-GPU pods."""
+        it fits on (best fit), leaving whole devices free for whole-GPU pods. A pod found bound where too
+        few devices are free (the filter never lets the scheduler's own pods there) takes those that are."""
         whole, share = _wants(req)
         if not whole and not share:
             return {}
@@ -100,6 +101,7 @@ class GPUShare:
                 free[j] = 0
         if share:
             fits = np.flatnonzero(free >= share)
-            j = int(fits[np.argmin(free[fits])])
-            out[names[j]] = out.get(names[j], 0) + share
+            if fits.size:  # none only for a pod found bound on a full node: it keeps no device then
+                j = int(fits[np.argmin(free[fits])])
+                out[names[j]] = out.get(names[j], 0) + share
         return out

@@ -12,6 +12,7 @@ from phalanx.framework.registry import Registry
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
 from phalanx.plugins.gpu_fragmentation import GPUFragmentation
 from phalanx.plugins.gpu_share import GPUShare
+from phalanx.plugins.job_policies import JobAffinity, JobAntiAffinity, LeaderFirst
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.node_resources_fit import NodeResourcesFit
 from phalanx.plugins.node_unschedulable import NodeUnschedulable
@@ -33,7 +34,15 @@ def in_tree_registries() -> Registries:
     ):
         filters.register(cls.name, cls)
     scores: Registry[ScorePlugin] = Registry("score")
-    for score_cls in (LeastAllocated, MostAllocated, MinFragment, GPUFragmentation):
+    for score_cls in (
+        LeastAllocated,
+        MostAllocated,
+        MinFragment,
+        GPUFragmentation,
+        LeaderFirst,
+        JobAffinity,
+        JobAntiAffinity,
+    ):
         scores.register(score_cls.name, score_cls)
     return filters, scores
 

@@ -76,6 +76,7 @@ def pod_to_pb(p: PodInfo, trace_parent: str = "") -> pb.Pod:
         gang_created_at=p.gang_created_at,
         node_name=p.node_name,
         annotations=p.annotations,
+        labels=p.labels,
         duration=-1.0 if p.duration is None else p.duration,
         invalid=p.invalid,
         trace_parent=trace_parent,
@@ -95,6 +96,7 @@ def pod_from_pb(m: pb.Pod) -> PodInfo:
         gang_created_at=m.gang_created_at,
         node_name=m.node_name,
         annotations=dict(m.annotations),
+        labels=dict(m.labels),
         duration=None if m.duration < 0 else m.duration,
         invalid=m.invalid,
     )

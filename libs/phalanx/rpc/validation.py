@@ -216,6 +216,7 @@ def pod_errors(pod: objects_pb2.Pod, path: str, *, bound: bool = False) -> list[
     errors += _time(pod.duration, f"{path}.duration", negative_ok=True)  # negative: never finishes
     errors += _resources(pod.requests, f"{path}.requests")
     errors += _string_map(pod.annotations, f"{path}.annotations")
+    errors += _string_map(pod.labels, f"{path}.labels")
     errors += _placement(pod.placement, f"{path}.placement")
     errors += _text(pod.uid, f"{path}.uid", MAX_ID) + _text(pod.invalid, f"{path}.invalid", MAX_TEXT)
     errors += _text(pod.trace_parent, f"{path}.trace_parent", MAX_TRACE)

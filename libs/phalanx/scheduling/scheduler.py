@@ -230,17 +230,18 @@ class GangScheduler:
             if p.key in known or p.key in seen or p.node_name not in self.snapshot.index:
                 continue
             seen.add(p.key)
-            # A fact, not a decision: counted even where it over-commits the node as Redis sees it.
-            txn.facts.append(self.store.reserve_entry(p, p.node_name))
+            # A fact, not a decision: counted even where it over-commits the node as Redis sees it. Its
+            # GPUs take devices (the first free ones), or a later pod would be handed the same devices.
+            i = self.snapshot.index[p.node_name]
+            held = self.framework.held_on(p, self.snapshot, i)
+            self.snapshot.reserve(i, held, pod=p)
+            txn.facts.append(self.store.reserve_entry(p, p.node_name, held))
             if p.gang:
                 txn.gang_ops.append(BoundPodsFound(p.gang, (p.key,)))
         if txn.facts:
             self.store.must_apply(txn)
             self.bound.update(entry[0] for entry in txn.facts)
             self.snapshot.load_used(self.store.load_used())
-            for p in pods:
-                if p.key in seen:
-                    self.snapshot.track_pod(p.node_name, p)
             self.gangs.apply(txn.gang_ops)  # so gang counts include them
 
     # -- the step ------------------------------------------------------------------------------------

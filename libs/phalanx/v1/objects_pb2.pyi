@@ -229,6 +229,26 @@ class Pod(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
@@ -243,6 +263,7 @@ class Pod(_message.Message):
     DURATION_FIELD_NUMBER: _builtins.int
     INVALID_FIELD_NUMBER: _builtins.int
     TRACE_PARENT_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     uid: _builtins.str
@@ -264,6 +285,10 @@ class Pod(_message.Message):
     def placement(self) -> Global___Placement: ...
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """for plugins that select pods (a job's leader, inter-pod affinity)"""
+
     def __init__(
         self,
         *,
@@ -281,10 +306,11 @@ class Pod(_message.Message):
         duration: _builtins.float = ...,
         invalid: _builtins.str = ...,
         trace_parent: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "created_at", b"created_at", "duration", b"duration", "gang", b"gang", "gang_created_at", b"gang_created_at", "invalid", b"invalid", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "placement", b"placement", "priority", b"priority", "requests", b"requests", "trace_parent", b"trace_parent", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "created_at", b"created_at", "duration", b"duration", "gang", b"gang", "gang_created_at", b"gang_created_at", "invalid", b"invalid", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "placement", b"placement", "priority", b"priority", "requests", b"requests", "trace_parent", b"trace_parent", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

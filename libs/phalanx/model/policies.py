@@ -1,0 +1,63 @@
+"""Basic (placement) policies: named score sets a job picks with an annotation, the profile's scores being
+the "Default" one. Seed 001 (Arranger) lets each job choose how its pods are placed; here a policy is only
+a different weighting of score plugins, so every policy runs the same filters and keeps gang semantics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from phalanx.model import keys
+from phalanx.model.objects import PodInfo
+
+DEFAULT_POLICY = "Default"
+
+# Policy -> {score plugin: weight}. None: the profile's own scores.
+BASIC_POLICIES: Mapping[str, Mapping[str, float] | None] = {
+    DEFAULT_POLICY: None,
+    "Gang": None,  # seed 001's name for "just all-or-nothing": the profile's placement
+    # Fill used nodes first; GPUFragmentation still picks among equally full nodes where GPUs are shared.
+    "BinPack": {"MostAllocated": 100.0, "GPUFragmentation": 1.0},
+    # Keep each node's cpu and memory use balanced; packing breaks ties.
+    "MinFragment": {"MinFragment": 100.0, "MostAllocated": 1.0},
+    "LeaderFirst": {"LeaderFirst": 1.0},
+    "JobAffinity": {"JobAffinity": 1.0},
+    "JobAntiAffinity": {"JobAntiAffinity": 1.0},
+}
+
+
+def known_policies() -> str:
+    return ", ".join(BASIC_POLICIES)
+
+
+def check_basic_policy(value: str) -> str:
+    """The canonical name of a policy written in any letter case; ValueError naming the known ones."""
+    for name in BASIC_POLICIES:
+        if name.lower() == value.strip().lower():
+            return name
+    raise ValueError(f"unknown basic policy {value!r} (known: {known_policies()})")
+
+
+def basic_policy_of(pod: PodInfo, default: str = DEFAULT_POLICY) -> str:
+    """The pod's policy (its annotation, validated at intake), else `default`."""
+    raw = pod.annotations.get(keys.BASIC_POLICY)
+    if not raw:
+        return default
+    try:
+        return check_basic_policy(raw)
+    except ValueError:  # intake refuses such pods; a pod that reached us another way gets the default
+        return default
+
+
+# Job-queue policies: how a job is ordered among the waiting ones (the queue service's default, a job's
+# annotation overriding it). Priority: by priority, then creation. DRF: among jobs of equal priority, the
+# tenant holding the smallest dominant share first.
+PRIORITY_QUEUE_POLICY = "Priority"
+DRF_QUEUE_POLICY = "DRF"
+JOB_QUEUE_POLICIES = (PRIORITY_QUEUE_POLICY, DRF_QUEUE_POLICY)
+
+
+def check_job_queue_policy(value: str) -> str:
+    for name in JOB_QUEUE_POLICIES:
+        if name.lower() == value.strip().lower():
+            return name
+    raise ValueError(f"unknown job-queue policy {value!r} (known: {', '.join(JOB_QUEUE_POLICIES)})")
