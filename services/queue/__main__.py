@@ -9,6 +9,7 @@ from phalanx.config import common_parser, env_flag, health_listen_of, security_o
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import QueueCollector
 from phalanx.metrics.endpoint import MetricsEndpoint
+from phalanx.model.policies import check_job_queue_policy
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.server import ServiceServer, serve_until_signal
 from phalanx.telemetry.tracing import setup_tracing
@@ -22,6 +23,7 @@ def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> S
         max_backoff=args.max_backoff,
         unschedulable_flush=args.unschedulable_flush,
         lease_seconds=args.lease,
+        job_queue_policy=args.job_queue_policy,
     )
     servicer = QueueServicer(SchedulingQueue(settings), Clock(args.clock == "virtual"))
     server = ServiceServer(
@@ -75,7 +77,24 @@ def parser() -> argparse.ArgumentParser:
         parse=float,
         type=float,
     )
+    env_flag(
+        p,
+        "--job-queue-policy",
+        "PHALANX_JOB_QUEUE_POLICY",
+        "Priority",
+        "how jobs naming no phalanx.dev/job-queue-policy are ordered: Priority (priority, then age) or DRF "
+        "(within a priority, the tenant holding the smallest dominant share first)",
+        parse=_job_queue_policy,
+        type=_job_queue_policy,
+    )
     return p
+
+
+def _job_queue_policy(raw: str) -> str:
+    try:
+        return check_job_queue_policy(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import grpc
 
 from phalanx.clock import Clock
+from phalanx.model.policies import job_ordering
 from phalanx.queueing.scheduling_queue import SchedulingQueue
 from phalanx.queueing.verdicts import apply_verdicts
 from phalanx.rpc import validation
@@ -53,6 +54,7 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
                 rejected.append(problem)
                 continue
             pod.trace_parent = self._trace_for(pod)
+            tenant, policy = job_ordering(pod)
             added += self.queue.add(
                 f"{pod.namespace}/{pod.name}",
                 priority=pod.priority,
@@ -62,6 +64,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
                 payload=pod,
                 now=now,
                 only_missing=request.only_missing,
+                tenant=tenant,
+                queue_policy=policy,
             )
         return queue_pb2.AddResponse(added=added, rejected=rejected, incarnation=self.incarnation)
 
@@ -107,6 +111,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
     def _done(self, request: queue_pb2.DoneRequest, now: float, context: grpc.ServicerContext) -> None:
         # Validate the whole request first: a refused request must change nothing.
         validation.abort_if_invalid(context, validation.done_request(request))
+        if request.tenant_shares or request.share_capacity:
+            self.queue.set_shares(request.tenant_shares, request.share_capacity)
         hint_of = HintDecoder()
         apply_verdicts(
             self.queue,

@@ -13,7 +13,12 @@ from collections.abc import Callable
 import numpy as np
 
 from phalanx.framework.holds import CapacityHold
+from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE
 from phalanx.model.objects import NodeInfo, Placement, PodInfo, Resources
+from phalanx.model.policies import job_ordering
+
+# What a DRF share is counted over: cpu, memory and GPUs (whole and shared, in milli-units).
+SHARE_RESOURCES = ("cpu", "memory", "gpu")
 
 
 class Snapshot:
@@ -31,6 +36,9 @@ class Snapshot:
         # rebuild of the rows keeps it.
         self.pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._gang_nodes: dict[str, Counter[str]] = {}
+        # What each tenant's tracked pods hold (SHARE_RESOURCES order), for DRF. A tenant whose pods all
+        # left stays, at zero, so that the queue hears its share fell.
+        self._tenant_held: dict[str, list[int]] = {}
         # Nodes kept for starving gangs this round, oldest gang first (set by the scheduler; read by the
         # reservation filter). Empty: none.
         self.reservation: tuple[CapacityHold, ...] = ()
@@ -140,6 +148,15 @@ class Snapshot:
     def clear_pods(self) -> None:
         self.pods_by_node.clear()
         self._gang_nodes.clear()
+        for held in self._tenant_held.values():
+            held[:] = [0, 0, 0]
+
+    def _hold(self, pod: PodInfo, sign: int) -> None:
+        held = self._tenant_held.setdefault(job_ordering(pod)[0], [0, 0, 0])
+        r = pod.requests
+        held[0] += sign * r.get("cpu", 0)
+        held[1] += sign * r.get("memory", 0)
+        held[2] += sign * (r.get(GPU, 0) + r.get(GPU_SHARE, 0))
 
     def track_pod(self, node: str, pod: PodInfo) -> None:
         """Records `pod` as held on `node` (no capacity changes: see reserve)."""
@@ -147,13 +164,18 @@ class Snapshot:
         if pod.key in on_node:
             return
         on_node[pod.key] = pod
+        self._hold(pod, 1)
         if pod.gang:
             self._gang_nodes.setdefault(pod.gang, Counter())[node] += 1
 
     def untrack_pod(self, node: str, pod: PodInfo) -> None:
         on_node = self.pods_by_node.get(node)
-        if not on_node or on_node.pop(pod.key, None) is None:
+        if not on_node:
             return
+        tracked = on_node.pop(pod.key, None)
+        if tracked is None:
+            return
+        self._hold(tracked, -1)  # what was counted when it came, whatever copy of it leaves
         if not on_node:
             del self.pods_by_node[node]
         counts = self._gang_nodes.get(pod.gang) if pod.gang else None
@@ -176,6 +198,24 @@ class Snapshot:
             if i is not None:
                 counts[i] = n
         return counts
+
+    def share_capacity(self) -> dict[str, int]:
+        """The cluster's cpu, memory and GPU milli-units (devices, or the GPU column of unprepared nodes)."""
+        total = self.cap.sum(axis=0)
+        devices = [j for r, j in self.column.items() if r.startswith(DEVICE_PREFIX)]
+        gpu = int(total[devices].sum()) if devices else int(total[self.column[GPU]]) if GPU in self.column else 0
+        pick = {r: int(total[self.column[r]]) if r in self.column else 0 for r in ("cpu", "memory")}
+        return {**pick, "gpu": gpu}
+
+    def tenant_shares(self, capacity: dict[str, int] | None = None) -> dict[str, float]:
+        """Each tenant's dominant share: the largest fraction of the cluster's cpu, memory or GPUs its pods
+        hold (DRF). Resources the cluster lacks do not count."""
+        cap = capacity or self.share_capacity()
+        totals = [cap[r] for r in SHARE_RESOURCES]
+        return {
+            tenant: min(1.0, max((h / t for h, t in zip(held, totals) if t > 0), default=0.0))
+            for tenant, held in self._tenant_held.items()
+        }
 
     def free_total(self) -> dict[str, int]:
         free = (self.cap - self.used).clip(min=0).sum(axis=0)

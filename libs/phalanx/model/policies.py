@@ -5,6 +5,7 @@ a different weighting of score plugins, so every policy runs the same filters an
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from phalanx.model import keys
 from phalanx.model.objects import PodInfo
@@ -61,3 +62,25 @@ def check_job_queue_policy(value: str) -> str:
         if name.lower() == value.strip().lower():
             return name
     raise ValueError(f"unknown job-queue policy {value!r} (known: {', '.join(JOB_QUEUE_POLICIES)})")
+
+
+class _JobPod(Protocol):
+    """A model PodInfo or a protobuf Pod: both have these."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+
+
+def job_ordering(pod: _JobPod) -> tuple[str, str]:
+    """(the tenant whose share a DRF job counts against: phalanx.dev/queue, else its namespace; the job's
+    own job-queue policy as written, "" when it names none)."""
+    return pod.annotations.get(keys.QUEUE_NAME) or pod.namespace, pod.annotations.get(keys.JOB_QUEUE_POLICY, "")
+
+
+def is_drf(written: str, default: str) -> bool:
+    """Whether a job whose policy annotation says `written` ("" for none) is ordered by DRF."""
+    policy = written or default
+    return policy.strip().lower() == DRF_QUEUE_POLICY.lower()

@@ -29,12 +29,14 @@ import logging
 import math
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from phalanx.model.gpu import GPU, GPU_SHARE
+from phalanx.model.policies import PRIORITY_QUEUE_POLICY, is_drf
 from phalanx.queueing.hints import Freed, Hint, helps, still_fits
 
 
@@ -69,6 +71,7 @@ class Entry:
     version: int = 0
     lent_to: str = ""  # consumer name while in flight
     hint: Hint | None = None  # while unschedulable: what may help it (None: any event)
+    tenant: str = ""  # a DRF job's tenant, whose dominant share orders it; "" for a job ordered by priority
 
 
 @dataclass
@@ -79,6 +82,8 @@ class QueueSettings:
     unschedulable_flush: float = 300.0
     # Wall-clock seconds a consumer may stay silent before the pods it borrowed come back; 0 disables it.
     lease_seconds: float = 60.0
+    # Jobs naming no job-queue policy: "Priority" (priority, then age) or "DRF" (see set_shares).
+    job_queue_policy: str = PRIORITY_QUEUE_POLICY
 
 
 @dataclass
@@ -148,13 +153,63 @@ class SchedulingQueue:
         self._deferred: dict[str, None] = {}  # gangs an event may help, held back until _budget_moved is answered
         self._budget_moved: set[str] = set()  # pods moved by a budget and not answered yet
         self._version = 0
+        # DRF: each tenant's dominant share (what its pods hold, over the cluster), as the scheduler last
+        # reported it; and how many entries each tenant has, so a report about others costs nothing.
+        self._shares: dict[str, float] = {}
+        self._capacity: dict[str, int] = {}
+        self._tenant_entries: Counter[str] = Counter()
         self._lock = threading.Condition()
 
     # -- ordering --------------------------------------------------------------------------------
     def _sort_key(self, e: Entry) -> tuple[Any, ...]:
+        # Priority first under either policy; then a DRF job's tenant share (a job ordered by priority
+        # alone counts as share 0), then age.
+        share = self._shares.get(e.tenant, 0.0) if e.tenant else 0.0
         if e.gang:
-            return (-e.priority, self._gang_time.get(e.gang, e.gang_created_at), e.gang, e.key)
-        return (-e.priority, e.created_at, e.key, e.key)
+            return (-e.priority, share, self._gang_time.get(e.gang, e.gang_created_at), e.gang, e.key)
+        return (-e.priority, share, e.created_at, e.key, e.key)
+
+    def _tenant(self, tenant: str, queue_policy: str) -> str:
+        return tenant if tenant and is_drf(queue_policy, self.settings.job_queue_policy) else ""
+
+    def set_shares(self, shares: Mapping[str, float], capacity: Mapping[str, int] | None = None) -> None:
+        """The tenants' dominant shares now (DRF), as the scheduler counts them from what their pods hold,
+        and the cluster's capacity the shares are of (cpu, memory, GPU milli), with which a pop charges the
+        jobs it hands out until the next report. The active sub-queue is re-ordered when a share of a
+        tenant with pods here changed. Tenants not named keep their last share."""
+        with self._lock:
+            if capacity:
+                self._capacity = {r: v for r, v in capacity.items() if v > 0}
+            changed = {t for t, v in shares.items() if self._shares.get(t) != v}
+            if not changed:
+                return
+            self._shares.update(shares)
+            if not any(self._tenant_entries.get(t) for t in changed):
+                return
+            self._active = [
+                _HeapItem(self._sort_key(e), e.version, e.key)
+                for e in self._entries.values()
+                if e.where == SubQueue.ACTIVE
+            ]
+            heapq.heapify(self._active)
+            self._lock.notify_all()
+
+    def _charge(self, e: Entry) -> None:
+        """Adds a popped DRF pod's own dominant share to its tenant's, as if it were placed: the next pod of
+        that tenant in this pop then sorts where it would once this one holds its resources. An upper
+        bound (a share is the max over resources); the scheduler's next report replaces it."""
+        if not e.tenant or not self._capacity:
+            return
+        requests = getattr(e.payload, "requests", None)
+        if requests is None:  # a local queue's payload carries the pod
+            requests = getattr(getattr(e.payload, "pod", None), "requests", {})
+        asked = {
+            "cpu": requests.get("cpu", 0),
+            "memory": requests.get("memory", 0),
+            "gpu": requests.get(GPU, 0) + requests.get(GPU_SHARE, 0),
+        }
+        own = max((asked[r] / cap for r, cap in self._capacity.items() if r in asked), default=0.0)
+        self._shares[e.tenant] = self._shares.get(e.tenant, 0.0) + own
 
     def _to_active(self, e: Entry) -> None:
         self._unschedulable.pop(e.key, None)
@@ -200,6 +255,8 @@ class SchedulingQueue:
         payload: Any,
         now: float,
         only_missing: bool = False,
+        tenant: str = "",
+        queue_policy: str = "",
     ) -> bool:
         """Adds (or replaces) a pod; returns False when `only_missing` and the queue already holds it."""
         with self._lock:
@@ -216,6 +273,7 @@ class SchedulingQueue:
             if gang and gang not in self._gang_time:
                 self._gang_time[gang] = gang_created_at
             e = Entry(key, priority, created_at, gang, gang_created_at, payload)
+            e.tenant = self._tenant(tenant, queue_policy)
             if old is not None:
                 e.attempts = old.attempts
             self._put(e)
@@ -224,11 +282,17 @@ class SchedulingQueue:
 
     def _put(self, e: Entry) -> None:
         self._entries[e.key] = e
+        if e.tenant:
+            self._tenant_entries[e.tenant] += 1
         if e.gang:
             self._by_gang.setdefault(e.gang, set()).add(e.key)
 
     def _drop(self, e: Entry) -> None:
         del self._entries[e.key]
+        if e.tenant:
+            self._tenant_entries[e.tenant] -= 1
+            if self._tenant_entries[e.tenant] <= 0:
+                del self._tenant_entries[e.tenant]
         if e.gang:
             members = self._by_gang.get(e.gang)
             if members is not None:
@@ -272,6 +336,13 @@ class SchedulingQueue:
             item = heapq.heappop(self._active)
             e = self._entries.get(item.key)
             if e is not None and e.version == item.version and e.where == SubQueue.ACTIVE:
+                if e.tenant:
+                    # Its tenant may have been charged since it was pushed (shares only grow within a pop):
+                    # a key that grew goes back in line.
+                    key = self._sort_key(e)
+                    if key != item.sort_key:
+                        heapq.heappush(self._active, _HeapItem(key, item.version, item.key))
+                        continue
                 return e
         return None
 
@@ -336,12 +407,14 @@ class SchedulingQueue:
                     break
                 if not head.gang:
                     self._take(head, consumer)
+                    self._charge(head)
                     out.append(head)
                     continue
                 unit = [self._entries[k] for k in self._gang_active.get(head.gang, {head.key})]
                 unit.sort(key=lambda x: x.key)
                 for e in unit:
                     self._take(e, consumer)
+                    self._charge(e)
                 out.extend(unit)
             return out
 
@@ -358,6 +431,8 @@ class SchedulingQueue:
         gang: str = "",
         gang_created_at: float = 0.0,
         hint: Hint | None = None,
+        tenant: str = "",
+        queue_policy: str = "",
     ) -> None:
         """Records what became of a popped pod; a pod not in the queue (a released reservation) is re-added.
         `hint`: for an unschedulable pod, what may make it schedulable (None: any cluster event)."""
@@ -373,6 +448,7 @@ class SchedulingQueue:
                 if payload is None:
                     return
                 e = Entry(key, priority, created_at, gang, gang_created_at, payload)
+                e.tenant = self._tenant(tenant, queue_policy)
                 e.move_seq_at_pop = self._move_seq
                 self._put(e)
                 if gang and gang not in self._gang_time:

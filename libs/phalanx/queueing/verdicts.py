@@ -3,10 +3,11 @@ to it, whether the verdicts came over gRPC (the queue service) or in process (te
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from phalanx.model.policies import job_ordering
 from phalanx.queueing.hints import Hint
 from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
 
@@ -26,6 +27,12 @@ class OrderedPod(Protocol):
     @property
     def gang_created_at(self) -> float: ...
 
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class PodVerdict:
@@ -40,10 +47,15 @@ class PodVerdict:
     gang: str = ""
     gang_created_at: float = 0.0
     hint: Hint | None = None  # UNSCHEDULABLE: what may make it schedulable (None: any cluster event)
+    tenant: str = ""  # see phalanx.model.policies.job_ordering
+    queue_policy: str = ""
 
     @classmethod
     def of(cls, key: str, outcome: Outcome, pod: OrderedPod, payload: Any, hint: Hint | None = None) -> PodVerdict:
-        return cls(key, outcome, payload, pod.priority, pod.created_at, pod.gang, pod.gang_created_at, hint)
+        tenant, policy = job_ordering(pod)
+        return cls(
+            key, outcome, payload, pod.priority, pod.created_at, pod.gang, pod.gang_created_at, hint, tenant, policy
+        )
 
 
 def apply_verdicts(
@@ -62,6 +74,8 @@ def apply_verdicts(
             gang=v.gang,
             gang_created_at=v.gang_created_at,
             hint=v.hint,
+            tenant=v.tenant,
+            queue_policy=v.queue_policy,
         )
     for gang in failed:
         queue.gang_failed(gang, now)

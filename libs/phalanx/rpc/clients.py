@@ -161,6 +161,8 @@ class QueueClient(_Client):
         )
         if carry is not None and not carry.empty():
             req.done.CopyFrom(_done_request(carry.verdicts, carry.activate, carry.failed, now))
+            req.done.tenant_shares.update(carry.shares)
+            req.done.share_capacity.update(carry.share_capacity)
             req.remove.extend(carry.remove)
             req.add.extend(pod_to_pb(item.pod, item.trace) for item in carry.add)
             req.move_all = carry.move_all

@@ -298,6 +298,23 @@ def done_request(req: queue_pb2.DoneRequest, prefix: str = "") -> list[str]:
             errors += _retry_hint(res.hint, f"{prefix}results[{i}].hint")
     errors += _keys(req.activate_gangs, f"{prefix}activate_gangs", "gang")
     errors += _keys(req.failed_gangs, f"{prefix}failed_gangs", "gang")
+    errors += _shares(req.tenant_shares, f"{prefix}tenant_shares")
+    for resource, amount in req.share_capacity.items():
+        if resource not in ("cpu", "memory", "gpu"):
+            errors.append(f"{prefix}share_capacity: unknown resource {shown(resource)} (known: cpu, memory, gpu)")
+        elif amount < 0:
+            errors.append(f"{prefix}share_capacity[{resource}]: {amount} is negative")
+    return errors
+
+
+def _shares(shares: Mapping[str, float], path: str) -> list[str]:
+    """Tenants' dominant shares: named, and a finite fraction from 0 to 1."""
+    errors = _count(shares, path, MAX_ENTRIES)
+    for tenant, share in list(shares.items())[: MAX_ENTRIES if not errors else 0]:
+        if not tenant or len(tenant) > MAX_ID:
+            errors.append(f"{path}: tenant name {shown(tenant)} must have 1 to {MAX_ID} characters")
+        elif not (math.isfinite(share) and 0.0 <= share <= 1.0):
+            errors.append(f"{path}[{tenant}]: {share!r} is not a share from 0 to 1")
     return errors
 
 

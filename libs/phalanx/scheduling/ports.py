@@ -36,10 +36,20 @@ class Carry:
     add: list[Popped] = field(default_factory=list)
     move_all: bool = False  # a node added or changed (or anything else): every unschedulable pod moves
     freed: FreedCapacity = field(default_factory=FreedCapacity)  # capacity freed: moves the pods it may help
+    # DRF: the tenants' dominant shares now and the capacity they are of (see DoneRequest); the latest wins.
+    shares: dict[str, float] = field(default_factory=dict)
+    share_capacity: dict[str, int] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not (
-            self.verdicts or self.activate or self.failed or self.remove or self.add or self.move_all or self.freed
+            self.verdicts
+            or self.activate
+            or self.failed
+            or self.remove
+            or self.add
+            or self.move_all
+            or self.freed
+            or self.shares
         )
 
     def merged(self, other: "Carry | None") -> "Carry":
@@ -53,6 +63,8 @@ class Carry:
                 list(self.add),
                 self.move_all,
                 self.freed.copy(),
+                dict(self.shares),
+                dict(self.share_capacity),
             )
         return Carry(
             self.verdicts + other.verdicts,
@@ -62,6 +74,8 @@ class Carry:
             self.add + other.add,
             self.move_all or other.move_all,
             self.freed.copy().merge(other.freed),
+            {**self.shares, **other.shares},
+            other.share_capacity or dict(self.share_capacity),
         )
 
 

@@ -275,6 +275,8 @@ class GangScheduler:
                     popped, prefetched = prefetched, None  # the carry goes with the next pop
                 else:
                     refresh_freed(carry.freed, self.snapshot)  # each node's capacity as it is now
+                    carry.share_capacity = self.snapshot.share_capacity()  # DRF's order (see the queue)
+                    carry.shares = self.snapshot.tenant_shares(carry.share_capacity)
                     popped = self.queue.pop(self.settings.pop_batch, now, carry)
                     carry = Carry()
                 unsettled = list(popped.items)

@@ -10,6 +10,7 @@ from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
 from phalanx.model.objects import PodInfo
+from phalanx.model.policies import job_ordering
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import SchedulingQueue
 from phalanx.queueing.verdicts import PodVerdict, apply_verdicts
@@ -22,6 +23,7 @@ class LocalQueue:
 
     def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> None:
         for p in pods:
+            tenant, policy = job_ordering(p)
             self.queue.add(
                 p.key,
                 priority=p.priority,
@@ -31,10 +33,14 @@ class LocalQueue:
                 payload=Popped(p),
                 now=now,
                 only_missing=only_missing,
+                tenant=tenant,
+                queue_policy=policy,
             )
 
     def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
         if carry is not None:
+            if carry.shares or carry.share_capacity:
+                self.queue.set_shares(carry.shares, carry.share_capacity)
             self.done(carry.verdicts, carry.activate, carry.failed, now)
             self.remove(carry.remove)
             self.add([item.pod for item in carry.add], now)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from phalanx.v1 import objects_pb2 as phalanx_dot_v1_dot_objects__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16phalanx/v1/queue.proto\x12\nphalanx.v1\x1a\x18phalanx/v1/objects.proto\"N\n\nAddRequest\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0conly_missing\x18\x03 \x01(\x08\"C\n\x0b\x41\x64\x64Response\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x01(\x05\x12\x10\n\x08rejected\x18\x02 \x03(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\x82\x02\n\nPopRequest\x12\x10\n\x08max_pods\x18\x01 \x01(\x05\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x03 \x01(\x01\x12%\n\x04\x64one\x18\x04 \x01(\x0b\x32\x17.phalanx.v1.DoneRequest\x12\x0e\n\x06remove\x18\x05 \x03(\t\x12\x1c\n\x03\x61\x64\x64\x18\x06 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x10\n\x08move_all\x18\x07 \x01(\x08\x12\x10\n\x08\x63onsumer\x18\x08 \x01(\t\x12\x1c\n\x14\x63onsumer_incarnation\x18\t \x01(\t\x12(\n\x05\x66reed\x18\n \x03(\x0b\x32\x19.phalanx.v1.FreedCapacity\"{\n\x0bPopResponse\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x15\n\rnext_ready_at\x18\x02 \x01(\x01\x12\x0f\n\x07pending\x18\x03 \x01(\x05\x12\x10\n\x08rejected\x18\x04 \x03(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\"\x84\x01\n\tPodResult\x12\x1c\n\x03pod\x18\x01 \x01(\x0b\x32\x0f.phalanx.v1.Pod\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.phalanx.v1.Outcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x04hint\x18\x04 \x01(\x0b\x32\x15.phalanx.v1.RetryHint\"\x96\x02\n\tRetryHint\x12/\n\x05needs\x18\x01 \x03(\x0b\x32 .phalanx.v1.RetryHint.NeedsEntry\x12\x14\n\x0cinsufficient\x18\x02 \x03(\t\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x18\n\x10node_change_only\x18\x04 \x01(\x08\x12\x0c\n\x04pods\x18\x05 \x01(\x05\x12/\n\x05slots\x18\x06 \x03(\x0b\x32 .phalanx.v1.RetryHint.SlotsEntry\x1a,\n\nNeedsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a,\n\nSlotsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xa4\x01\n\rFreedCapacity\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x11\n\tresources\x18\x02 \x03(\t\x12\x31\n\x04\x66ree\x18\x03 \x03(\x0b\x32#.phalanx.v1.FreedCapacity.FreeEntry\x12\x12\n\ntaken_only\x18\x04 \x01(\x08\x1a+\n\tFreeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"p\n\x0b\x44oneRequest\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodResult\x12\x16\n\x0e\x61\x63tivate_gangs\x18\x02 \x03(\t\x12\x14\n\x0c\x66\x61iled_gangs\x18\x03 \x03(\t\x12\x0b\n\x03now\x18\x04 \x01(\x01\"\x0e\n\x0c\x44oneResponse\"!\n\rRemoveRequest\x12\x10\n\x08pod_keys\x18\x01 \x03(\t\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x05\"V\n\x0eMoveAllRequest\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12(\n\x05\x66reed\x18\x03 \x03(\x0b\x32\x19.phalanx.v1.FreedCapacity\" \n\x0fMoveAllResponse\x12\r\n\x05moved\x18\x01 \x01(\x05\"\x18\n\x16ReleaseInFlightRequest\"+\n\x17ReleaseInFlightResponse\x12\x10\n\x08released\x18\x01 \x01(\x05\"\x1b\n\x0cStatsRequest\x12\x0b\n\x03now\x18\x01 \x01(\x01\"q\n\rStatsResponse\x12\x0e\n\x06\x61\x63tive\x18\x01 \x01(\x05\x12\x0f\n\x07\x62\x61\x63koff\x18\x02 \x01(\x05\x12\x15\n\runschedulable\x18\x03 \x01(\x05\x12\x11\n\tin_flight\x18\x04 \x01(\x05\x12\x15\n\rnext_ready_at\x18\x05 \x01(\x01*\x8f\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_ASSUMED\x10\x01\x12\x11\n\rOUTCOME_BOUND\x10\x02\x12\x19\n\x15OUTCOME_UNSCHEDULABLE\x10\x03\x12\x13\n\x0fOUTCOME_BACKOFF\x10\x04\x12\x13\n\x0fOUTCOME_DROPPED\x10\x05\x32\x93\x04\n\x05Queue\x12\x36\n\x03\x41\x64\x64\x12\x16.phalanx.v1.AddRequest\x1a\x17.phalanx.v1.AddResponse\x12\x36\n\x03Pop\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse\x12\x39\n\x04\x44one\x12\x17.phalanx.v1.DoneRequest\x1a\x18.phalanx.v1.DoneResponse\x12?\n\x06Remove\x12\x19.phalanx.v1.RemoveRequest\x1a\x1a.phalanx.v1.RemoveResponse\x12\x42\n\x07MoveAll\x12\x1a.phalanx.v1.MoveAllRequest\x1a\x1b.phalanx.v1.MoveAllResponse\x12Z\n\x0fReleaseInFlight\x12\".phalanx.v1.ReleaseInFlightRequest\x1a#.phalanx.v1.ReleaseInFlightResponse\x12<\n\x05Stats\x12\x18.phalanx.v1.StatsRequest\x1a\x19.phalanx.v1.StatsResponse\x12@\n\tPopStream\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16phalanx/v1/queue.proto\x12\nphalanx.v1\x1a\x18phalanx/v1/objects.proto\"N\n\nAddRequest\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0conly_missing\x18\x03 \x01(\x08\"C\n\x0b\x41\x64\x64Response\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x01(\x05\x12\x10\n\x08rejected\x18\x02 \x03(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\x82\x02\n\nPopRequest\x12\x10\n\x08max_pods\x18\x01 \x01(\x05\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x03 \x01(\x01\x12%\n\x04\x64one\x18\x04 \x01(\x0b\x32\x17.phalanx.v1.DoneRequest\x12\x0e\n\x06remove\x18\x05 \x03(\t\x12\x1c\n\x03\x61\x64\x64\x18\x06 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x10\n\x08move_all\x18\x07 \x01(\x08\x12\x10\n\x08\x63onsumer\x18\x08 \x01(\t\x12\x1c\n\x14\x63onsumer_incarnation\x18\t \x01(\t\x12(\n\x05\x66reed\x18\n \x03(\x0b\x32\x19.phalanx.v1.FreedCapacity\"{\n\x0bPopResponse\x12\x1d\n\x04pods\x18\x01 \x03(\x0b\x32\x0f.phalanx.v1.Pod\x12\x15\n\rnext_ready_at\x18\x02 \x01(\x01\x12\x0f\n\x07pending\x18\x03 \x01(\x05\x12\x10\n\x08rejected\x18\x04 \x03(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\"\x84\x01\n\tPodResult\x12\x1c\n\x03pod\x18\x01 \x01(\x0b\x32\x0f.phalanx.v1.Pod\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.phalanx.v1.Outcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x04hint\x18\x04 \x01(\x0b\x32\x15.phalanx.v1.RetryHint\"\x96\x02\n\tRetryHint\x12/\n\x05needs\x18\x01 \x03(\x0b\x32 .phalanx.v1.RetryHint.NeedsEntry\x12\x14\n\x0cinsufficient\x18\x02 \x03(\t\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x18\n\x10node_change_only\x18\x04 \x01(\x08\x12\x0c\n\x04pods\x18\x05 \x01(\x05\x12/\n\x05slots\x18\x06 \x03(\x0b\x32 .phalanx.v1.RetryHint.SlotsEntry\x1a,\n\nNeedsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a,\n\nSlotsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xa4\x01\n\rFreedCapacity\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x11\n\tresources\x18\x02 \x03(\t\x12\x31\n\x04\x66ree\x18\x03 \x03(\x0b\x32#.phalanx.v1.FreedCapacity.FreeEntry\x12\x12\n\ntaken_only\x18\x04 \x01(\x08\x1a+\n\tFreeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xe1\x02\n\x0b\x44oneRequest\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodResult\x12\x16\n\x0e\x61\x63tivate_gangs\x18\x02 \x03(\t\x12\x14\n\x0c\x66\x61iled_gangs\x18\x03 \x03(\t\x12\x0b\n\x03now\x18\x04 \x01(\x01\x12@\n\rtenant_shares\x18\x05 \x03(\x0b\x32).phalanx.v1.DoneRequest.TenantSharesEntry\x12\x42\n\x0eshare_capacity\x18\x06 \x03(\x0b\x32*.phalanx.v1.DoneRequest.ShareCapacityEntry\x1a\x33\n\x11TenantSharesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x34\n\x12ShareCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x0e\n\x0c\x44oneResponse\"!\n\rRemoveRequest\x12\x10\n\x08pod_keys\x18\x01 \x03(\t\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x05\"V\n\x0eMoveAllRequest\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12(\n\x05\x66reed\x18\x03 \x03(\x0b\x32\x19.phalanx.v1.FreedCapacity\" \n\x0fMoveAllResponse\x12\r\n\x05moved\x18\x01 \x01(\x05\"\x18\n\x16ReleaseInFlightRequest\"+\n\x17ReleaseInFlightResponse\x12\x10\n\x08released\x18\x01 \x01(\x05\"\x1b\n\x0cStatsRequest\x12\x0b\n\x03now\x18\x01 \x01(\x01\"q\n\rStatsResponse\x12\x0e\n\x06\x61\x63tive\x18\x01 \x01(\x05\x12\x0f\n\x07\x62\x61\x63koff\x18\x02 \x01(\x05\x12\x15\n\runschedulable\x18\x03 \x01(\x05\x12\x11\n\tin_flight\x18\x04 \x01(\x05\x12\x15\n\rnext_ready_at\x18\x05 \x01(\x01*\x8f\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_ASSUMED\x10\x01\x12\x11\n\rOUTCOME_BOUND\x10\x02\x12\x19\n\x15OUTCOME_UNSCHEDULABLE\x10\x03\x12\x13\n\x0fOUTCOME_BACKOFF\x10\x04\x12\x13\n\x0fOUTCOME_DROPPED\x10\x05\x32\x93\x04\n\x05Queue\x12\x36\n\x03\x41\x64\x64\x12\x16.phalanx.v1.AddRequest\x1a\x17.phalanx.v1.AddResponse\x12\x36\n\x03Pop\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse\x12\x39\n\x04\x44one\x12\x17.phalanx.v1.DoneRequest\x1a\x18.phalanx.v1.DoneResponse\x12?\n\x06Remove\x12\x19.phalanx.v1.RemoveRequest\x1a\x1a.phalanx.v1.RemoveResponse\x12\x42\n\x07MoveAll\x12\x1a.phalanx.v1.MoveAllRequest\x1a\x1b.phalanx.v1.MoveAllResponse\x12Z\n\x0fReleaseInFlight\x12\".phalanx.v1.ReleaseInFlightRequest\x1a#.phalanx.v1.ReleaseInFlightResponse\x12<\n\x05Stats\x12\x18.phalanx.v1.StatsRequest\x1a\x19.phalanx.v1.StatsResponse\x12@\n\tPopStream\x12\x16.phalanx.v1.PopRequest\x1a\x17.phalanx.v1.PopResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,8 +38,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RETRYHINT_SLOTSENTRY']._serialized_options = b'8\001'
   _globals['_FREEDCAPACITY_FREEENTRY']._loaded_options = None
   _globals['_FREEDCAPACITY_FREEENTRY']._serialized_options = b'8\001'
-  _globals['_OUTCOME']._serialized_start=1720
-  _globals['_OUTCOME']._serialized_end=1863
+  _globals['_DONEREQUEST_TENANTSHARESENTRY']._loaded_options = None
+  _globals['_DONEREQUEST_TENANTSHARESENTRY']._serialized_options = b'8\001'
+  _globals['_DONEREQUEST_SHARECAPACITYENTRY']._loaded_options = None
+  _globals['_DONEREQUEST_SHARECAPACITYENTRY']._serialized_options = b'8\001'
+  _globals['_OUTCOME']._serialized_start=1962
+  _globals['_OUTCOME']._serialized_end=2105
   _globals['_ADDREQUEST']._serialized_start=64
   _globals['_ADDREQUEST']._serialized_end=142
   _globals['_ADDRESPONSE']._serialized_start=144
@@ -60,26 +64,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FREEDCAPACITY']._serialized_end=1180
   _globals['_FREEDCAPACITY_FREEENTRY']._serialized_start=1137
   _globals['_FREEDCAPACITY_FREEENTRY']._serialized_end=1180
-  _globals['_DONEREQUEST']._serialized_start=1182
-  _globals['_DONEREQUEST']._serialized_end=1294
-  _globals['_DONERESPONSE']._serialized_start=1296
-  _globals['_DONERESPONSE']._serialized_end=1310
-  _globals['_REMOVEREQUEST']._serialized_start=1312
-  _globals['_REMOVEREQUEST']._serialized_end=1345
-  _globals['_REMOVERESPONSE']._serialized_start=1347
-  _globals['_REMOVERESPONSE']._serialized_end=1380
-  _globals['_MOVEALLREQUEST']._serialized_start=1382
-  _globals['_MOVEALLREQUEST']._serialized_end=1468
-  _globals['_MOVEALLRESPONSE']._serialized_start=1470
-  _globals['_MOVEALLRESPONSE']._serialized_end=1502
-  _globals['_RELEASEINFLIGHTREQUEST']._serialized_start=1504
-  _globals['_RELEASEINFLIGHTREQUEST']._serialized_end=1528
-  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_start=1530
-  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_end=1573
-  _globals['_STATSREQUEST']._serialized_start=1575
-  _globals['_STATSREQUEST']._serialized_end=1602
-  _globals['_STATSRESPONSE']._serialized_start=1604
-  _globals['_STATSRESPONSE']._serialized_end=1717
-  _globals['_QUEUE']._serialized_start=1866
-  _globals['_QUEUE']._serialized_end=2397
+  _globals['_DONEREQUEST']._serialized_start=1183
+  _globals['_DONEREQUEST']._serialized_end=1536
+  _globals['_DONEREQUEST_TENANTSHARESENTRY']._serialized_start=1431
+  _globals['_DONEREQUEST_TENANTSHARESENTRY']._serialized_end=1482
+  _globals['_DONEREQUEST_SHARECAPACITYENTRY']._serialized_start=1484
+  _globals['_DONEREQUEST_SHARECAPACITYENTRY']._serialized_end=1536
+  _globals['_DONERESPONSE']._serialized_start=1538
+  _globals['_DONERESPONSE']._serialized_end=1552
+  _globals['_REMOVEREQUEST']._serialized_start=1554
+  _globals['_REMOVEREQUEST']._serialized_end=1587
+  _globals['_REMOVERESPONSE']._serialized_start=1589
+  _globals['_REMOVERESPONSE']._serialized_end=1622
+  _globals['_MOVEALLREQUEST']._serialized_start=1624
+  _globals['_MOVEALLREQUEST']._serialized_end=1710
+  _globals['_MOVEALLRESPONSE']._serialized_start=1712
+  _globals['_MOVEALLRESPONSE']._serialized_end=1744
+  _globals['_RELEASEINFLIGHTREQUEST']._serialized_start=1746
+  _globals['_RELEASEINFLIGHTREQUEST']._serialized_end=1770
+  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_start=1772
+  _globals['_RELEASEINFLIGHTRESPONSE']._serialized_end=1815
+  _globals['_STATSREQUEST']._serialized_start=1817
+  _globals['_STATSREQUEST']._serialized_end=1844
+  _globals['_STATSRESPONSE']._serialized_start=1846
+  _globals['_STATSRESPONSE']._serialized_end=1959
+  _globals['_QUEUE']._serialized_start=2108
+  _globals['_QUEUE']._serialized_end=2639
 # @@protoc_insertion_point(module_scope)

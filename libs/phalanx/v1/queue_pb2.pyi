@@ -411,10 +411,52 @@ Global___FreedCapacity: _TypeAlias = FreedCapacity  # noqa: Y015
 class DoneRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TenantSharesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ShareCapacityEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     RESULTS_FIELD_NUMBER: _builtins.int
     ACTIVATE_GANGS_FIELD_NUMBER: _builtins.int
     FAILED_GANGS_FIELD_NUMBER: _builtins.int
     NOW_FIELD_NUMBER: _builtins.int
+    TENANT_SHARES_FIELD_NUMBER: _builtins.int
+    SHARE_CAPACITY_FIELD_NUMBER: _builtins.int
     now: _builtins.float
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodResult]: ...
@@ -426,6 +468,18 @@ class DoneRequest(_message.Message):
     def failed_gangs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """gangs that just failed: they sort by this failure time"""
 
+    @_builtins.property
+    def tenant_shares(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """DRF: tenants' dominant shares (0..1) as the scheduler counts them now; jobs ordered by DRF sort by
+        their tenant's share within a priority. Tenants not named keep their last share.
+        """
+
+    @_builtins.property
+    def share_capacity(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The capacity those shares are of (cpu, memory, gpu in milli-units): a pop charges each DRF job it
+        hands out to its tenant with it, until the next report.
+        """
+
     def __init__(
         self,
         *,
@@ -433,10 +487,12 @@ class DoneRequest(_message.Message):
         activate_gangs: _abc.Iterable[_builtins.str] | None = ...,
         failed_gangs: _abc.Iterable[_builtins.str] | None = ...,
         now: _builtins.float = ...,
+        tenant_shares: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        share_capacity: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activate_gangs", b"activate_gangs", "failed_gangs", b"failed_gangs", "now", b"now", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activate_gangs", b"activate_gangs", "failed_gangs", b"failed_gangs", "now", b"now", "results", b"results", "share_capacity", b"share_capacity", "tenant_shares", b"tenant_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
