@@ -272,3 +272,44 @@ def demand_chart(runs: Sequence[Run], *, name: str, title: str) -> Plot:
     )
     markers = [Marker(float(d), units.fmt_percent(float(d))) for d in DEMAND_LEVELS]
     return Plot(chart(lines, x, ratio_scale(y_max, "GPU allocated"), name=name, title=title, markers=markers))
+
+
+FREE_GPU_COLOR = "#adb5bd"
+
+
+def fragmentation_points(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's GPU fragmentation samples (phalanx.sim.fragmentation); none in older reports."""
+    points = report.get("gpuFragmentation")
+    return [p for p in points if isinstance(p, dict)] if isinstance(points, list) else []
+
+
+def fragmentation_summary(report: dict[str, Any]) -> dict[str, Any]:
+    s = report.get("gpuFragmentationSummary")
+    return s if isinstance(s, dict) else {}
+
+
+def fragmentation_chart(
+    runs: Sequence[Run], *, name: str, title: str, x_max: float | None = None, height: int = 260
+) -> Plot:
+    """Free GPU and the part of it no waiting pod could use, both as a share of the cluster's GPUs: the gap
+    between the lines is what the waiting pods could still take."""
+    lines: list[Line] = []
+    for k, run in enumerate(runs):
+        cap = (series_of(run.report).get("capacity") or {}).get(GPU)
+        points = fragmentation_points(run.report)
+        if not points or not isinstance(cap, (int, float)) or cap <= 0:
+            continue
+        t = _floats([p.get("t") for p in points])
+        free = [v / (cap * 1000) for v in _floats([p.get("freeMilli") for p in points])]
+        fragmented = [v / (cap * 1000) for v in _floats([p.get("fragmentedMilli") for p in points])]
+        color = RESOURCE_COLORS[GPU] if len(runs) == 1 else RUN_COLORS[k % len(RUN_COLORS)]
+        lines.append(Line(_name(runs, run, "GPU free"), t, free, FREE_GPU_COLOR, dash=run.dash, width=1.6))
+        lines.append(
+            Line(_name(runs, run, "GPU free, unusable by waiting pods"), t, fragmented, color, dash=run.dash, width=2.6)
+        )
+    if not lines:
+        return empty("no GPU fragmentation series in this report (no GPU nodes, or an older report)")
+    y_max = max((y for line in lines for y in line.ys if y == y), default=0.0)
+    x = time_scale(t_max(runs) if x_max is None else x_max)
+    axis = "share of the cluster's GPUs"
+    return Plot(chart(lines, x, ratio_scale(y_max, axis), name=name, title=title, width=1100, height=height))

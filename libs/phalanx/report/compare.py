@@ -16,6 +16,7 @@ ROWS = [
     ("virtual time until quiet", "virtualSeconds"),
 ]
 DURATIONS = {"virtualSeconds"}
+FRAGMENTATION_ROW = "GPU free but unusable by waiting pods (mean share)"
 
 
 def _fmt(value: Any, key: str = "") -> str:
@@ -24,10 +25,19 @@ def _fmt(value: Any, key: str = "") -> str:
     return units.fmt_duration(value) if key in DURATIONS else units.fmt_number(value)
 
 
+def _fragmentation(report: dict[str, Any]) -> float | None:
+    """The run's mean share of free GPU that no waiting pod could use (phalanx.sim.fragmentation)."""
+    v = (report.get("gpuFragmentationSummary") or {}).get("meanFragmentedRatio")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def compare_rows(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> list[tuple[str, str, str]]:
     sa, sb = a["summary"], b["summary"]
     rows = [("", label_a, label_b), ("", f"({sa.get('podsTotal')} pods)", f"({sb.get('podsTotal')} pods)")]
     rows += [(title, _fmt(sa.get(key, "-"), key), _fmt(sb.get(key, "-"), key)) for title, key in ROWS]
+    if _fragmentation(a) is not None or _fragmentation(b) is not None:
+        cells = [units.fmt_percent(v) if (v := _fragmentation(r)) is not None else "-" for r in (a, b)]
+        rows.append((FRAGMENTATION_ROW, cells[0], cells[1]))
     groups_a = {(g["namespace"], g["name"]): g for g in a.get("podGroups", [])}
     groups_b = {(g["namespace"], g["name"]): g for g in b.get("podGroups", [])}
     keys = sorted(set(groups_a) | set(groups_b))

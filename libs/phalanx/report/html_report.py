@@ -25,6 +25,8 @@ from phalanx.report.charts import (
     Run,
     allocation_chart,
     demand_chart,
+    fragmentation_chart,
+    fragmentation_summary,
     has_demand_sweep,
     pending_chart,
     reserved_chart,
@@ -187,6 +189,31 @@ def demand_card(report: dict[str, Any]) -> Card | None:
     return Card("GPU allocation at arrived demand", rows)
 
 
+def fragmentation_card(report: dict[str, Any]) -> Card | None:
+    """GPU free but unusable by the waiting pods (phalanx.sim.fragmentation), for a run with GPUs."""
+    s = fragmentation_summary(report)
+    if not s:
+        return None
+
+    def gpus(key: str) -> str:
+        v = s.get(key)
+        return _value(round(v / 1000, 2)) + " GPUs" if isinstance(v, (int, float)) else "–"
+
+    def share(key: str) -> str:
+        v = s.get(key)
+        return units.fmt_percent(v) if isinstance(v, (int, float)) else "–"
+
+    rows = [
+        KeyValue(
+            "fragmentation:mean", "mean share of free GPU unusable by waiting pods", share("meanFragmentedRatio")
+        ),
+        KeyValue("fragmentation:meanGpus", "mean GPU free, unusable", gpus("meanFragmentedMilli")),
+        KeyValue("fragmentation:end", "at the end: share of free GPU unusable", share("endFragmentedRatio")),
+        KeyValue("fragmentation:endGpus", "at the end: GPU free, unusable", gpus("endFragmentedMilli")),
+    ]
+    return Card("GPU fragmentation", rows)
+
+
 def capacity_card(report: dict[str, Any]) -> Card | None:
     cap = (report.get("series") or {}).get("capacity") or {}
     if not cap:
@@ -282,6 +309,14 @@ def _reserved(runs: list[Run], name: str, x_max: float | None = None) -> Plot | 
     return reserved_chart(runs, name=name, title="capacity reserved for waiting gangs and not bound", x_max=x_max)
 
 
+def _fragmentation(runs: list[Run], name: str, x_max: float | None = None) -> Plot | None:
+    """Under the allocation plot, on its time axis: free GPU that no waiting pod could use. Runs without
+    GPUs, and reports from before it was recorded, show nothing here."""
+    if not any(fragmentation_summary(r.report) for r in runs):
+        return None
+    return fragmentation_chart(runs, name=name, title="GPU free but unusable by the waiting pods", x_max=x_max)
+
+
 def _grid(runs: list[Run]) -> Grid:
     demand = None
     if any(has_demand_sweep(r.report) for r in runs):
@@ -296,7 +331,17 @@ def _grid(runs: list[Run]) -> Grid:
 # -- pages -----------------------------------------------------------------------------------------
 def render_html(report: dict[str, Any], title: str) -> str:
     runs = [Run("", report)]
-    cards = [c for c in (summary_card(report), waits_card(report), demand_card(report), capacity_card(report)) if c]
+    cards = [
+        c
+        for c in (
+            summary_card(report),
+            waits_card(report),
+            demand_card(report),
+            fragmentation_card(report),
+            capacity_card(report),
+        )
+        if c
+    ]
     return _ENV.get_template("report.html.j2").render(
         title=title,
         lede=_lede(report),
@@ -304,6 +349,7 @@ def render_html(report: dict[str, Any], title: str) -> str:
         errors=errors_list(report),
         allocation=allocation_chart(runs, name="allocation", title="allocated share of the cluster over virtual time"),
         reserved=_reserved(runs, "reserved"),
+        fragmentation=_fragmentation(runs, "fragmentation"),
         grid=_grid(runs),
         gangs=gangs_view(report),
         unbound=unbound_view(report),
@@ -346,6 +392,7 @@ def render_compare_html(a: dict[str, Any], b: dict[str, Any], label_a: str, labe
                 [Run(run.label, run.report)], name=f"allocation-{i}", title=run.label, x_max=x_max, height=300
             ),
             "reserved": _reserved([Run(run.label, run.report)], f"reserved-{i}", x_max),
+            "fragmentation": _fragmentation([Run(run.label, run.report)], f"fragmentation-{i}", x_max),
         }
         for i, run in enumerate(runs)
     ]

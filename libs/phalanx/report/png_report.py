@@ -12,7 +12,14 @@ from typing import Any
 
 from phalanx.model.gpu import GPU
 from phalanx.report import units
-from phalanx.report.charts import RESOURCE_COLORS, RESOURCE_NAMES, reserved_resources, resources, series_of
+from phalanx.report.charts import (
+    RESOURCE_COLORS,
+    RESOURCE_NAMES,
+    fragmentation_points,
+    reserved_resources,
+    resources,
+    series_of,
+)
 from phalanx.report.outputs import extra_missing
 from phalanx.report.scales import ZOOM_LEVELS
 
@@ -73,6 +80,22 @@ def render_png(report: dict[str, Any], path: str | Path, title: str) -> None:
                 linewidth=1.4,
                 linestyle=":",
                 label=f"{RESOURCE_NAMES.get(r, r)} reserved, not bound",
+            )
+        cap = (s.get("capacity") or {}).get(GPU)
+        frag = fragmentation_points(report)
+        if frag and isinstance(cap, (int, float)) and cap > 0:
+            # Free GPU no waiting pod could use, as an area under the lines: what the placement stranded.
+            fx = [float(p.get("t", 0.0)) / unit.seconds for p in frag]
+            fy = [float(p.get("fragmentedMilli", 0)) / (cap * 1000) for p in frag]
+            y_max = max([y_max] + fy)
+            ax.fill_between(
+                fx,
+                fy,
+                step="post",
+                color=RESOURCE_COLORS.get(GPU),
+                alpha=0.25,
+                linewidth=0,
+                label="GPU free, unusable by waiting pods",
             )
         hi = _zoom(y_max)
         ax.set_ylim(0, hi * 1.02)

@@ -244,7 +244,7 @@ class Simulation:
                 node = self._intake(obj, lambda o: parse_node(o.obj))
                 if node is not None:
                     due.nodes.append(node)
-                    self.series.node_added(node.allocatable)
+                    self.series.node_added(node.allocatable, node.name)
             elif obj.kind in ("PodGroup", "ConfigMap"):
                 if obj.kind == "ConfigMap" and not GangIntake.is_gang_object(obj.obj):
                     continue  # an ordinary ConfigMap
@@ -265,7 +265,7 @@ class Simulation:
     def _note_finished(self, key: str, now: float) -> None:
         self.pods[key].finished_at = now
         self.running -= 1
-        self.series.pod_finished(self.parsed[key].requests, now)
+        self.series.pod_finished(self.parsed[key].requests, now, self.pods[key].node or "")
 
     def _gather_later(self, now: float, due: "_Due") -> list[_Instant]:
         """The instants after `now` at which only pods arrive or finish, for the scheduler to run in
@@ -529,7 +529,7 @@ class Simulation:
             return
         track.node, track.bound_at = node, at
         self.bound_count += 1
-        self.series.pod_bound(self.parsed[key].requests, at)
+        self.series.pod_bound(self.parsed[key].requests, at, node)  # per node: GPU fragmentation
         if not track.gang:
             self._start(track, at)
             return

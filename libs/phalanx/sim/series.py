@@ -8,7 +8,9 @@
 - each gang's wait: from its first pod's arrival to the moment its minimum was bound;
 - the GPU allocation ratio as a function of arrived GPU demand (the FGD paper's metric: allocated GPU
   over all GPUs, against the GPUs requested by all pods arrived so far over all GPUs), and whether this run
-  is the sweep that metric is read from (`gpuDemandSweep`).
+  is the sweep that metric is read from (`gpuDemandSweep`);
+- GPU fragmentation: free GPU that none of the waiting pods could use, per node (phalanx.sim.fragmentation),
+  which needs the nodes and the binds by name (without names every node counts as one).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.model.gpu import GPU
+from phalanx.sim.fragmentation import FragmentationTracker, shape_of
 
 GPU_SHARE = "phalanx.dev/gpu-share"
 TRACKED = (GPU, "cpu", "memory")
@@ -48,23 +51,27 @@ class SeriesRecorder:
     events: list[tuple[float, int, str, Any]] = field(default_factory=list)
     points: list[dict[str, float]] = field(default_factory=list)
     gang_waits: dict[str, float] = field(default_factory=dict)
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> tracked allocatable
+    fragmentation: FragmentationTracker | None = None  # folded with the series
 
     # -- events ------------------------------------------------------------------------------------
     def _log(self, at: float, kind: str, data: Any) -> None:
         self.events.append((at, len(self.events), kind, data))
 
-    def node_added(self, allocatable: dict[str, int]) -> None:
+    def node_added(self, allocatable: dict[str, int], name: str = "") -> None:
+        node = self.nodes.setdefault(name, {})
         for r in TRACKED:
             self.capacity[r] = self.capacity.get(r, 0) + allocatable.get(r, 0)
+            node[r] = node.get(r, 0) + allocatable.get(r, 0)
 
     def pod_arrived(self, requests: dict[str, int], gang: str, at: float) -> None:
-        self._log(at, "arrived", (_gpu_milli(requests), gang))
+        self._log(at, "arrived", (_gpu_milli(requests), gang, shape_of(requests)))
 
-    def pod_bound(self, requests: dict[str, int], at: float) -> None:
-        self._log(at, "bound", _tracked(requests))
+    def pod_bound(self, requests: dict[str, int], at: float, node: str = "") -> None:
+        self._log(at, "bound", (_tracked(requests), shape_of(requests), node))
 
-    def pod_finished(self, requests: dict[str, int], at: float) -> None:
-        self._log(at, "finished", _tracked(requests))
+    def pod_finished(self, requests: dict[str, int], at: float, node: str = "") -> None:
+        self._log(at, "finished", (_tracked(requests), shape_of(requests), node))
 
     def gang_started(self, gang: str, at: float) -> None:
         self._log(at, "started", gang)
@@ -83,9 +90,13 @@ class SeriesRecorder:
         pending_gangs: set[str] = set()
         first_arrival: dict[str, float] = {}
         self.points, self.gang_waits = [], {}
-        for at, _, kind, data in sorted(self.events):
+        events = sorted(self.events)
+        frag = FragmentationTracker(self.nodes, events[0][0] if events else 0.0, events[-1][0] if events else 0.0)
+        for at, _, kind, data in events:
+            frag.advance(at)
             if kind == "arrived":
-                gpu, gang = data
+                gpu, gang, shape = data
+                frag.arrived(shape)
                 pending += 1
                 arrived_gpu += gpu
                 if gang:
@@ -93,13 +104,17 @@ class SeriesRecorder:
                     if gang not in self.gang_waits:
                         pending_gangs.add(gang)
             elif kind == "bound":
+                tracked, shape, node = data
+                frag.bound(node, shape)
                 pending -= 1
-                for r, v in data.items():
+                for r, v in tracked.items():
                     allocated[r] = allocated.get(r, 0) + v
             elif kind == "finished":
-                for r, v in data.items():
+                tracked, shape, node = data
+                frag.finished(node, shape)
+                for r, v in tracked.items():
                     allocated[r] = allocated.get(r, 0) - v
-                gpu_freed += data[GPU]
+                gpu_freed += tracked[GPU]
             elif kind == "reserved":
                 gang, now_held = data
                 before = held.pop(gang, {})
@@ -124,6 +139,8 @@ class SeriesRecorder:
                 self.points[-1] = point
             else:
                 self.points.append(point)
+        frag.advance(float("inf"))
+        self.fragmentation = frag
 
     def _ratio(self, value: int, resource: str) -> float:
         cap = self.capacity.get(resource, 0)
@@ -155,12 +172,15 @@ class SeriesRecorder:
             "capacity": {r: v / 1000 for r, v in self.capacity.items() if v},
         }
         waits = sorted(self.gang_waits.values())
+        fragmentation, fragmentation_summary = self.fragmentation.report() if self.fragmentation else ([], {})
         return {
             "series": series,
             "gangWaits": [{"gang": g, "waitSeconds": w} for g, w in sorted(self.gang_waits.items())],
             "gangWaitPercentiles": {f"p{q}": _percentile(waits, q) for q in (50, 90, 99)} if waits else {},
             "gpuAllocationAtDemand": self.gpu_allocation_at(DEMAND_LEVELS),
             "gpuDemandSweep": self.demand_sweep(),
+            "gpuFragmentation": fragmentation,
+            "gpuFragmentationSummary": fragmentation_summary,
         }
 
     def demand_sweep(self) -> bool:
