@@ -513,7 +513,7 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
             cms = {m["metadata"]["name"]: m for m in of_kind(docs, "ConfigMap")}
             data = cms[volume["configMap"]["name"]]["data"][profile.rsplit("/", 1)[1]]
-            assert set(yaml.safe_load(data)) <= {"filters", "scores", "percentageOfNodesToScore"}
+            assert set(yaml.safe_load(data)) <= {"filters", "scores", "percentageOfNodesToScore", "basicPolicy"}
         svc = services[name]
         assert svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
         # The health port is for the kubelet only: not in the Service. The metrics port is, for Prometheus.

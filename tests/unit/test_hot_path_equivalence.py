@@ -15,6 +15,15 @@ from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.record import GangRecord
 from phalanx.model.objects import NodeInfo, Placement, PodInfo, SelectorRequirement, SelectorTerm, Toleration
+from phalanx.model.pod_affinity import (
+    LabelRequirement,
+    LabelSelector,
+    PodAffinitySpec,
+    PodAffinityTerm,
+    TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
+    affinity_to_plain,
+)
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
 from phalanx.state.store import pod_from_json, pod_to_json
 
@@ -113,14 +122,28 @@ def _pods() -> list[PodInfo]:
         duration=30.0,
         invalid="",
     )
-    return [PodInfo("ns", "plain"), rich, dataclasses.replace(rich, duration=None, invalid="bad")]
+    affine = dataclasses.replace(
+        rich,
+        name="affine",
+        pod_affinity=PodAffinitySpec(
+            required_anti_affinity=(PodAffinityTerm("zone", LabelSelector((("app", "x"),)), ("ns",)),),
+            preferred_affinity=(
+                WeightedPodAffinityTerm(
+                    7, PodAffinityTerm("host", LabelSelector((), (LabelRequirement("tier", "In", ("a", "b")),)))
+                ),
+            ),
+            spread=(TopologySpreadConstraint(2, "zone", "ScheduleAnyway", LabelSelector(), 3, ("rev",)),),
+        ),
+    )
+    return [PodInfo("ns", "plain"), rich, dataclasses.replace(rich, duration=None, invalid="bad"), affine]
 
 
 @pytest.mark.parametrize("pod", _pods(), ids=lambda p: p.name)
 def test_pod_to_json_is_asdict(pod: PodInfo) -> None:
     fast = pod_to_json(pod)
-    assert fast == dataclasses.asdict(pod)
-    assert json.dumps(fast) == json.dumps(dataclasses.asdict(pod))  # same keys in the same order
+    plain = {**dataclasses.asdict(pod), "pod_affinity": affinity_to_plain(pod.pod_affinity)}
+    assert fast == plain
+    assert json.dumps(fast) == json.dumps(plain)  # same keys in the same order
     assert pod_from_json(json.loads(json.dumps(fast))) == pod
     fast["requests"]["cpu"] = -1  # a copy, as asdict makes
     assert pod.requests.get("cpu") != -1

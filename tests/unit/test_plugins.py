@@ -411,12 +411,14 @@ def test_in_tree_registries_hold_the_builtin_plugins() -> None:
     assert filters.names() == sorted(DEFAULT_FILTERS)
     assert scores.names() == [
         "GPUFragmentation",
+        "InterPodAffinity",
         "JobAffinity",
         "JobAntiAffinity",
         "LeaderFirst",
         "LeastAllocated",
         "MinFragment",
         "MostAllocated",
+        "PodTopologySpread",
     ]
     for name in filters.names():
         assert filters.create(name).name == name

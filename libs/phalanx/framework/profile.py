@@ -20,8 +20,13 @@ DEFAULT_FILTERS = (
     "StarvationReservation",
     "NodeResourcesFit",
     "GPUShare",
+    # Last: they look at the other pods, and pass at once for a pod that declares no affinity or spread.
+    "InterPodAffinity",
+    "PodTopologySpread",
 )
-DEFAULT_SCORES = {"LeastAllocated": 1.0, "GPUFragmentation": 100.0}
+# Preferred affinity and soft spread weigh 30: enough to win over small packing differences, not enough to
+# strand GPUs for a preference (kube-scheduler gives them 2 next to its own scores of similar scale).
+DEFAULT_SCORES = {"LeastAllocated": 1.0, "GPUFragmentation": 100.0, "InterPodAffinity": 30.0, "PodTopologySpread": 30.0}
 # Node preparation (see phalanx.framework.plugin.NodePreparer) is not chosen by a profile file: the prepared
 # nodes are what Redis holds and every process (scheduler, binder, explain) counts capacity against.
 DEFAULT_NODE_PREPARERS = ("GPUShare",)

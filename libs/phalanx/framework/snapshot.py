@@ -39,6 +39,9 @@ class Snapshot:
         # What each tenant's tracked pods hold (SHARE_RESOURCES order), for DRF. A tenant whose pods all
         # left stays, at zero, so that the queue hears its share fell.
         self._tenant_held: dict[str, list[int]] = {}
+        # Told of every pod tracked (node, pod, 1) or untracked (node, pod, -1), and ("", None, 0) when all
+        # are cleared: how indexes over the pods (inter-pod affinity's) stay current without rescans.
+        self.pod_listeners: list[Callable[[str, PodInfo | None, int], None]] = []
         # Nodes kept for starving gangs this round, oldest gang first (set by the scheduler; read by the
         # reservation filter). Empty: none.
         self.reservation: tuple[CapacityHold, ...] = ()
@@ -150,6 +153,8 @@ class Snapshot:
         self._gang_nodes.clear()
         for held in self._tenant_held.values():
             held[:] = [0, 0, 0]
+        for listener in self.pod_listeners:
+            listener("", None, 0)
 
     def _hold(self, pod: PodInfo, sign: int) -> None:
         held = self._tenant_held.setdefault(job_ordering(pod)[0], [0, 0, 0])
@@ -165,6 +170,8 @@ class Snapshot:
             return
         on_node[pod.key] = pod
         self._hold(pod, 1)
+        for listener in self.pod_listeners:
+            listener(node, pod, 1)
         if pod.gang:
             self._gang_nodes.setdefault(pod.gang, Counter())[node] += 1
 
@@ -176,6 +183,8 @@ class Snapshot:
         if tracked is None:
             return
         self._hold(tracked, -1)  # what was counted when it came, whatever copy of it leaves
+        for listener in self.pod_listeners:
+            listener(node, tracked, -1)
         if not on_node:
             del self.pods_by_node[node]
         counts = self._gang_nodes.get(pod.gang) if pod.gang else None

@@ -13,6 +13,7 @@ from typing import Any
 from phalanx.intake import fields, names
 from phalanx.intake.errors import Subject, quoted
 from phalanx.intake.placement import parse_placement
+from phalanx.intake.pod_affinity import parse_pod_affinity
 from phalanx.model import keys
 from phalanx.model.objects import PodInfo, Resources
 from phalanx.model.policies import check_basic_policy, check_job_queue_policy
@@ -45,6 +46,7 @@ def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
         annotations=annotations,
         labels=fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels"),
         duration=_duration(annotations, subject),
+        pod_affinity=parse_pod_affinity(spec, subject),
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from phalanx.model.pod_affinity import PodAffinitySpec
+
 Resources = dict[str, int]
 
 
@@ -72,6 +74,8 @@ class PodInfo:
     labels: dict[str, str] = field(default_factory=dict)
     duration: float | None = None  # simulation only: how long it runs once started
     invalid: str = ""  # why intake refused the pod; such a pod is never scheduled
+    # podAffinity, podAntiAffinity and topologySpreadConstraints; None when it declares none.
+    pod_affinity: PodAffinitySpec | None = None
 
     @property
     def key(self) -> str:

@@ -12,12 +12,14 @@ from phalanx.framework.registry import Registry
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
 from phalanx.plugins.gpu_fragmentation import GPUFragmentation
 from phalanx.plugins.gpu_share import GPUShare
+from phalanx.plugins.inter_pod_affinity import InterPodAffinity
 from phalanx.plugins.job_policies import JobAffinity, JobAntiAffinity, LeaderFirst
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.node_resources_fit import NodeResourcesFit
 from phalanx.plugins.node_unschedulable import NodeUnschedulable
 from phalanx.plugins.reservation_filter import StarvationReservation
 from phalanx.plugins.taint_toleration import TaintToleration
+from phalanx.plugins.topology_spread import PodTopologySpread
 
 
 def in_tree_registries() -> Registries:
@@ -31,6 +33,8 @@ def in_tree_registries() -> Registries:
         NodeResourcesFit,
         GPUShare,
         StarvationReservation,
+        InterPodAffinity,
+        PodTopologySpread,
     ):
         filters.register(cls.name, cls)
     scores: Registry[ScorePlugin] = Registry("score")
@@ -42,6 +46,8 @@ def in_tree_registries() -> Registries:
         LeaderFirst,
         JobAffinity,
         JobAntiAffinity,
+        InterPodAffinity,
+        PodTopologySpread,
     ):
         scores.register(score_cls.name, score_cls)
     return filters, scores

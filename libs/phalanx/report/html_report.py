@@ -204,9 +204,7 @@ def fragmentation_card(report: dict[str, Any]) -> Card | None:
         return units.fmt_percent(v) if isinstance(v, (int, float)) else "–"
 
     rows = [
-        KeyValue(
-            "fragmentation:mean", "mean share of free GPU unusable by waiting pods", share("meanFragmentedRatio")
-        ),
+        KeyValue("fragmentation:mean", "mean share of free GPU unusable by waiting pods", share("meanFragmentedRatio")),
         KeyValue("fragmentation:meanGpus", "mean GPU free, unusable", gpus("meanFragmentedMilli")),
         KeyValue("fragmentation:end", "at the end: share of free GPU unusable", share("endFragmentedRatio")),
         KeyValue("fragmentation:endGpus", "at the end: GPU free, unusable", gpus("endFragmentedMilli")),

@@ -14,6 +14,7 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
+from phalanx.rpc.affinity_wire import affinity_from_pb, affinity_to_pb
 from phalanx.v1 import binder_pb2
 from phalanx.v1 import objects_pb2 as pb
 
@@ -64,7 +65,7 @@ def placement_from_pb(m: pb.Placement) -> Placement:
 
 
 def pod_to_pb(p: PodInfo, trace_parent: str = "") -> pb.Pod:
-    return pb.Pod(
+    m = pb.Pod(
         namespace=p.namespace,
         name=p.name,
         uid=p.uid,
@@ -81,6 +82,9 @@ def pod_to_pb(p: PodInfo, trace_parent: str = "") -> pb.Pod:
         invalid=p.invalid,
         trace_parent=trace_parent,
     )
+    if p.pod_affinity is not None:
+        affinity_to_pb(p.pod_affinity, m.pod_affinity)
+    return m
 
 
 def pod_from_pb(m: pb.Pod) -> PodInfo:
@@ -99,6 +103,7 @@ def pod_from_pb(m: pb.Pod) -> PodInfo:
         labels=dict(m.labels),
         duration=None if m.duration < 0 else m.duration,
         invalid=m.invalid,
+        pod_affinity=affinity_from_pb(m.pod_affinity) if m.HasField("pod_affinity") else None,
     )
 
 

@@ -185,6 +185,72 @@ def _placement(p: objects_pb2.Placement, path: str) -> list[str]:
     return errors
 
 
+_LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+_WHEN_UNSATISFIABLE = frozenset({"DoNotSchedule", "ScheduleAnyway"})
+_INCLUSION_POLICIES = frozenset({"Honor", "Ignore"})
+
+
+def _pod_affinity(a: objects_pb2.PodAffinity, path: str) -> list[str]:
+    """Inter-pod affinity and spread as intake makes them: the plugins trust operators and numbers."""
+    errors: list[str] = []
+    for part in ("required_affinity", "required_anti_affinity"):
+        terms = getattr(a, part)
+        errors += _count(terms, f"{path}.{part}", MAX_ENTRIES)
+        for i, t in enumerate(terms if not errors else ()):
+            errors += _affinity_term(t, f"{path}.{part}[{i}]")
+    for part in ("preferred_affinity", "preferred_anti_affinity"):
+        weighted = getattr(a, part)
+        errors += _count(weighted, f"{path}.{part}", MAX_ENTRIES)
+        for i, w in enumerate(weighted if not errors else ()):
+            if not 1 <= w.weight <= 100:
+                errors.append(f"{path}.{part}[{i}].weight: {w.weight} is not from 1 to 100")
+            errors += _affinity_term(w.term, f"{path}.{part}[{i}].term")
+    errors += _count(a.spread, f"{path}.spread", MAX_ENTRIES)
+    for i, c in enumerate(a.spread if not errors else ()):
+        at = f"{path}.spread[{i}]"
+        if c.max_skew < 1:
+            errors.append(f"{at}.max_skew: {c.max_skew} is below 1")
+        if c.min_domains < 0:
+            errors.append(f"{at}.min_domains: {c.min_domains} is negative")
+        if not c.topology_key or len(c.topology_key) > MAX_KEY:
+            errors.append(f"{at}.topology_key: must have 1 to {MAX_KEY} characters")
+        if c.when_unsatisfiable not in _WHEN_UNSATISFIABLE:
+            errors.append(
+                f"{at}.when_unsatisfiable: {shown(c.when_unsatisfiable)} is not DoNotSchedule or ScheduleAnyway"
+            )
+        for name in ("node_affinity_policy", "node_taints_policy"):
+            if getattr(c, name) not in _INCLUSION_POLICIES:
+                errors.append(f"{at}.{name}: {shown(getattr(c, name))} is not Honor or Ignore")
+        errors += _count(c.match_label_keys, f"{at}.match_label_keys", MAX_ENTRIES)
+        if c.HasField("label_selector"):
+            errors += _label_selector(c.label_selector, f"{at}.label_selector")
+    return errors
+
+
+def _affinity_term(t: objects_pb2.PodAffinityTerm, path: str) -> list[str]:
+    errors = (
+        []
+        if t.topology_key and len(t.topology_key) <= MAX_KEY
+        else [f"{path}.topology_key: must have 1 to {MAX_KEY} characters"]
+    )
+    errors += _count(t.namespaces, f"{path}.namespaces", MAX_ENTRIES)
+    for part in ("label_selector", "namespace_selector"):
+        if t.HasField(part):
+            errors += _label_selector(getattr(t, part), f"{path}.{part}")
+    return errors
+
+
+def _label_selector(s: objects_pb2.LabelSelector, path: str) -> list[str]:
+    errors = _string_map(s.match_labels, f"{path}.match_labels")
+    errors += _requirements(s.match_expressions, f"{path}.match_expressions")
+    for i, r in enumerate(s.match_expressions if not errors else ()):
+        if r.operator not in _LABEL_OPERATORS:
+            errors.append(
+                f"{path}.match_expressions[{i}].operator: {shown(r.operator)} is not In, NotIn, Exists or DoesNotExist"
+            )
+    return errors
+
+
 def _requirements(requirements: Sequence[objects_pb2.SelectorRequirement], path: str) -> list[str]:
     errors = _count(requirements, path, MAX_ENTRIES)
     for i, r in enumerate(requirements if not errors else ()):
@@ -218,6 +284,8 @@ def pod_errors(pod: objects_pb2.Pod, path: str, *, bound: bool = False) -> list[
     errors += _string_map(pod.annotations, f"{path}.annotations")
     errors += _string_map(pod.labels, f"{path}.labels")
     errors += _placement(pod.placement, f"{path}.placement")
+    if pod.HasField("pod_affinity"):
+        errors += _pod_affinity(pod.pod_affinity, f"{path}.pod_affinity")
     errors += _text(pod.uid, f"{path}.uid", MAX_ID) + _text(pod.invalid, f"{path}.invalid", MAX_TEXT)
     errors += _text(pod.trace_parent, f"{path}.trace_parent", MAX_TRACE)
     return errors

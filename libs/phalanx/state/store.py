@@ -38,6 +38,7 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
+from phalanx.model.pod_affinity import affinity_from_plain, affinity_to_plain
 from phalanx.state.keys import FIELD_SEP, REL_TIMERS, Keys, node_field
 from phalanx.state.pod_state import PodState
 from phalanx.state.txn import Txn
@@ -114,6 +115,7 @@ _HAND_WRITTEN = (
         "labels",
         "duration",
         "invalid",
+        "pod_affinity",
     )
     and _fields(Placement) == ("node_selector", "affinity_terms", "tolerations")
     and _fields(SelectorTerm) == ("match_expressions", "match_fields")
@@ -123,9 +125,10 @@ _HAND_WRITTEN = (
 
 
 def pod_to_json(pod: PodInfo) -> dict[str, Any]:
-    """Exactly `dataclasses.asdict(pod)` (same keys, order and values), written out for speed."""
+    """`dataclasses.asdict(pod)` (same keys, order and values), written out for speed; except `pod_affinity`,
+    written by phalanx.model.pod_affinity so that it can be read back into its classes."""
     if not _HAND_WRITTEN:
-        return asdict(pod)
+        return {**asdict(pod), "pod_affinity": affinity_to_plain(pod.pod_affinity)}
     p = pod.placement
     return {
         "namespace": pod.namespace,
@@ -154,6 +157,7 @@ def pod_to_json(pod: PodInfo) -> dict[str, Any]:
         "labels": dict(pod.labels),
         "duration": pod.duration,
         "invalid": pod.invalid,
+        "pod_affinity": affinity_to_plain(pod.pod_affinity),
     }
 
 
@@ -170,7 +174,9 @@ def pod_from_json(data: dict[str, Any]) -> PodInfo:
         ),
         tolerations=tuple(Toleration(**t) for t in p["tolerations"]),
     )
-    return PodInfo(**{**data, "placement": placement})
+    # Records written before pods carried affinity have no such field: None, as for a pod declaring none.
+    affinity = affinity_from_plain(data.get("pod_affinity"))
+    return PodInfo(**{**data, "placement": placement, "pod_affinity": affinity})
 
 
 def gang_to_json(g: GangSpec) -> str:

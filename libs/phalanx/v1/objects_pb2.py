@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18phalanx/v1/objects.proto\x12\nphalanx.v1\"3\n\x05Taint\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\t\"J\n\nToleration\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\t\"D\n\x13SelectorRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t\"\x81\x01\n\x0cSelectorTerm\x12:\n\x11match_expressions\x18\x01 \x03(\x0b\x32\x1f.phalanx.v1.SelectorRequirement\x12\x35\n\x0cmatch_fields\x18\x02 \x03(\x0b\x32\x1f.phalanx.v1.SelectorRequirement\"\xdf\x01\n\tPlacement\x12>\n\rnode_selector\x18\x01 \x03(\x0b\x32\'.phalanx.v1.Placement.NodeSelectorEntry\x12\x30\n\x0e\x61\x66\x66inity_terms\x18\x02 \x03(\x0b\x32\x18.phalanx.v1.SelectorTerm\x12+\n\x0btolerations\x18\x03 \x03(\x0b\x32\x16.phalanx.v1.Toleration\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9f\x04\n\x03Pod\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x12\n\ncreated_at\x18\x05 \x01(\x01\x12/\n\x08requests\x18\x06 \x03(\x0b\x32\x1d.phalanx.v1.Pod.RequestsEntry\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.phalanx.v1.Placement\x12\x0c\n\x04gang\x18\x08 \x01(\t\x12\x17\n\x0fgang_created_at\x18\t \x01(\x01\x12\x11\n\tnode_name\x18\n \x01(\t\x12\x35\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32 .phalanx.v1.Pod.AnnotationsEntry\x12\x10\n\x08\x64uration\x18\x0c \x01(\x01\x12\x0f\n\x07invalid\x18\r \x01(\t\x12\x14\n\x0ctrace_parent\x18\x0e \x01(\t\x12+\n\x06labels\x18\x0f \x03(\x0b\x32\x1b.phalanx.v1.Pod.LabelsEntry\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc3\x02\n\x04Gang\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x15\n\rmin_available\x18\x03 \x01(\x05\x12\x14\n\x0ctotal_number\x18\x04 \x01(\x05\x12\"\n\x04mode\x18\x05 \x01(\x0e\x32\x14.phalanx.v1.GangMode\x12\x0e\n\x06groups\x18\x06 \x03(\t\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x39\n\rmin_resources\x18\x08 \x03(\x0b\x32\".phalanx.v1.Gang.MinResourcesEntry\x12\x12\n\ncreated_at\x18\t \x01(\x01\x12\x0e\n\x06source\x18\n \x01(\t\x12\x0f\n\x07invalid\x18\x0b \x01(\t\x1a\x33\n\x11MinResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x97\x02\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x0b\x61llocatable\x18\x02 \x03(\x0b\x32!.phalanx.v1.Node.AllocatableEntry\x12,\n\x06labels\x18\x03 \x03(\x0b\x32\x1c.phalanx.v1.Node.LabelsEntry\x12!\n\x06taints\x18\x04 \x03(\x0b\x32\x11.phalanx.v1.Taint\x12\x15\n\runschedulable\x18\x05 \x01(\x08\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*:\n\x08GangMode\x12\x14\n\x10GANG_MODE_STRICT\x10\x00\x12\x18\n\x14GANG_MODE_NON_STRICT\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18phalanx/v1/objects.proto\x12\nphalanx.v1\"3\n\x05Taint\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\t\"J\n\nToleration\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\t\"D\n\x13SelectorRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t\"\x81\x01\n\x0cSelectorTerm\x12:\n\x11match_expressions\x18\x01 \x03(\x0b\x32\x1f.phalanx.v1.SelectorRequirement\x12\x35\n\x0cmatch_fields\x18\x02 \x03(\x0b\x32\x1f.phalanx.v1.SelectorRequirement\"\xdf\x01\n\tPlacement\x12>\n\rnode_selector\x18\x01 \x03(\x0b\x32\'.phalanx.v1.Placement.NodeSelectorEntry\x12\x30\n\x0e\x61\x66\x66inity_terms\x18\x02 \x03(\x0b\x32\x18.phalanx.v1.SelectorTerm\x12+\n\x0btolerations\x18\x03 \x03(\x0b\x32\x16.phalanx.v1.Toleration\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc1\x01\n\rLabelSelector\x12@\n\x0cmatch_labels\x18\x01 \x03(\x0b\x32*.phalanx.v1.LabelSelector.MatchLabelsEntry\x12:\n\x11match_expressions\x18\x02 \x03(\x0b\x32\x1f.phalanx.v1.SelectorRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa5\x01\n\x0fPodAffinityTerm\x12\x14\n\x0ctopology_key\x18\x01 \x01(\t\x12\x31\n\x0elabel_selector\x18\x02 \x01(\x0b\x32\x19.phalanx.v1.LabelSelector\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x35\n\x12namespace_selector\x18\x04 \x01(\x0b\x32\x19.phalanx.v1.LabelSelector\"T\n\x17WeightedPodAffinityTerm\x12\x0e\n\x06weight\x18\x01 \x01(\x05\x12)\n\x04term\x18\x02 \x01(\x0b\x32\x1b.phalanx.v1.PodAffinityTerm\"\xfa\x01\n\x18TopologySpreadConstraint\x12\x10\n\x08max_skew\x18\x01 \x01(\x05\x12\x14\n\x0ctopology_key\x18\x02 \x01(\t\x12\x1a\n\x12when_unsatisfiable\x18\x03 \x01(\t\x12\x31\n\x0elabel_selector\x18\x04 \x01(\x0b\x32\x19.phalanx.v1.LabelSelector\x12\x13\n\x0bmin_domains\x18\x05 \x01(\x05\x12\x18\n\x10match_label_keys\x18\x06 \x03(\t\x12\x1c\n\x14node_affinity_policy\x18\x07 \x01(\t\x12\x1a\n\x12node_taints_policy\x18\x08 \x01(\t\"\xbf\x02\n\x0bPodAffinity\x12\x36\n\x11required_affinity\x18\x01 \x03(\x0b\x32\x1b.phalanx.v1.PodAffinityTerm\x12?\n\x12preferred_affinity\x18\x02 \x03(\x0b\x32#.phalanx.v1.WeightedPodAffinityTerm\x12;\n\x16required_anti_affinity\x18\x03 \x03(\x0b\x32\x1b.phalanx.v1.PodAffinityTerm\x12\x44\n\x17preferred_anti_affinity\x18\x04 \x03(\x0b\x32#.phalanx.v1.WeightedPodAffinityTerm\x12\x34\n\x06spread\x18\x05 \x03(\x0b\x32$.phalanx.v1.TopologySpreadConstraint\"\xce\x04\n\x03Pod\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x12\n\ncreated_at\x18\x05 \x01(\x01\x12/\n\x08requests\x18\x06 \x03(\x0b\x32\x1d.phalanx.v1.Pod.RequestsEntry\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.phalanx.v1.Placement\x12\x0c\n\x04gang\x18\x08 \x01(\t\x12\x17\n\x0fgang_created_at\x18\t \x01(\x01\x12\x11\n\tnode_name\x18\n \x01(\t\x12\x35\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32 .phalanx.v1.Pod.AnnotationsEntry\x12\x10\n\x08\x64uration\x18\x0c \x01(\x01\x12\x0f\n\x07invalid\x18\r \x01(\t\x12\x14\n\x0ctrace_parent\x18\x0e \x01(\t\x12+\n\x06labels\x18\x0f \x03(\x0b\x32\x1b.phalanx.v1.Pod.LabelsEntry\x12-\n\x0cpod_affinity\x18\x10 \x01(\x0b\x32\x17.phalanx.v1.PodAffinity\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc3\x02\n\x04Gang\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x15\n\rmin_available\x18\x03 \x01(\x05\x12\x14\n\x0ctotal_number\x18\x04 \x01(\x05\x12\"\n\x04mode\x18\x05 \x01(\x0e\x32\x14.phalanx.v1.GangMode\x12\x0e\n\x06groups\x18\x06 \x03(\t\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x39\n\rmin_resources\x18\x08 \x03(\x0b\x32\".phalanx.v1.Gang.MinResourcesEntry\x12\x12\n\ncreated_at\x18\t \x01(\x01\x12\x0e\n\x06source\x18\n \x01(\t\x12\x0f\n\x07invalid\x18\x0b \x01(\t\x1a\x33\n\x11MinResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x97\x02\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x0b\x61llocatable\x18\x02 \x03(\x0b\x32!.phalanx.v1.Node.AllocatableEntry\x12,\n\x06labels\x18\x03 \x03(\x0b\x32\x1c.phalanx.v1.Node.LabelsEntry\x12!\n\x06taints\x18\x04 \x03(\x0b\x32\x11.phalanx.v1.Taint\x12\x15\n\runschedulable\x18\x05 \x01(\x08\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*:\n\x08GangMode\x12\x14\n\x10GANG_MODE_STRICT\x10\x00\x12\x18\n\x14GANG_MODE_NON_STRICT\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PLACEMENT_NODESELECTORENTRY']._loaded_options = None
   _globals['_PLACEMENT_NODESELECTORENTRY']._serialized_options = b'8\001'
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._loaded_options = None
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_options = b'8\001'
   _globals['_POD_REQUESTSENTRY']._loaded_options = None
   _globals['_POD_REQUESTSENTRY']._serialized_options = b'8\001'
   _globals['_POD_ANNOTATIONSENTRY']._loaded_options = None
@@ -45,8 +47,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODE_ALLOCATABLEENTRY']._serialized_options = b'8\001'
   _globals['_NODE_LABELSENTRY']._loaded_options = None
   _globals['_NODE_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_GANGMODE']._serialized_start=1751
-  _globals['_GANGMODE']._serialized_end=1809
+  _globals['_GANGMODE']._serialized_start=2823
+  _globals['_GANGMODE']._serialized_end=2881
   _globals['_TAINT']._serialized_start=40
   _globals['_TAINT']._serialized_end=91
   _globals['_TOLERATION']._serialized_start=93
@@ -59,22 +61,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLACEMENT']._serialized_end=595
   _globals['_PLACEMENT_NODESELECTORENTRY']._serialized_start=544
   _globals['_PLACEMENT_NODESELECTORENTRY']._serialized_end=595
-  _globals['_POD']._serialized_start=598
-  _globals['_POD']._serialized_end=1141
-  _globals['_POD_REQUESTSENTRY']._serialized_start=995
-  _globals['_POD_REQUESTSENTRY']._serialized_end=1042
-  _globals['_POD_ANNOTATIONSENTRY']._serialized_start=1044
-  _globals['_POD_ANNOTATIONSENTRY']._serialized_end=1094
-  _globals['_POD_LABELSENTRY']._serialized_start=1096
-  _globals['_POD_LABELSENTRY']._serialized_end=1141
-  _globals['_GANG']._serialized_start=1144
-  _globals['_GANG']._serialized_end=1467
-  _globals['_GANG_MINRESOURCESENTRY']._serialized_start=1416
-  _globals['_GANG_MINRESOURCESENTRY']._serialized_end=1467
-  _globals['_NODE']._serialized_start=1470
-  _globals['_NODE']._serialized_end=1749
-  _globals['_NODE_ALLOCATABLEENTRY']._serialized_start=1652
-  _globals['_NODE_ALLOCATABLEENTRY']._serialized_end=1702
-  _globals['_NODE_LABELSENTRY']._serialized_start=1096
-  _globals['_NODE_LABELSENTRY']._serialized_end=1141
+  _globals['_LABELSELECTOR']._serialized_start=598
+  _globals['_LABELSELECTOR']._serialized_end=791
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_start=741
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_end=791
+  _globals['_PODAFFINITYTERM']._serialized_start=794
+  _globals['_PODAFFINITYTERM']._serialized_end=959
+  _globals['_WEIGHTEDPODAFFINITYTERM']._serialized_start=961
+  _globals['_WEIGHTEDPODAFFINITYTERM']._serialized_end=1045
+  _globals['_TOPOLOGYSPREADCONSTRAINT']._serialized_start=1048
+  _globals['_TOPOLOGYSPREADCONSTRAINT']._serialized_end=1298
+  _globals['_PODAFFINITY']._serialized_start=1301
+  _globals['_PODAFFINITY']._serialized_end=1620
+  _globals['_POD']._serialized_start=1623
+  _globals['_POD']._serialized_end=2213
+  _globals['_POD_REQUESTSENTRY']._serialized_start=2067
+  _globals['_POD_REQUESTSENTRY']._serialized_end=2114
+  _globals['_POD_ANNOTATIONSENTRY']._serialized_start=2116
+  _globals['_POD_ANNOTATIONSENTRY']._serialized_end=2166
+  _globals['_POD_LABELSENTRY']._serialized_start=2168
+  _globals['_POD_LABELSENTRY']._serialized_end=2213
+  _globals['_GANG']._serialized_start=2216
+  _globals['_GANG']._serialized_end=2539
+  _globals['_GANG_MINRESOURCESENTRY']._serialized_start=2488
+  _globals['_GANG_MINRESOURCESENTRY']._serialized_end=2539
+  _globals['_NODE']._serialized_start=2542
+  _globals['_NODE']._serialized_end=2821
+  _globals['_NODE_ALLOCATABLEENTRY']._serialized_start=2724
+  _globals['_NODE_ALLOCATABLEENTRY']._serialized_end=2774
+  _globals['_NODE_LABELSENTRY']._serialized_start=2168
+  _globals['_NODE_LABELSENTRY']._serialized_end=2213
 # @@protoc_insertion_point(module_scope)

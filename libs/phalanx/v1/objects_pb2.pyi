@@ -186,6 +186,197 @@ class Placement(_message.Message):
 Global___Placement: _TypeAlias = Placement  # noqa: Y015
 
 @_typing.final
+class LabelSelector(_message.Message):
+    """A metav1.LabelSelector: match_labels and match_expressions ANDed; empty matches every pod."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MatchLabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    MATCH_LABELS_FIELD_NUMBER: _builtins.int
+    MATCH_EXPRESSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def match_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SelectorRequirement]:
+        """In | NotIn | Exists | DoesNotExist"""
+
+    def __init__(
+        self,
+        *,
+        match_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        match_expressions: _abc.Iterable[Global___SelectorRequirement] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_expressions", b"match_expressions", "match_labels", b"match_labels"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LabelSelector: _TypeAlias = LabelSelector  # noqa: Y015
+
+@_typing.final
+class PodAffinityTerm(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPOLOGY_KEY_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    NAMESPACE_SELECTOR_FIELD_NUMBER: _builtins.int
+    topology_key: _builtins.str
+    @_builtins.property
+    def label_selector(self) -> Global___LabelSelector:
+        """unset: matches no pod"""
+
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def namespace_selector(self) -> Global___LabelSelector:
+        """unset: only `namespaces` (none: the pod's own namespace)"""
+
+    def __init__(
+        self,
+        *,
+        topology_key: _builtins.str = ...,
+        label_selector: Global___LabelSelector | None = ...,
+        namespaces: _abc.Iterable[_builtins.str] | None = ...,
+        namespace_selector: Global___LabelSelector | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["label_selector", b"label_selector", "namespace_selector", b"namespace_selector"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label_selector", b"label_selector", "namespace_selector", b"namespace_selector", "namespaces", b"namespaces", "topology_key", b"topology_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodAffinityTerm: _TypeAlias = PodAffinityTerm  # noqa: Y015
+
+@_typing.final
+class WeightedPodAffinityTerm(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    weight: _builtins.int
+    """1..100"""
+    @_builtins.property
+    def term(self) -> Global___PodAffinityTerm: ...
+    def __init__(
+        self,
+        *,
+        weight: _builtins.int = ...,
+        term: Global___PodAffinityTerm | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["term", b"term"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["term", b"term", "weight", b"weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WeightedPodAffinityTerm: _TypeAlias = WeightedPodAffinityTerm  # noqa: Y015
+
+@_typing.final
+class TopologySpreadConstraint(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_SKEW_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_KEY_FIELD_NUMBER: _builtins.int
+    WHEN_UNSATISFIABLE_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    MIN_DOMAINS_FIELD_NUMBER: _builtins.int
+    MATCH_LABEL_KEYS_FIELD_NUMBER: _builtins.int
+    NODE_AFFINITY_POLICY_FIELD_NUMBER: _builtins.int
+    NODE_TAINTS_POLICY_FIELD_NUMBER: _builtins.int
+    max_skew: _builtins.int
+    topology_key: _builtins.str
+    when_unsatisfiable: _builtins.str
+    """DoNotSchedule | ScheduleAnyway"""
+    min_domains: _builtins.int
+    """0: not set"""
+    node_affinity_policy: _builtins.str
+    """Honor | Ignore"""
+    node_taints_policy: _builtins.str
+    """Honor | Ignore"""
+    @_builtins.property
+    def label_selector(self) -> Global___LabelSelector: ...
+    @_builtins.property
+    def match_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        max_skew: _builtins.int = ...,
+        topology_key: _builtins.str = ...,
+        when_unsatisfiable: _builtins.str = ...,
+        label_selector: Global___LabelSelector | None = ...,
+        min_domains: _builtins.int = ...,
+        match_label_keys: _abc.Iterable[_builtins.str] | None = ...,
+        node_affinity_policy: _builtins.str = ...,
+        node_taints_policy: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["label_selector", b"label_selector"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label_selector", b"label_selector", "match_label_keys", b"match_label_keys", "max_skew", b"max_skew", "min_domains", b"min_domains", "node_affinity_policy", b"node_affinity_policy", "node_taints_policy", b"node_taints_policy", "topology_key", b"topology_key", "when_unsatisfiable", b"when_unsatisfiable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopologySpreadConstraint: _TypeAlias = TopologySpreadConstraint  # noqa: Y015
+
+@_typing.final
+class PodAffinity(_message.Message):
+    """spec.affinity.podAffinity / podAntiAffinity and spec.topologySpreadConstraints."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUIRED_AFFINITY_FIELD_NUMBER: _builtins.int
+    PREFERRED_AFFINITY_FIELD_NUMBER: _builtins.int
+    REQUIRED_ANTI_AFFINITY_FIELD_NUMBER: _builtins.int
+    PREFERRED_ANTI_AFFINITY_FIELD_NUMBER: _builtins.int
+    SPREAD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def required_affinity(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodAffinityTerm]: ...
+    @_builtins.property
+    def preferred_affinity(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightedPodAffinityTerm]: ...
+    @_builtins.property
+    def required_anti_affinity(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodAffinityTerm]: ...
+    @_builtins.property
+    def preferred_anti_affinity(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightedPodAffinityTerm]: ...
+    @_builtins.property
+    def spread(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologySpreadConstraint]: ...
+    def __init__(
+        self,
+        *,
+        required_affinity: _abc.Iterable[Global___PodAffinityTerm] | None = ...,
+        preferred_affinity: _abc.Iterable[Global___WeightedPodAffinityTerm] | None = ...,
+        required_anti_affinity: _abc.Iterable[Global___PodAffinityTerm] | None = ...,
+        preferred_anti_affinity: _abc.Iterable[Global___WeightedPodAffinityTerm] | None = ...,
+        spread: _abc.Iterable[Global___TopologySpreadConstraint] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["preferred_affinity", b"preferred_affinity", "preferred_anti_affinity", b"preferred_anti_affinity", "required_affinity", b"required_affinity", "required_anti_affinity", b"required_anti_affinity", "spread", b"spread"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodAffinity: _TypeAlias = PodAffinity  # noqa: Y015
+
+@_typing.final
 class Pod(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -264,6 +455,7 @@ class Pod(_message.Message):
     INVALID_FIELD_NUMBER: _builtins.int
     TRACE_PARENT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    POD_AFFINITY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     uid: _builtins.str
@@ -289,6 +481,10 @@ class Pod(_message.Message):
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """for plugins that select pods (a job's leader, inter-pod affinity)"""
 
+    @_builtins.property
+    def pod_affinity(self) -> Global___PodAffinity:
+        """unset: the pod declares none"""
+
     def __init__(
         self,
         *,
@@ -307,10 +503,11 @@ class Pod(_message.Message):
         invalid: _builtins.str = ...,
         trace_parent: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        pod_affinity: Global___PodAffinity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement", "pod_affinity", b"pod_affinity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "created_at", b"created_at", "duration", b"duration", "gang", b"gang", "gang_created_at", b"gang_created_at", "invalid", b"invalid", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "placement", b"placement", "priority", b"priority", "requests", b"requests", "trace_parent", b"trace_parent", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "created_at", b"created_at", "duration", b"duration", "gang", b"gang", "gang_created_at", b"gang_created_at", "invalid", b"invalid", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "placement", b"placement", "pod_affinity", b"pod_affinity", "priority", b"priority", "requests", b"requests", "trace_parent", b"trace_parent", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
