@@ -10,9 +10,16 @@ from typing import Any
 
 import pytest
 import yaml
-from builders import make_node, make_pod
+from builders import make_node, make_pod, make_podgroup
 
-from phalanx.model.keys import JOB_QUEUE_POLICY, KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME, SIM_DURATION
+from phalanx.model.keys import (
+    JOB_QUEUE_POLICY,
+    KOORD_MIN_AVAILABLE,
+    KOORD_NAME,
+    KOORD_WAITING_TIME,
+    SIM_DURATION,
+    VOLCANO_GROUP_NAME,
+)
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import simulate
 from phalanx.sim.workload import load_workload
@@ -88,3 +95,40 @@ def test_drf_gives_each_tenant_half_while_both_wait(tmp_path: Path) -> None:
 def test_without_drf_the_tenant_that_sorts_first_takes_everything(tmp_path: Path) -> None:
     t, shares = _shares_while_both_wait(_run(tmp_path, None))[0]
     assert t == 0 and shares == {"team-small": 0.0, "team-large": 1.0}
+
+
+def test_volcano_queues_are_the_tenants(tmp_path: Path) -> None:
+    """One namespace, two Volcano queues: the PodGroups' spec.queue, not the namespace, is the tenant, so
+    the two queues share the GPUs as the two namespaces did."""
+    nodes = [make_node(f"n{i}").cpu("64").memory("256Gi").gpu(GPUS_PER_NODE).build() for i in range(NODES)]
+    objects: list[dict[str, Any]] = list(nodes)
+    for queue, jobs, gpus, seconds in (("small", 40, 1, 100), ("large", 10, 4, 150)):
+        for j in range(jobs):
+            name = f"{queue}{j:02d}"
+            objects.append(
+                make_podgroup(name, "shared", api_version="scheduling.volcano.sh/v1beta1")
+                .min_member(2)
+                .set("spec.queue", queue)
+                .build()
+            )
+            for i in range(2):
+                objects.append(
+                    make_pod(f"{name}-{i}", namespace="shared")
+                    .scheduler("phalanx")
+                    .container()
+                    .gpu(gpus)
+                    .cpu("1")
+                    .created("2026-01-01T00:00:00Z")
+                    .annotation(VOLCANO_GROUP_NAME, name)
+                    .annotation(SIM_DURATION, f"{seconds}s")
+                    .annotation(JOB_QUEUE_POLICY, "DRF")
+                    .build()
+                )
+    path = tmp_path / "workload.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    pods = simulate(load_workload([path]), SimOptions(), log_dir=tmp_path / "logs")["pods"]
+    held = {"small": 0, "large": 0}
+    for p in pods:
+        if p["startedAt"] == 0:
+            held[p["name"][: -len("00-0")]] += 1 if p["name"].startswith("small") else 4
+    assert held == {"small": TOTAL_GPUS // 2, "large": TOTAL_GPUS // 2}

@@ -108,3 +108,24 @@ def test_bad_shares_are_refused_naming_the_field(
 ) -> None:
     req = queue_pb2.PopRequest(done=queue_pb2.DoneRequest(tenant_shares=shares, share_capacity=capacity))
     assert any(e.startswith(error) for e in validation.pop_request(req)), validation.pop_request(req)
+
+
+def test_a_volcano_queue_is_read_and_checked_and_names_the_pods_tenant() -> None:
+    from phalanx.intake.errors import IntakeError
+    from phalanx.intake.gangs import ObjectRef, read_gang_object
+    from phalanx.model import keys
+    from phalanx.model.objects import PodInfo
+    from phalanx.model.policies import job_ordering, with_gang_queue
+
+    ref = ObjectRef("PodGroup", "scheduling.volcano.sh", "ns", "pg")
+    pg = {"metadata": {"name": "pg", "namespace": "ns"}, "spec": {"minMember": 2, "queue": "research"}}
+    assert read_gang_object(pg, ref).queue == "research"
+    pg["spec"]["queue"] = "Research Team"  # type: ignore[index]
+    with pytest.raises(IntakeError, match=r'PodGroup ns/pg: spec.queue: "Research Team" is not a DNS-1123'):
+        read_gang_object(pg, ref)
+    pod = PodInfo("ns", "p")
+    with_gang_queue(pod, "research")
+    assert job_ordering(pod) == ("research", "")
+    own = PodInfo("ns", "q", annotations={keys.QUEUE_NAME: "mine"})
+    with_gang_queue(own, "research")  # the pod's own annotation wins
+    assert job_ordering(own) == ("mine", "")

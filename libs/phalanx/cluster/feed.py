@@ -46,6 +46,7 @@ from phalanx.kube.watch import Collection, Watcher, object_key
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.model.policies import with_gang_queue
 from phalanx.model.status import EventReason
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.scheduling.events import API_SERVER, ClusterChange, ClusterEvents
@@ -392,6 +393,7 @@ class ClusterFeed:
         pod.gang = res.gang_key if not res.error else ""
         self._set_gang(key, state, pod.gang, b)
         if res.spec is not None:  # a rebuild after a lost Redis: the scheduler learns the gang too
+            with_gang_queue(pod, res.spec.queue)  # what it holds counts against its gang's queue (DRF)
             self._send_spec(res.spec, b)
 
     def _on_pending(self, key: str, obj: Mapping[str, Any], meta: Mapping[str, Any], state: _Pod, b: _Batch) -> None:
@@ -423,6 +425,7 @@ class ClusterFeed:
         pod.gang = res.gang_key
         if res.spec is not None:
             pod.gang_created_at = res.spec.created_at
+            with_gang_queue(pod, res.spec.queue)
             self._send_spec(res.spec, b)
         b.queue_add[key] = pod
         b.queue_remove.discard(key)

@@ -75,6 +75,7 @@ class GangParams:
     groups: Declared[tuple[str, ...]] | None = None
     match_policy: Declared[str] | None = None
     min_resources: Resources | None = None
+    queue: str | None = None
 
     def overridden_by(self, other: GangParams) -> GangParams:
         said = {f.name: getattr(other, f.name) for f in dataclass_fields(other)}
@@ -405,8 +406,17 @@ def _read_podgroup(obj: Mapping[str, Any], subject: Subject) -> GangParams:
             fields.get(spec, "scheduleTimeoutSeconds"), subject, "spec.scheduleTimeoutSeconds"
         ),
         min_resources=fields.resource_list(fields.get(spec, "minResources"), subject, "spec.minResources"),
+        queue=_queue(fields.get(spec, "queue"), subject),
     )
     return params.overridden_by(koordinator_params(annotations, subject, _PODGROUP_ANNOTATION_KEYS))
+
+
+def _queue(raw: Any, subject: Subject) -> str | None:
+    """Volcano's spec.queue: the tenant DRF counts the gang's pods against."""
+    queue = fields.text(raw, subject, "spec.queue")
+    if queue and not names.is_dns_subdomain(queue):
+        raise subject.error("spec.queue", f"{quoted(queue)} is not {names.SUBDOMAIN_RULE}")
+    return queue or None
 
 
 def _read_configmap(obj: Mapping[str, Any], subject: Subject) -> GangParams:
@@ -477,6 +487,7 @@ def build_spec(
         created_at=created_at,
         source=source,
         match_policy=params.match_policy.value if params.match_policy is not None else MATCH_POLICIES[0],
+        queue=params.queue or "",
     )
 
 

@@ -99,6 +99,7 @@ class GangSpec:
     # waiting pods until the gang is first satisfied, then no gang rule; "only-waiting": waiting pods
     # only; "waiting-and-running": waiting and running pods.
     match_policy: str = "once-satisfied"
+    queue: str = ""  # Volcano spec.queue: the tenant its pods' DRF share counts against ("": their namespace)
 
     @property
     def key(self) -> str:

@@ -75,9 +75,16 @@ class _JobPod(Protocol):
 
 
 def job_ordering(pod: _JobPod) -> tuple[str, str]:
-    """(the tenant whose share a DRF job counts against: phalanx.dev/queue, else its namespace; the job's
+    """(the tenant whose share a DRF job counts against: phalanx.dev/queue (which intake sets from a Volcano
+    PodGroup's spec.queue), else its namespace; the job's
     own job-queue policy as written, "" when it names none)."""
     return pod.annotations.get(keys.QUEUE_NAME) or pod.namespace, pod.annotations.get(keys.JOB_QUEUE_POLICY, "")
+
+
+def with_gang_queue(pod: PodInfo, queue: str) -> None:
+    """Its gang's queue (Volcano spec.queue) becomes the pod's tenant, unless the pod names one itself."""
+    if queue and keys.QUEUE_NAME not in pod.annotations:
+        pod.annotations = {**pod.annotations, keys.QUEUE_NAME: queue}
 
 
 def is_drf(written: str, default: str) -> bool:

@@ -33,6 +33,7 @@ from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
+from phalanx.model.policies import with_gang_queue
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.rpc.validation import MAX_ITEMS
 from phalanx.sim.series import SeriesRecorder
@@ -417,6 +418,8 @@ class Simulation:
         track.waiting_for = res.waiting_for
         pod.gang = res.gang_key
         pod.gang_created_at = res.spec.created_at if res.spec is not None else pod.created_at
+        if res.spec is not None:
+            with_gang_queue(pod, res.spec.queue)
         if self.opt.mode == "pod":
             pod.gang = ""  # kube-scheduler alone knows no gangs
         return pod
