@@ -111,7 +111,9 @@ class Cluster:
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
         scheduler: str | None = None,
+        spec: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """`spec`: more fields of the pod's spec (affinity, topologySpreadConstraints, ...)."""
         requests = {"cpu": "100m", **({GPU: str(gpus)} if gpus else {})}
         body = {
             "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
@@ -124,6 +126,7 @@ class Cluster:
                         "resources": {"requests": requests, "limits": {GPU: str(gpus)} if gpus else {}},
                     }
                 ],
+                **(spec or {}),
             },
         }
         resp = self.core.create_namespaced_pod(namespace, body, _preload_content=False)

@@ -6,7 +6,7 @@ an API server, and a typo such as `operator: exists` must not silently match eve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from phalanx.intake import fields
@@ -66,7 +66,8 @@ def _term(raw: Any, subject: Subject, field: str) -> SelectorTerm:
     )
 
 
-def _requirement(raw: Any, subject: Subject, field: str, *, on_fields: bool) -> SelectorRequirement:
+def requirement_fields(raw: Any, subject: Subject, field: str) -> tuple[str, str, tuple[str, ...]]:
+    """(key, operator, values) of a selector requirement (node or label selector); the key is required."""
     item = fields.mapping(raw, subject, field)
     key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
     operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator")
@@ -76,15 +77,26 @@ def _requirement(raw: Any, subject: Subject, field: str, *, on_fields: bool) -> 
     )
     if not key:
         raise subject.error(f"{field}.key", "is required")
-    if on_fields and key not in _FIELD_KEYS:
-        raise subject.error(f"{field}.key", f"{quoted(key)} is not supported (only metadata.name)")
-    allowed = _SET_OPERATORS if on_fields else _NODE_OPERATORS
+    return key, operator, values
+
+
+def check_operator(
+    operator: str, values: tuple[str, ...], allowed: Collection[str], subject: Subject, field: str
+) -> None:
+    """The operator is one of `allowed`; set operators have values, presence operators none."""
     if operator not in allowed:
         raise subject.error(f"{field}.operator", f"{quoted(operator)} is not one of {', '.join(sorted(allowed))}")
     if operator in _SET_OPERATORS and not values:
         raise subject.error(f"{field}.values", f"must be non-empty for operator {operator}")
     if operator in _PRESENCE_OPERATORS and values:
         raise subject.error(f"{field}.values", f"must be empty for operator {operator}")
+
+
+def _requirement(raw: Any, subject: Subject, field: str, *, on_fields: bool) -> SelectorRequirement:
+    key, operator, values = requirement_fields(raw, subject, field)
+    if on_fields and key not in _FIELD_KEYS:
+        raise subject.error(f"{field}.key", f"{quoted(key)} is not supported (only metadata.name)")
+    check_operator(operator, values, _SET_OPERATORS if on_fields else _NODE_OPERATORS, subject, field)
     if operator in _NUMERIC_OPERATORS and (len(values) != 1 or not _is_integer(values[0])):
         raise subject.error(f"{field}.values", f"operator {operator} needs exactly one integer value")
     return SelectorRequirement(key=key, operator=operator, values=values)

@@ -12,6 +12,7 @@ from typing import Any
 
 from phalanx.intake import fields
 from phalanx.intake.errors import Subject, quoted
+from phalanx.intake.placement import check_operator, requirement_fields
 from phalanx.model.pod_affinity import (
     DO_NOT_SCHEDULE,
     HONOR,
@@ -119,21 +120,8 @@ def parse_label_selector(raw: Any, subject: Subject, field: str) -> LabelSelecto
 
 
 def _requirement(raw: Any, subject: Subject, field: str) -> LabelRequirement:
-    item = fields.mapping(raw, subject, field)
-    key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
-    operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator")
-    values = tuple(
-        fields.value_text(v, subject, f"{field}.values[{i}]")
-        for i, v in enumerate(fields.sequence(fields.get(item, "values"), subject, f"{field}.values"))
-    )
-    if not key:
-        raise subject.error(f"{field}.key", "is required")
-    if operator not in LABEL_OPERATORS:
-        raise subject.error(f"{field}.operator", f"{quoted(operator)} is not one of {', '.join(LABEL_OPERATORS)}")
-    if operator in ("In", "NotIn") and not values:
-        raise subject.error(f"{field}.values", f"must be non-empty for operator {operator}")
-    if operator in ("Exists", "DoesNotExist") and values:
-        raise subject.error(f"{field}.values", f"must be empty for operator {operator}")
+    key, operator, values = requirement_fields(raw, subject, field)
+    check_operator(operator, values, LABEL_OPERATORS, subject, field)
     return LabelRequirement(key, operator, values)
 
 
