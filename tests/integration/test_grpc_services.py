@@ -15,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from phalanx.model.objects import PodInfo
 from phalanx.security.tls import PLAINTEXT
 from phalanx.sim.services import Stack
 from phalanx.testing.services import ServiceProcess
@@ -389,4 +390,44 @@ def test_waiting_for_a_service_notices_it_soon_after_it_starts() -> None:
         assert done, "wait_healthy never returned"
         assert done[0] - started < 0.8
     finally:
+        server.stop(0)
+
+
+def test_a_restarted_queue_orders_by_the_shares_the_next_pop_carries() -> None:
+    """DRF shares live in the queue's memory only. A queue that restarts (and is handed its pods again)
+    orders them by the shares that come with the scheduler's next pop, which carries them every time."""
+    from phalanx.model.keys import QUEUE_NAME
+    from phalanx.rpc.clients import QueueClient
+    from phalanx.scheduling.ports import Carry
+    from phalanx_queue import __main__ as queue_main
+
+    def start(listen: str):  # type: ignore[no-untyped-def]
+        argv = ["--listen", listen, "--plaintext", "--clock", "virtual", "--job-queue-policy", "DRF"]
+        return queue_main.build(queue_main.parser().parse_args(argv)).start()
+
+    pods = [
+        PodInfo("ns", "rich-job", created_at=0.0, requests={"nvidia.com/gpu": 1000}, annotations={QUEUE_NAME: "rich"}),
+        PodInfo("ns", "poor-job", created_at=5.0, requests={"nvidia.com/gpu": 1000}, annotations={QUEUE_NAME: "poor"}),
+    ]
+    carry = Carry(shares={"rich": 0.9, "poor": 0.1}, share_capacity={"cpu": 0, "memory": 0, "gpu": 8000})
+    server = start("127.0.0.1:0")
+    client = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT)
+    try:
+        client.add(pods, 0.0)
+        assert [p.pod.name for p in client.pop(1, 0.0, carry).items] == ["poor-job"]
+        server.stop(0)
+        server = start(server.address)
+        with pytest.raises(grpc.RpcError):  # the pop stream was open to the old process
+            client.pop(1, 0.0)
+        client.add(pods, 0.0)  # what the cluster feed does on noticing the restart
+        assert [p.pod.name for p in client.pop(1, 0.0, carry).items] == ["poor-job"]
+        # Without shares the older job would come first: the order above is the shares' doing.
+        server.stop(0)
+        server = start(server.address)
+        with pytest.raises(grpc.RpcError):
+            client.pop(1, 0.0)
+        client.add(pods, 0.0)
+        assert [p.pod.name for p in client.pop(1, 0.0).items] == ["rich-job"]
+    finally:
+        client.close()
         server.stop(0)

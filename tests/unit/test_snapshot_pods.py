@@ -60,3 +60,19 @@ def test_a_gpu_pod_found_bound_occupies_devices_so_none_are_handed_out_twice(sto
     assert h.bound() == {"default/small-0": "n0"}
     devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
     assert sum(devices.values()) == 8000 and all(v == 1000 for v in devices.values())
+
+
+def test_a_restarted_scheduler_counts_the_same_tenant_shares(store: StateStore) -> None:
+    """DRF shares are not stored: a scheduler that dies and restarts recounts them from Redis's records of
+    the pods it reserved, so the queue's next pop is ordered as before the crash."""
+    h = LocalScheduler(store)
+    h.sched.upsert_nodes([model_node("n1", gpus=8), model_node("n2", gpus=8)])
+    h.sched.upsert_gangs([gang_spec("a", 2, wait=100, ns="team-a"), gang_spec("b", 1, wait=100, ns="team-b")])
+    h.queue.add([model_pod(f"a{i}", "a", gpus=4, ns="team-a") for i in range(2)], 0)
+    h.queue.add([model_pod("b0", "b", gpus=2, ns="team-b")], 0)
+    h.sched.step(0)
+    before = h.sched.snapshot.tenant_shares()
+    assert before == {"team-a": 0.5, "team-b": 0.125}
+    fresh = GangScheduler(store, h.queue, h.binder, in_tree_framework(), SchedulerSettings(default_wait_seconds=60))
+    fresh.recover(1)
+    assert fresh.snapshot.tenant_shares() == before
