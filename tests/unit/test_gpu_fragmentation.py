@@ -102,3 +102,18 @@ def test_the_default_profile_places_gpu_pods_by_fragmentation() -> None:
     snap.set_nodes(fw.prepare_nodes([model_node(f"n{i}", gpus=8) for i in range(2)]), {})
     placed = {_place(fw, snap, model_pod(f"w{i}", gpus=1)) for i in range(4)}
     assert len(placed) == 1  # packed, not spread as LeastAllocated alone would
+
+
+def test_distinct_rows_groups_rows_as_numpy_unique_does_even_when_hashes_collide() -> None:
+    from phalanx.plugins.gpu_fragmentation import _ROW_HASH, distinct_rows
+
+    rng = np.random.default_rng(7)
+    key = rng.integers(0, 3, size=(500, 6)).astype(np.int64)
+    first, inverse = distinct_rows(key)
+    assert (key[first][inverse] == key).all()  # every row is its representative
+    assert len(first) == len(np.unique(key, axis=0))  # and distinct rows stay apart
+    # Rows built to share a hash (w1 * w0 either way): told apart all the same.
+    w0, w1 = int(_ROW_HASH[0]), int(_ROW_HASH[1])
+    colliding = np.array([[w1, 0], [0, w0], [w1, 0]], dtype=np.int64)
+    first, inverse = distinct_rows(colliding)
+    assert len(first) == 2 and inverse[0] == inverse[2] != inverse[1]

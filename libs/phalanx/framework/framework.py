@@ -12,6 +12,7 @@ from typing import cast
 
 import numpy as np
 
+from phalanx.framework.masks import everywhere, indifferent
 from phalanx.framework.plugin import FilterPlugin, NodePreparer, PodRequest, ScorePlugin
 from phalanx.framework.profile import Profile
 from phalanx.framework.registry import Registry
@@ -77,19 +78,26 @@ class Framework:
         if len(snap) == 0:
             return PlacementResult(None, "0/0 nodes are available: the cluster has no nodes")
         req = PodRequest.of(pod, snap)
-        feasible = np.ones(len(snap), dtype=bool)
+        all_pass = everywhere(len(snap))
+        feasible: np.ndarray | None = None  # None: no filter has rejected a node yet
         for plugin in self.filters:
-            feasible &= plugin.filter(req, snap)
+            mask = plugin.filter(req, snap)
+            if mask is all_pass:
+                continue
+            feasible = mask if feasible is None else feasible & mask
             if not feasible.any():
                 return PlacementResult(None, self.explain(req, snap))
-        candidates = np.flatnonzero(feasible)
+        candidates = np.flatnonzero(feasible) if feasible is not None else np.arange(len(snap))
         candidates = self._sample(candidates, len(snap))
         scores = self._scores_of(basic_policy_of(pod, self.profile.basic_policy)) if pod.annotations else self.scores
         if not scores or len(candidates) == 1:
             return self._chosen(req, snap, int(candidates[0]))
         total = np.zeros(len(candidates))
+        no_opinion = indifferent(len(candidates))
         for scorer, weight in scores:
-            total += weight * scorer.score(req, snap, candidates)
+            s = scorer.score(req, snap, candidates)
+            if s is not no_opinion:
+                total += weight * s
         # argmax returns the first maximum: ties go to the lowest node name, so runs are reproducible.
         return self._chosen(req, snap, int(candidates[int(np.argmax(total))]))
 

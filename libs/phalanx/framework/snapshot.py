@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from phalanx.framework.holds import CapacityHold
+from phalanx.framework.masks import everywhere
 from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE
 from phalanx.model.objects import NodeInfo, Placement, PodInfo, Resources
 from phalanx.model.policies import job_ordering
@@ -131,6 +132,8 @@ class Snapshot:
         mask = self._static_masks.get(key)
         if mask is None:
             mask = compute()
+            if mask.all():  # rejects nothing: the shared mask the framework skips
+                mask = everywhere(len(mask))
             self._static_masks[key] = mask
         return mask
 

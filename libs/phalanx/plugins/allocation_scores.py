@@ -7,6 +7,7 @@ import weakref
 
 import numpy as np
 
+from phalanx.framework.masks import indifferent
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 
@@ -83,7 +84,7 @@ class LeastAllocated:
     def score(self, req: PodRequest, snap: Snapshot, candidates: np.ndarray) -> np.ndarray:
         cols, amounts = _scored_columns(req, snap)
         if cols.size == 0:
-            return np.zeros(len(candidates))
+            return indifferent(len(candidates))
         return _row_mean([1.0 - u for u in _utilisation_after(req, snap, candidates, cols, amounts)]) * 100.0
 
 
@@ -93,7 +94,7 @@ class MostAllocated:
     def score(self, req: PodRequest, snap: Snapshot, candidates: np.ndarray) -> np.ndarray:
         cols, amounts = _scored_columns(req, snap)
         if cols.size == 0:
-            return np.zeros(len(candidates))
+            return indifferent(len(candidates))
         return _row_mean(_utilisation_after(req, snap, candidates, cols, amounts)) * 100.0
 
 

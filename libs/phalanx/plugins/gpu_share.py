@@ -16,6 +16,7 @@ from collections import Counter
 
 import numpy as np
 
+from phalanx.framework.masks import everywhere
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE, WHOLE, device
@@ -64,7 +65,7 @@ class GPUShare:
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
         whole, share = _wants(req)
         if not whole and not share:
-            return np.ones(len(snap), dtype=bool)
+            return everywhere(len(snap))
         cols = device_columns(snap)
         if cols.size == 0:
             return np.zeros(len(snap), dtype=bool)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from phalanx.framework.masks import everywhere, indifferent
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import PodInfo
@@ -204,8 +205,11 @@ class InterPodAffinity:
 
     # -- filter ---------------------------------------------------------------------------------------
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
+        failures = self._failures(req.pod, snap)
+        if not failures:
+            return everywhere(len(snap))
         ok = np.ones(len(snap), dtype=bool)
-        for _, failed in self._failures(req.pod, snap):
+        for _, failed in failures:
             ok &= ~failed
         return ok
 
@@ -270,7 +274,7 @@ class InterPodAffinity:
         idx = pod_index(snap)
         preferred = bool(spec and (spec.preferred_affinity or spec.preferred_anti_affinity))
         if not preferred and not idx.attract:
-            return np.zeros(len(candidates))
+            return indifferent(len(candidates))
         raw = np.zeros(len(snap))
         if spec is not None:
             for w in spec.preferred_affinity:

@@ -6,6 +6,7 @@ from collections import Counter
 
 import numpy as np
 
+from phalanx.framework.masks import everywhere
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import NodeInfo, SelectorRequirement, SelectorTerm
@@ -45,7 +46,7 @@ class NodeSelector:
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
         selector = req.pod.placement.node_selector
         if not selector:
-            return np.ones(len(snap), dtype=bool)
+            return everywhere(len(snap))
         return snap.static_mask(
             self.name,
             req.pod.placement,
@@ -62,7 +63,7 @@ class NodeAffinity:
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
         terms = req.pod.placement.affinity_terms
         if not terms:
-            return np.ones(len(snap), dtype=bool)
+            return everywhere(len(snap))
         return snap.static_mask(
             self.name,
             req.pod.placement,

@@ -6,6 +6,7 @@ from collections import Counter
 
 import numpy as np
 
+from phalanx.framework.masks import everywhere
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 
@@ -17,7 +18,7 @@ class NodeResourcesFit:
         if req.unknown:  # a resource no node offers fits nowhere
             return np.zeros(len(snap), dtype=bool)
         if req.cols.size == 0:
-            return np.ones(len(snap), dtype=bool)
+            return everywhere(len(snap))
         free = snap.cap[:, req.cols] - snap.used[:, req.cols]
         return np.all(free >= req.amounts, axis=1)
 

@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 
 from phalanx.framework.holds import CapacityHold
+from phalanx.framework.masks import everywhere
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 
@@ -16,23 +17,15 @@ from phalanx.framework.snapshot import Snapshot
 class StarvationReservation:
     name = "StarvationReservation"
 
-    def __init__(self) -> None:
-        self._all = np.ones(0, dtype=bool)
-
-    def _everywhere(self, n: int) -> np.ndarray:
-        if len(self._all) != n:
-            self._all = np.ones(n, dtype=bool)
-        return self._all
-
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
         if not snap.reservation:
-            return self._everywhere(len(snap))
+            return everywhere(len(snap))
         ok: np.ndarray | None = None
         for hold in _applying(req, snap):
             allowed = _allowed(req, snap, hold)
             if allowed is not None:
                 ok = allowed if ok is None else ok & allowed
-        return self._everywhere(len(snap)) if ok is None else ok
+        return everywhere(len(snap)) if ok is None else ok
 
     def explain(self, req: PodRequest, snap: Snapshot, rejected: np.ndarray) -> Counter[str]:
         out: Counter[str] = Counter()

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 
+from phalanx.framework.masks import everywhere, indifferent
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import PodInfo
@@ -82,7 +83,7 @@ class PodTopologySpread:
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
         found = self._failures(req, snap)
         if found is None:
-            return np.ones(len(snap), dtype=bool)
+            return everywhere(len(snap))
         missing, skewed = found
         return ~(missing | skewed)
 
@@ -126,7 +127,7 @@ class PodTopologySpread:
     def score(self, req: PodRequest, snap: Snapshot, candidates: np.ndarray) -> np.ndarray:
         soft = _constraints(req.pod, hard=False)
         if not soft or len(candidates) == 0:
-            return np.zeros(len(candidates))
+            return indifferent(len(candidates))
         idx = pod_index(snap)
         has_all = _has_all_keys(soft, idx)
         scored = has_all[candidates]  # candidates lacking a key are ignored: they score 0
