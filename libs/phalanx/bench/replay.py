@@ -67,12 +67,17 @@ FGD_PAPER: dict[str, dict[str, dict[str, float]]] = {
 }
 VARIANTS = tuple(FGD_PAPER)
 LEVELS = ("0.9", "1", "1.1", "1.3")
-# The policies of the table: the default profile, and the single-score profiles a job or profile can pick.
-POLICIES: dict[str, dict[str, float] | None] = {
-    "Phalanx default": None,
-    "LeastAllocated (spread)": {"LeastAllocated": 1.0},
-    "BinPack (MostAllocated)": {"MostAllocated": 1.0},
-    "MinFragment (cpu/memory)": {"MinFragment": 1.0},
+# The policies of the table: the default profile, the old default (spreading), and each basic policy a job
+# can name (phalanx.dev/basic-policy) or a profile make its default. The trace has no gangs or leaders, so
+# LeaderFirst places every pod as a worker and the job policies see jobs of one pod.
+POLICIES: dict[str, Profile] = {
+    "Phalanx default": Profile(),
+    "LeastAllocated (spread)": Profile(scores={"LeastAllocated": 1.0}),
+    "BinPack": Profile(basic_policy="BinPack"),
+    "MinFragment (cpu/memory)": Profile(basic_policy="MinFragment"),
+    "LeaderFirst": Profile(basic_policy="LeaderFirst"),
+    "JobAffinity": Profile(basic_policy="JobAffinity"),
+    "JobAntiAffinity": Profile(basic_policy="JobAntiAffinity"),
 }
 
 
@@ -171,8 +176,8 @@ def _sweep_task(task: tuple[Path, Path, str, int, float]) -> tuple[str, int, Swe
     arrival = openb.parse_arrival(f"fgd:{seed}:{factor:g}")
     nodes, pods = model_objects(openb.import_openb(nodes_csv, pods_csv, openb.ImportOptions(arrival=arrival)).workload)
     rows, curves = {}, {}
-    for name, scores in POLICIES.items():
-        framework = in_tree_framework(Profile() if scores is None else Profile(scores=scores))
+    for name, profile in POLICIES.items():
+        framework = in_tree_framework(profile)
         result = sweep(framework, nodes, pods)
         rows[name] = {k: (None if v is None else round(100 * v, 2)) for k, v in result.allocation.items()}
         curves[name] = result.curve
