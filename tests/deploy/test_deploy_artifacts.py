@@ -953,7 +953,14 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
         {
             "profile": {
                 "filters": ["NodeResourcesFit"],
-                "scores": {"MostAllocated": 2, "LeastAllocated": None, "GPUFragmentation": None},
+                "scores": {
+                    "MostAllocated": 2,
+                    "LeastAllocated": None,
+                    "GPUFragmentation": None,
+                    "InterPodAffinity": None,
+                    "PodTopologySpread": None,
+                },
+                "basicPolicy": "BinPack",
             }
         },
     )
@@ -962,6 +969,7 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
         "filters": ["NodeResourcesFit"],
         "scores": {"MostAllocated": 2},
         "percentageOfNodesToScore": 100,
+        "basicPolicy": "BinPack",
     }
     # IPv6 clusters bracket the pod IP.
     docs = helm_template(tmp_path, {"listenHost": "[$(POD_IP)]"})
