@@ -284,57 +284,62 @@ def test_service_help(module: str) -> None:
     assert "--listen" in out.stdout and "--clock" in out.stdout
 
 
+def _started_by_a_killed_parent(code: str) -> list[int]:
+    """Runs `code` in a child Python that prints pids of processes it started, then kills that child
+    (SIGKILL: no cleanup of its own); returns the pids."""
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pids = [int(x) for x in parent.stdout.readline().split()]
+    parent.kill()
+    parent.wait()
+    return pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def _still_running_after(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in pids if _running(p)]
+    for pid in left:  # no stray server for the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
 def test_services_and_redis_end_with_an_interrupted_parent() -> None:
     """A simulation killed mid-run (Ctrl-C twice, a CI timeout) leaves no servers behind."""
-    code = (
+    pids = _started_by_a_killed_parent(
         "from phalanx.sim.services import Stack; s = Stack.launch(); "
         "print(s.queue.proc.pid, s.binder.proc.pid, s.scheduler.proc.pid, s.redis.proc.pid, flush=True); "
         "import time; time.sleep(120)"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    pids = [int(x) for x in parent.stdout.readline().split()]
     assert len(pids) == 4
-    parent.kill()
-    parent.wait()
-
-    def running(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                return "\nState:\tZ" not in f.read()
-        except FileNotFoundError:
-            return False
-
-    deadline = time.monotonic() + 15
-    while any(running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = {name: pid for name, pid in zip(("queue", "binder", "scheduler", "redis-server"), pids) if running(pid)}
-    for pid in left.values():  # no stray server for the rest of the suite
-        os.kill(pid, signal.SIGKILL)
+    names = dict(zip(pids, ("queue", "binder", "scheduler", "redis-server")))
+    left = {names[p]: p for p in _still_running_after(pids, 15)}
     assert left == {}, f"still running 15 s after their parent was killed: {left}"
 
 
-def test_a_wrapped_binary_ends_with_its_parent_and_keeps_its_pid() -> None:
+def test_a_wrapped_binary_ends_with_its_parent() -> None:
     """Non-Python children (redis-server, the peer kube-scheduler) get the parent-death signal from the
-    exec wrapper: the program keeps the wrapper's pid, and it ends when the process that started it dies."""
-    code = (
-        "import subprocess, sys; from phalanx.testing.children import exit_with_parent_argv; "
-        "p = subprocess.Popen(exit_with_parent_argv(['sleep', '300'])); print(p.pid, flush=True); "
-        "import time; time.sleep(120)"
+    exec wrapper, which execs the program in its place (the pid the parent knows is the program's)."""
+    pids = _started_by_a_killed_parent(
+        "import subprocess, sys, time; from phalanx.testing.children import exit_with_parent_argv; "
+        "p = subprocess.Popen(exit_with_parent_argv(['sleep', '300'])); "
+        "deadline = time.monotonic() + 10\n"
+        "while time.monotonic() < deadline and open(f'/proc/{p.pid}/cmdline', 'rb').read()[:5] != b'sleep':\n"
+        "    time.sleep(0.02)\n"
+        "print(p.pid, open(f'/proc/{p.pid}/cmdline', 'rb').read().split(b'\\0')[1].decode(), flush=True); "
+        "time.sleep(120)"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    pid = int(parent.stdout.readline())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"):
-        time.sleep(0.02)
-    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"300"]
-    parent.kill()
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists() or "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    assert len(pids) == 2 and pids[1] == 300  # the program itself, with its own argument
+    assert _still_running_after(pids[:1], 10) == []
 
 
 def test_queue_client_notices_a_restarted_queue() -> None:

@@ -1,5 +1,5 @@
-"""Issue 12's policies against a real kube-apiserver: inter-pod anti-affinity and topology spread read from
-pods the API server stored (its own validation first), a gang kept whole when its rule cannot hold, and a
+"""Issue 12's policies against a real kube-apiserver: inter-pod anti-affinity read from pods the API server
+stored (its own validation first), a gang kept whole when its rule cannot hold, and a
 DRF job of the tenant holding nothing placed before an older job of the tenant holding the cluster."""
 
 from __future__ import annotations
@@ -23,18 +23,16 @@ def _gang(name: str, size: int, **extra: str) -> dict[str, str]:
     return {KOORD_NAME: name, KOORD_MIN_AVAILABLE: str(size), KOORD_WAITING_TIME: "60s", **extra}
 
 
-def test_anti_affinity_and_spread_from_the_api_server(cluster, phalanx) -> None:
+def _apart(job: str) -> dict[str, object]:
+    """A pod spec's affinity: no two pods labelled job=`job` on one node."""
+    term = {"labelSelector": {"matchLabels": {"job": job}}, "topologyKey": HOST}
+    return {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+
+
+def test_anti_affinity_from_the_api_server(cluster, phalanx) -> None:
     ns = cluster.namespace()
     nodes = [cluster.node(f"n{i}", gpus=8) for i in range(3)]
-    anti = {
-        "affinity": {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {"job": "spread"}}, "topologyKey": HOST}
-                ]
-            }
-        }
-    }
+    anti = _apart("spread")
     spread = [f"spread-{i}" for i in range(3)]
     for name in spread:
         cluster.pod(ns, name, gpus=1, labels={"job": "spread"}, annotations=_gang("spread", 3), spec=anti)
@@ -42,15 +40,7 @@ def test_anti_affinity_and_spread_from_the_api_server(cluster, phalanx) -> None:
     assert sorted(placed.values()) == sorted(nodes)  # one pod per node; the default would pack them
 
     # Four pods that may not share a node, on three nodes: none is bound, and each says why.
-    anti_big = {
-        "affinity": {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {"job": "big"}}, "topologyKey": HOST}
-                ]
-            }
-        }
-    }
+    anti_big = _apart("big")
     big = [f"big-{i}" for i in range(4)]
     for name in big:
         cluster.pod(ns, name, gpus=1, labels={"job": "big"}, annotations=_gang("big", 4), spec=anti_big)
@@ -72,3 +62,31 @@ def test_drf_places_the_job_of_the_tenant_holding_nothing_first(cluster, phalanx
     n2 = cluster.node("n2", gpus=2)  # room for one of them
     assert wait_for(lambda: cluster.node_of(poor, "newer-0") or None, BIND, "the poor tenant's job bound") == n2
     assert cluster.node_of(rich, "older-0") == ""
+
+
+def test_topology_spread_from_the_api_server(cluster, phalanx) -> None:
+    ns = cluster.namespace()
+    zone = "topology.kubernetes.io/zone"
+    zones = {}
+    for i, z in enumerate("aabb"):
+        node = cluster.node(f"z{i}", gpus=8)
+        cluster.core.patch_node(node, {"metadata": {"labels": {zone: z}}})
+        zones[node] = z
+    spread = {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": zone,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"job": "even"}},
+            }
+        ]
+    }
+    names = [f"even-{i}" for i in range(4)]
+    for name in names:
+        cluster.pod(ns, name, gpus=1, labels={"job": "even"}, annotations=_gang("even", 4), spec=spread)
+    placed = wait_for(lambda: cluster.all_bound(ns, names), BIND, "the spread gang bound")
+    per_zone = {"a": 0, "b": 0}
+    for node in placed.values():
+        per_zone[zones[node]] += 1
+    assert per_zone == {"a": 2, "b": 2}  # the default alone would pack the four 1-GPU pods on one node
