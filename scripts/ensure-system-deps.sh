@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the project runs against when they are missing:
 #   scripts/ensure-system-deps.sh               a real redis-server (every `make` target that runs tests)
-#   scripts/ensure-system-deps.sh --containers  also podman, runc, netavark, aardvark-dns and debootstrap, for
+#   scripts/ensure-system-deps.sh --containers  also podman, runc, netavark, aardvark-dns, iptables and debootstrap, for
 #                                               the container tests (make e2e-image, make e2e-compose)
 # From the distribution's packages (apt-get, Debian/Ubuntu); elsewhere it says what is missing and fails.
 set -euo pipefail
@@ -24,6 +24,9 @@ if [ "$containers" = 1 ]; then
   # podman's network stack (a network with DNS between containers); the paths are Debian's and Ubuntu's.
   [ -x /usr/lib/podman/netavark ] || command -v netavark >/dev/null 2>&1 || missing+=(netavark)
   [ -x /usr/lib/podman/aardvark-dns ] || command -v aardvark-dns >/dev/null 2>&1 || missing+=(aardvark-dns)
+  # netavark sets up a network's firewall rules with iptables; Debian only recommends it, and without it
+  # every `RUN` of an image build fails with "netavark: No such file or directory".
+  command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 fi
 [ "${#missing[@]}" = 0 ] && exit 0
 
