@@ -76,3 +76,14 @@ def test_a_restarted_scheduler_counts_the_same_tenant_shares(store: StateStore) 
     fresh = GangScheduler(store, h.queue, h.binder, in_tree_framework(), SchedulerSettings(default_wait_seconds=60))
     fresh.recover(1)
     assert fresh.snapshot.tenant_shares() == before
+
+
+def test_share_capacity_follows_the_nodes() -> None:
+    """Summed once per node change (it is asked before every pop), and summed again after one."""
+    snap = Snapshot()
+    snap.set_nodes(in_tree_framework().prepare_nodes([model_node("a", gpus=8, cpu=64)]), {})
+    assert snap.share_capacity()["gpu"] == 8000
+    snap.upsert_nodes(in_tree_framework().prepare_nodes([model_node("b", gpus=4, cpu=32)]))
+    assert snap.share_capacity() == {"cpu": 96_000, "memory": snap.share_capacity()["memory"], "gpu": 12_000}
+    snap.remove_nodes(["a"])
+    assert snap.share_capacity()["gpu"] == 4000

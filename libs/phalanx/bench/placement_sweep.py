@@ -19,7 +19,7 @@ from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod
-from phalanx.model.gpu import GPU, GPU_SHARE
+from phalanx.model.gpu import gpu_milli
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.sim.series import DEMAND_LEVELS
 from phalanx.sim.workload import load_workload
@@ -49,10 +49,6 @@ def model_objects(workload: writer.Workload) -> tuple[list[NodeInfo], list[PodIn
             pod.created_at = o.at
             pods.append(pod)
     return nodes, pods
-
-
-def gpu_milli(requests: dict[str, int]) -> int:
-    return requests.get(GPU, 0) + requests.get(GPU_SHARE, 0)
 
 
 def sweep(

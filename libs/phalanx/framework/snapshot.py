@@ -14,7 +14,7 @@ import numpy as np
 
 from phalanx.framework.holds import CapacityHold
 from phalanx.framework.masks import everywhere
-from phalanx.model.gpu import DEVICE_PREFIX, GPU, GPU_SHARE
+from phalanx.model.gpu import DEVICE_PREFIX, GPU, gpu_milli
 from phalanx.model.objects import NodeInfo, Placement, PodInfo, Resources
 from phalanx.model.policies import job_ordering
 
@@ -43,6 +43,7 @@ class Snapshot:
         # Told of every pod tracked (node, pod, 1) or untracked (node, pod, -1), and ("", None, 0) when all
         # are cleared: how indexes over the pods (inter-pod affinity's) stay current without rescans.
         self.pod_listeners: list[Callable[[str, PodInfo | None, int], None]] = []
+        self._share_capacity: tuple[int, dict[str, int]] | None = None  # (generation, share_capacity())
         # Nodes kept for starving gangs this round, oldest gang first (set by the scheduler; read by the
         # reservation filter). Empty: none.
         self.reservation: tuple[CapacityHold, ...] = ()
@@ -164,7 +165,7 @@ class Snapshot:
         r = pod.requests
         held[0] += sign * r.get("cpu", 0)
         held[1] += sign * r.get("memory", 0)
-        held[2] += sign * (r.get(GPU, 0) + r.get(GPU_SHARE, 0))
+        held[2] += sign * gpu_milli(r)
 
     def track_pod(self, node: str, pod: PodInfo) -> None:
         """Records `pod` as held on `node` (no capacity changes: see reserve)."""
@@ -212,12 +213,18 @@ class Snapshot:
         return counts
 
     def share_capacity(self) -> dict[str, int]:
-        """The cluster's cpu, memory and GPU milli-units (devices, or the GPU column of unprepared nodes)."""
+        """The cluster's cpu, memory and GPU milli-units (devices, or the GPU column of unprepared nodes).
+        Asked before every pop, and capacity changes only with the nodes: summed once per generation."""
+        cached = self._share_capacity
+        if cached is not None and cached[0] == self.generation:
+            return dict(cached[1])
         total = self.cap.sum(axis=0)
         devices = [j for r, j in self.column.items() if r.startswith(DEVICE_PREFIX)]
         gpu = int(total[devices].sum()) if devices else int(total[self.column[GPU]]) if GPU in self.column else 0
         pick = {r: int(total[self.column[r]]) if r in self.column else 0 for r in ("cpu", "memory")}
-        return {**pick, "gpu": gpu}
+        capacity = {**pick, "gpu": gpu}
+        self._share_capacity = (self.generation, capacity)
+        return dict(capacity)
 
     def tenant_shares(self, capacity: dict[str, int] | None = None) -> dict[str, float]:
         """Each tenant's dominant share: the largest fraction of the cluster's cpu, memory or GPUs its pods

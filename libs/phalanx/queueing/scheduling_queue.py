@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from phalanx.model.gpu import GPU, GPU_SHARE
+from phalanx.model.gpu import gpu_milli
 from phalanx.model.policies import PRIORITY_QUEUE_POLICY, is_drf
 from phalanx.queueing.hints import Freed, Hint, helps, still_fits
 
@@ -206,7 +206,7 @@ class SchedulingQueue:
         asked = {
             "cpu": requests.get("cpu", 0),
             "memory": requests.get("memory", 0),
-            "gpu": requests.get(GPU, 0) + requests.get(GPU_SHARE, 0),
+            "gpu": gpu_milli(requests),
         }
         own = max((asked[r] / cap for r, cap in self._capacity.items() if r in asked), default=0.0)
         self._shares[e.tenant] = self._shares.get(e.tenant, 0.0) + own

@@ -19,20 +19,14 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.model.gpu import GPU
+from phalanx.model.gpu import GPU, gpu_milli
 from phalanx.sim.fragmentation import FragmentationTracker, shape_of
 
-GPU_SHARE = "phalanx.dev/gpu-share"
 TRACKED = (GPU, "cpu", "memory")
 
 
-def _gpu_milli(requests: dict[str, int]) -> int:
-    """GPU demand of a pod in thousandths of a GPU: whole GPUs and a share of one count alike."""
-    return requests.get(GPU, 0) + requests.get(GPU_SHARE, 0)
-
-
 def _tracked(requests: dict[str, int]) -> dict[str, int]:
-    return {GPU: _gpu_milli(requests), "cpu": requests.get("cpu", 0), "memory": requests.get("memory", 0)}
+    return {GPU: gpu_milli(requests), "cpu": requests.get("cpu", 0), "memory": requests.get("memory", 0)}
 
 
 MAX_POINTS = 2000  # reports stay small on long traces; the last value of each bucket is kept
@@ -65,7 +59,7 @@ class SeriesRecorder:
             node[r] = node.get(r, 0) + allocatable.get(r, 0)
 
     def pod_arrived(self, requests: dict[str, int], gang: str, at: float) -> None:
-        self._log(at, "arrived", (_gpu_milli(requests), gang, shape_of(requests)))
+        self._log(at, "arrived", (gpu_milli(requests), gang, shape_of(requests)))
 
     def pod_bound(self, requests: dict[str, int], at: float, node: str = "") -> None:
         self._log(at, "bound", (_tracked(requests), shape_of(requests), node))
