@@ -4,7 +4,7 @@ a different weighting of score plugins, so every policy runs the same filters an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from phalanx.model import keys
@@ -26,16 +26,17 @@ BASIC_POLICIES: Mapping[str, Mapping[str, float] | None] = {
 }
 
 
-def known_policies() -> str:
-    return ", ".join(BASIC_POLICIES)
+def _canonical(value: str, names: Iterable[str], what: str) -> str:
+    """The name among `names` that `value` is in any letter case; ValueError naming the known ones."""
+    names = tuple(names)
+    for name in names:
+        if name.lower() == value.strip().lower():
+            return name
+    raise ValueError(f"unknown {what} {value!r} (known: {', '.join(names)})")
 
 
 def check_basic_policy(value: str) -> str:
-    """The canonical name of a policy written in any letter case; ValueError naming the known ones."""
-    for name in BASIC_POLICIES:
-        if name.lower() == value.strip().lower():
-            return name
-    raise ValueError(f"unknown basic policy {value!r} (known: {known_policies()})")
+    return _canonical(value, BASIC_POLICIES, "basic policy")
 
 
 def basic_policy_of(pod: PodInfo, default: str = DEFAULT_POLICY) -> str:
@@ -58,10 +59,7 @@ JOB_QUEUE_POLICIES = (PRIORITY_QUEUE_POLICY, DRF_QUEUE_POLICY)
 
 
 def check_job_queue_policy(value: str) -> str:
-    for name in JOB_QUEUE_POLICIES:
-        if name.lower() == value.strip().lower():
-            return name
-    raise ValueError(f"unknown job-queue policy {value!r} (known: {', '.join(JOB_QUEUE_POLICIES)})")
+    return _canonical(value, JOB_QUEUE_POLICIES, "job-queue policy")
 
 
 class _JobPod(Protocol):

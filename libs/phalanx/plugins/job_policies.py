@@ -19,7 +19,7 @@ import numpy as np
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model import keys
-from phalanx.model.gpu import GPU, GPU_SHARE, WHOLE
+from phalanx.model.gpu import gpu_milli
 from phalanx.model.objects import PodInfo
 from phalanx.plugins.gpu_share import device_columns
 
@@ -59,8 +59,7 @@ def load_after(req: PodRequest, snap: Snapshot, candidates: np.ndarray) -> dict[
         out[resource] = _ratio(used.astype(np.float64), snap.cap[candidates, j].astype(np.float64))
     devices = device_columns(snap)
     if devices.size:
-        asked = req.pod.requests.get(GPU, 0) // WHOLE * WHOLE + req.pod.requests.get(GPU_SHARE, 0)
-        used = snap.used[np.ix_(candidates, devices)].sum(axis=1) + asked
+        used = snap.used[np.ix_(candidates, devices)].sum(axis=1) + gpu_milli(req.pod.requests)
         cap = snap.cap[np.ix_(candidates, devices)].sum(axis=1)
         out["gpu"] = _ratio(used.astype(np.float64), cap.astype(np.float64))
     else:
