@@ -212,8 +212,7 @@ def _pod_affinity(a: objects_pb2.PodAffinity, path: str) -> list[str]:
             errors.append(f"{at}.max_skew: {c.max_skew} is below 1")
         if c.min_domains < 0:
             errors.append(f"{at}.min_domains: {c.min_domains} is negative")
-        if not c.topology_key or len(c.topology_key) > MAX_KEY:
-            errors.append(f"{at}.topology_key: must have 1 to {MAX_KEY} characters")
+        errors += _topology_key(c.topology_key, f"{at}.topology_key")
         if c.when_unsatisfiable not in _WHEN_UNSATISFIABLE:
             errors.append(
                 f"{at}.when_unsatisfiable: {shown(c.when_unsatisfiable)} is not DoNotSchedule or ScheduleAnyway"
@@ -227,12 +226,12 @@ def _pod_affinity(a: objects_pb2.PodAffinity, path: str) -> list[str]:
     return errors
 
 
+def _topology_key(key: str, path: str) -> list[str]:
+    return [] if key and len(key) <= MAX_KEY else [f"{path}: must have 1 to {MAX_KEY} characters"]
+
+
 def _affinity_term(t: objects_pb2.PodAffinityTerm, path: str) -> list[str]:
-    errors = (
-        []
-        if t.topology_key and len(t.topology_key) <= MAX_KEY
-        else [f"{path}.topology_key: must have 1 to {MAX_KEY} characters"]
-    )
+    errors = _topology_key(t.topology_key, f"{path}.topology_key")
     errors += _count(t.namespaces, f"{path}.namespaces", MAX_ENTRIES)
     for part in ("label_selector", "namespace_selector"):
         if t.HasField(part):
