@@ -140,6 +140,24 @@ def parser() -> argparse.ArgumentParser:
         parse=float,
         type=float,
     )
+    env_flag(
+        p,
+        "--eviction-grace-seconds",
+        "PHALANX_EVICTION_GRACE_SECONDS",
+        "-1",
+        "the grace period preemption's evictions give their victims (-1: each pod's own terminationGracePeriodSeconds)",
+        parse=int,
+        type=int,
+    )
+    env_flag(
+        p,
+        "--eviction-mode",
+        "PHALANX_EVICTION_MODE",
+        "api",
+        "how preemption removes its victims: the Eviction API (PodDisruptionBudgets enforced by the API "
+        "server), or delete after a DisruptionTarget condition, as kube-scheduler does",
+        choices=["api", "delete"],
+    )
     return p
 
 

@@ -16,7 +16,14 @@ from phalanx.clock import Clock
 from phalanx.config import redis_unreachable
 from phalanx.model.binding import Assignment
 from phalanx.rpc import validation
-from phalanx.rpc.convert import assignment_from_pb, bind_result_to_pb, gang_report_from_pb, pod_report_from_pb
+from phalanx.rpc.convert import (
+    assignment_from_pb,
+    bind_result_to_pb,
+    evict_result_to_pb,
+    gang_report_from_pb,
+    pod_report_from_pb,
+    victim_from_pb,
+)
 from phalanx.rpc.server import FailureLog
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
@@ -99,3 +106,9 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         gangs = [gang_report_from_pb(g) for g in request.gangs]
         self._with_redis(context, lambda: self.backend.report(pods, gangs, self.clock.now(request.now)))
         return binder_pb2.ReportResponse()
+
+    def Evict(self, request: binder_pb2.EvictRequest, context: grpc.ServicerContext) -> binder_pb2.EvictResponse:
+        validation.abort_if_invalid(context, validation.evict_request(request))
+        victims = [victim_from_pb(v) for v in request.victims]
+        results = self._with_redis(context, lambda: self.backend.evict(victims, self.clock.now(request.now)))
+        return binder_pb2.EvictResponse(results=[evict_result_to_pb(r) for r in results])

@@ -99,6 +99,7 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
         pop_batch=args.pop_batch,
         profile=args.scheduler_name,
         starvation_bound_seconds=args.starvation_bound,
+        preemption=args.preemption == "on",
     )
     scheduler = GangScheduler(store, queue, binder, framework, settings)
     if not standby:
@@ -181,6 +182,14 @@ def parser() -> argparse.ArgumentParser:
         "seconds a gang may wait for its minimum before nodes are reserved (drained) for it; 0: no reservations",
         parse=float,
         type=float,
+    )
+    env_flag(
+        p,
+        "--preemption",
+        "PHALANX_PREEMPTION",
+        "on",
+        "gang preemption: a gang that does not fit evicts lower-priority gangs (whole) or pods; off: never",
+        choices=["on", "off"],
     )
     env_flag(
         p, "--pop-batch", "PHALANX_POP_BATCH", "256", "pods popped from the queue at most per pop", parse=int, type=int

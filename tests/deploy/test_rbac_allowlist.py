@@ -6,9 +6,13 @@ added anywhere fails here until it is added below, with the code that needs it.
 
 Where each right comes from:
 - scheduler (libs/phalanx/cluster/feed.py, watch.py): list+watch of nodes, pods, configmaps and the PodGroups
-  of the three API groups; get as well (a reader's usual set; it shows nothing list does not).
-- binder (libs/phalanx/backends/kubernetes.py): create pods/binding (bind), patch pods/status (PodScheduled=
-  False), create events (core v1 only), patch podgroups/status, get/list/watch pods and nodes (reading a pod
+  of the three CRD groups and of Kubernetes' Workload API (scheduling.k8s.io: its podgroups, which pods name
+  in spec.schedulingGroup; not its workloads, which nothing reads); get as well (a reader's usual set; it
+  shows nothing list does not); list+watch of PodDisruptionBudgets (policy), which preemption keeps within.
+- binder (libs/phalanx/backends/kubernetes.py): create pods/binding (bind), create pods/eviction (preemption's
+  victims, through the Eviction API), patch pods/status (PodScheduled=
+  False), create events (core v1 only), patch podgroups/status (the CRD groups: scheduling.k8s.io's status
+  is kube-scheduler's PodGroupScheduled condition, not written), get/list/watch pods and nodes (reading a pod
   back after a conflict; watching bindings), patch pods (the gang.scheduling.koordinator.sh/timeout
   annotation; rbac.binderPatchPods=false drops it).
 - scheduler, leader election (libs/phalanx/cluster/leader.py): its Lease, in its own namespace only (a Role,
@@ -36,15 +40,18 @@ from test_deploy_artifacts import (
 )
 
 PODGROUP_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh")
+WORKLOAD_API = "scheduling.k8s.io"
 READ = ("get", "list", "watch")
 
 ALLOWLIST: frozenset[tuple[str, str, str, str]] = frozenset(
     [("scheduler", "", resource, verb) for resource in ("nodes", "pods", "configmaps") for verb in READ]
-    + [("scheduler", group, "podgroups", verb) for group in PODGROUP_GROUPS for verb in READ]
+    + [("scheduler", group, "podgroups", verb) for group in (*PODGROUP_GROUPS, WORKLOAD_API) for verb in READ]
+    + [("scheduler", "policy", "poddisruptionbudgets", verb) for verb in READ]
     + [("binder", "", "nodes", verb) for verb in READ]
     + [("binder", "", "pods", verb) for verb in (*READ, "patch")]
     + [
         ("binder", "", "pods/binding", "create"),
+        ("binder", "", "pods/eviction", "create"),
         ("binder", "", "pods/status", "patch"),
         ("binder", "", "events", "create"),
     ]

@@ -162,6 +162,7 @@ def test_gang_record_copy_matches_deepcopy() -> None:
         "assumed",
         "bound",
         "rounds",
+        "roles",
     ]
     rec = GangRecord(
         "ns/g",
@@ -174,6 +175,7 @@ def test_gang_record_copy_matches_deepcopy() -> None:
         assumed={"ns/a"},
         bound={"ns/b"},
         rounds={"ns/a": 2},
+        roles={"ns/a": "worker"},
     )
     copied = rec.copy()
     assert copied == copy.deepcopy(rec)
@@ -183,4 +185,5 @@ def test_gang_record_copy_matches_deepcopy() -> None:
             assert getattr(copied, f.name) is not value, f.name
     copied.assumed.add("ns/c")
     copied.rounds["ns/a"] = 9
-    assert rec.assumed == {"ns/a"} and rec.rounds == {"ns/a": 2}
+    copied.roles["ns/b"] = "master"
+    assert rec.assumed == {"ns/a"} and rec.rounds == {"ns/a": 2} and rec.roles == {"ns/a": "worker"}

@@ -12,9 +12,17 @@ from phalanx.model.status import TERMINAL_POD_PHASES, EventReason, GangPhase, Po
 
 
 def test_the_binder_writes_exactly_the_event_reasons_phalanx_has() -> None:
-    assert EVENT_REASONS == {"Scheduled", "FailedScheduling", "GangWaiting", "GangScheduled", "GangTimeout"}
-    assert NORMAL_EVENT_REASONS == {"Scheduled", "GangScheduled", "GangWaiting"}
-    assert event_reason_allowed("GangTimeout", "gang g") and not event_reason_allowed("Preempted", "gang g")
+    assert EVENT_REASONS == {
+        "Scheduled",
+        "FailedScheduling",
+        "GangWaiting",
+        "GangScheduled",
+        "GangTimeout",
+        "Preempted",
+        "Preempting",
+    }
+    assert NORMAL_EVENT_REASONS == {"Scheduled", "GangScheduled", "GangWaiting", "Preempted", "Preempting"}
+    assert event_reason_allowed("GangTimeout", "gang g") and not event_reason_allowed("Evicted", "gang g")
     assert [r for r in EventReason if not r.normal] == [EventReason.FAILED_SCHEDULING, EventReason.GANG_TIMEOUT]
 
 

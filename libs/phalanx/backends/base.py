@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from phalanx.model.binding import Assignment, GangReport, PodReport
+from phalanx.model.binding import Assignment, EvictResult, GangReport, PodReport, Victim
 from phalanx.state.txn import Txn
 
 
@@ -37,3 +37,8 @@ class ClusterBackend(Protocol):
         ...
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
+
+    def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
+        """Evicts preemption victims in order, each with a DisruptionTarget condition and a Preempted Event
+        naming the preemptor; after a refusal the rest are not tried (answered REFUSED)."""
+        ...

@@ -43,7 +43,7 @@ from phalanx.backends.kube_guard import (
 )
 from phalanx.backends.write_lanes import WriteLanes
 from phalanx.kube import podgroups
-from phalanx.model.binding import Assignment, GangReport, PodReport
+from phalanx.model.binding import Assignment, EvictResult, EvictStatus, GangReport, PodReport, Victim
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.status import EventReason
 from phalanx.state.txn import Txn
@@ -79,6 +79,8 @@ class KubernetesBackend:
         retry: RetryPolicy | None = None,
         bind_workers: int = 8,
         report_workers: int = 8,
+        eviction_grace_seconds: int | None = None,
+        eviction_mode: str = "api",
     ) -> None:
         from kubernetes import client
 
@@ -94,13 +96,23 @@ class KubernetesBackend:
         self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
         self._writes = WriteLanes(report_workers)  # status writes, in order per object
         self._pruned: dict[str, frozenset[str]] = {}  # API group -> PodGroup status fields its CRD lacks
+        # Preemption: the grace period an eviction gives its victims; None: each pod's own
+        # terminationGracePeriodSeconds, as kube-scheduler leaves it.
+        self.eviction_grace_seconds = eviction_grace_seconds
+        self.eviction_mode = eviction_mode  # "api": the Eviction API; "delete": condition, then delete
 
     @classmethod
     def from_args(cls, args: Any) -> KubernetesBackend:
         from phalanx.kube.client import api_client
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
-        backend = cls(api_client(getattr(args, "kubeconfig", "") or ""), component=component or DEFAULT_SCHEDULER_NAME)
+        grace = getattr(args, "eviction_grace_seconds", None)
+        backend = cls(
+            api_client(getattr(args, "kubeconfig", "") or ""),
+            component=component or DEFAULT_SCHEDULER_NAME,
+            eviction_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None,
+            eviction_mode=getattr(args, "eviction_mode", "api") or "api",
+        )
         backend.view.start()  # warm by the first bind; until then misses are GETs
         return backend
 
@@ -268,6 +280,10 @@ class KubernetesBackend:
             pod = self._patch_pod(namespace, name, {"metadata": {"uid": facts.uid, "annotations": annotations}})
             if pod is None:
                 return
+        if p.nominated_node:
+            pod = pod or self._read_pod(namespace, name)
+            if pod is not None and not (pod.get("spec") or {}).get("nodeName") and self.view.ours(pod):
+                self._nominate(pod, p.nominated_node)
         if p.unschedulable_message:
             pod = pod or self._read_pod(namespace, name)
             for _ in range(3):
@@ -290,6 +306,114 @@ class KubernetesBackend:
                     p.event_reason,
                     p.event_message or p.unschedulable_message,
                 )
+
+    # -- preemption ------------------------------------------------------------------------------------
+    def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
+        """Through the Eviction API (the default: PodDisruptionBudgets are checked by the API server, a 429 is
+        a refusal, and the API server sets the DisruptionTarget condition, reason EvictionByEvictionAPI), or,
+        with eviction_mode "delete", kube-scheduler's way: the DisruptionTarget condition (reason
+        PreemptionByScheduler) first, so whoever watches the pod knows why it goes, then a delete. Then a
+        Preempted Event naming the preemptor. In order; after a refusal the rest are not tried."""
+        out: list[EvictResult] = []
+        refused = ""
+        for v in victims:
+            if refused:
+                out.append(EvictResult(v.pod_key, EvictStatus.REFUSED, f"not tried: {refused}"))
+                continue
+            result = self._evict_one(v)
+            if result.status == EvictStatus.REFUSED:
+                refused = f"the eviction of {v.pod_key} was refused"
+            out.append(result)
+        return out
+
+    def _evict_one(self, v: Victim) -> EvictResult:
+        from kubernetes.client.rest import ApiException
+
+        namespace, name = v.pod_key.split("/", 1)
+        try:
+            pod = self._read_pod(namespace, name)
+        except Exception as exc:
+            return EvictResult(v.pod_key, EvictStatus.RETRY, f"reading the pod failed: {exc}")
+        if pod is None or (v.uid and (pod.get("metadata") or {}).get("uid") != v.uid):
+            return EvictResult(v.pod_key, EvictStatus.GONE, "no longer exists")
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        message = f"{self.component}: {v.message}"
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": message,
+            "lastTransitionTime": podgroups.rfc3339(time.time()),
+        }
+        delete_options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if self.eviction_grace_seconds is not None:
+            delete_options["gracePeriodSeconds"] = self.eviction_grace_seconds
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": delete_options,
+        }
+        try:
+            if self.eviction_mode == "delete":
+                json_or_none(
+                    lambda: self.core.patch_namespaced_pod_status(
+                        name,
+                        namespace,
+                        {"status": {"conditions": [condition]}},
+                        _content_type=STRATEGIC_MERGE_PATCH,
+                        _preload_content=False,
+                        _request_timeout=self.retry.request_timeout,
+                    )
+                )
+                release(
+                    self.core.delete_namespaced_pod(
+                        name,
+                        namespace,
+                        body=delete_options,  # type: ignore[arg-type]
+                        _preload_content=False,
+                        _request_timeout=self.retry.request_timeout,
+                    )
+                )
+            else:
+                release(
+                    self.core.create_namespaced_pod_eviction(
+                        name,
+                        namespace,
+                        body,  # type: ignore[arg-type]
+                        _preload_content=False,
+                        _request_timeout=self.retry.request_timeout,
+                    )
+                )
+        except ApiException as exc:
+            if exc.status == 404:
+                return EvictResult(v.pod_key, EvictStatus.GONE, "no longer exists")
+            if exc.status == 429:  # a PodDisruptionBudget allows no disruption now
+                return EvictResult(v.pod_key, EvictStatus.REFUSED, api_message(exc))
+            if exc.status == 409 or (exc.status or 0) >= 500:
+                return EvictResult(v.pod_key, EvictStatus.RETRY, f"{exc.status} {api_message(exc)}")
+            return EvictResult(v.pod_key, EvictStatus.REFUSED, f"{exc.status} {api_message(exc)}")
+        except Exception as exc:
+            if transient(exc):
+                return EvictResult(v.pod_key, EvictStatus.RETRY, str(exc))
+            raise
+        target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+        self._writes.put(v.pod_key, partial(self._event_safe, target, EventReason.PREEMPTED, v.message))
+        return EvictResult(v.pod_key, EvictStatus.EVICTED)
+
+    def _nominate(self, pod: dict[str, Any], node: str) -> None:
+        """status.nominatedNodeName, as kube-scheduler sets it on a preemptor while its victims go."""
+        meta = pod.get("metadata") or {}
+        json_or_none(
+            lambda: self.core.patch_namespaced_pod_status(
+                meta["name"],
+                meta["namespace"],
+                {"metadata": {"uid": meta.get("uid")}, "status": {"nominatedNodeName": node}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.retry.request_timeout,
+            )
+        )
 
     def _report_gang(self, g: GangReport) -> None:
         namespace, _, name = g.gang_key.partition("/")

@@ -11,7 +11,7 @@ import json
 import redis
 
 from phalanx.backends.base import BindFailure
-from phalanx.model.binding import Assignment, GangReport, PodReport
+from phalanx.model.binding import Assignment, EvictResult, EvictStatus, GangReport, PodReport, Victim
 from phalanx.state.keys import Keys
 from phalanx.state.txn import Txn
 
@@ -46,6 +46,8 @@ class SimulatedBackend:
                 pipe.hset(self.keys.sim_annotations, p.pod_key, current[p.pod_key])
             if p.unschedulable_message:
                 pipe.hset(self.keys.sim_conditions, p.pod_key, p.unschedulable_message)
+            if p.nominated_node:
+                pipe.hset(self.keys.sim_nominated, p.pod_key, p.nominated_node)
             if p.event_reason:
                 pipe.rpush(
                     self.keys.sim_events,
@@ -59,3 +61,15 @@ class SimulatedBackend:
                 json.dumps({"object": f"PodGroup/{g.gang_key}", "reason": g.phase, "message": g.message, "at": now}),
             )
         pipe.execute()
+
+    def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
+        """The embedded cluster's eviction: the simulator reads the list and ends the pods (reporting them
+        preempted), as a kubelet would kill them; a Preempted Event names the preemptor. Appending the same
+        victim twice (a retried call) ends it once: the simulator ignores a pod already ended."""
+        pipe = self.redis.pipeline(transaction=True)
+        for v in victims:
+            pipe.rpush(self.keys.sim_preempted, json.dumps({"pod": v.pod_key, "by": v.preemptor, "at": now}))
+            event = {"object": f"Pod/{v.pod_key}", "reason": "Preempted", "message": v.message, "at": now}
+            pipe.rpush(self.keys.sim_events, json.dumps(event))
+        pipe.execute()
+        return [EvictResult(v.pod_key, EvictStatus.EVICTED) for v in victims]

@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     from phalanx.bench.starvation import add_parser as add_starvation_bench
 
     add_starvation_bench(sub)
+    from phalanx.bench.preemption import add_parser as add_preemption_bench
+
+    add_preemption_bench(sub)
     return parser
 
 

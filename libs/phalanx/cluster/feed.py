@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.reconcile import Maintenance
+from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
 _PHALANX_WRITTEN = (KOORD_TIMEOUT,)  # annotations Phalanx itself writes: not a change by the user
 _NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
+_BUDGETS = "poddisruptionbudgets"  # for preemption's choice of victims (phalanx.scheduling.preemption)
 
 
 class FeedQueue(Protocol):
@@ -133,8 +135,14 @@ def collections(api_client: Any) -> list[Collection]:
         Collection(_NODES, core.list_node, "Node", "v1"),
         Collection(_PODS, core.list_pod_for_all_namespaces, "Pod", "v1"),
         Collection(_CONFIGMAPS, core.list_config_map_for_all_namespaces, "ConfigMap", "v1"),
+        Collection(
+            _BUDGETS,
+            client.PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces,
+            "PodDisruptionBudget",
+            "policy/v1",
+        ),
     ]
-    for group, version in podgroups.VERSIONS.items():
+    for group, version in podgroups.WATCHED_VERSIONS.items():
         out.append(
             Collection(
                 f"{podgroups.PLURAL}.{group}",
@@ -226,7 +234,8 @@ class ClusterFeed:
         log.info(
             "cluster feed: watching %s%s",
             ", ".join(watched),
-            f"; not installed (looked for again every {self._watchers[0].missing_retry:g}s): {', '.join(missing)}"
+            # a CRD not installed, or an alpha API not enabled (scheduling.k8s.io): the common case
+            f"; not served (looked for again every {self._watchers[0].missing_retry:g}s): {', '.join(missing)}"
             if missing
             else "",
         )
@@ -290,6 +299,8 @@ class ClusterFeed:
                         self._on_node(kind, obj, b)
                     elif collection == _PODS:
                         self._on_pod(kind, obj, b)
+                    elif collection == _BUDGETS:
+                        self._on_budget(kind, obj)
                     else:
                         self._on_gang_object(collection, kind, obj, b)
                 except Exception:
@@ -298,6 +309,21 @@ class ClusterFeed:
             self._commit(b, initial)
             gang_reports = self._gang_counts(b.counted)
         self._send_reports(b.reports, gang_reports)
+
+    def _on_budget(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A PodDisruptionBudget: preemption keeps within it. One that cannot be read is left out of the plans
+        (logged, naming the field); the Eviction API still enforces it, and a refusal drops the plan."""
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.scheduler.preemption.set_budgets([], [key])
+            return
+        try:
+            budget = parse_budget(obj)
+        except IntakeError as exc:
+            log.warning("cluster feed: %s; preemption does not count on it", exc)
+            self.scheduler.preemption.set_budgets([], [key])
+            return
+        self.scheduler.preemption.set_budgets([budget], [])
 
     def _on_node(self, kind: str, obj: Mapping[str, Any], b: _Batch) -> None:
         name = object_key(obj)

@@ -7,7 +7,8 @@ For a gang with pending pods this finds, with the scheduler's own filters and sc
 - who holds that capacity (grouped by gang, else by controller), and which of them would have to finish
   before the gang fits: holders are released in the order they are expected to finish (unknown last)
   until the gang fits, then the ones not needed are dropped again.
-Nothing here waits for other gangs in the queue or preempts: Phalanx does neither, so neither does this.
+Nothing here plans a preemption itself: what the scheduler said about preempting (whom, where, or why it
+could not) is read from its reason message into `preemption`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from phalanx.queueing.hints import fit_count
 # failure counts before it releases them, and says so: then nothing is placed any more.
 _PLACED = re.compile(r"^gang \S+: (\d+)/(?:\d+|\?) pods placed")
 _RELEASED = "released the gang's reservations"
+# phalanx.scheduling.preemption's part of a gang's message: "preempting ...; nominated node(s) ...",
+# "preempting: waiting for ...", or "not preempting: ...".
+_PREEMPTION = re.compile(r"((?:not )?preempting\b[^;]*(?:; nominated node\(s\)[^;]*)?)")
 
 
 class Standing(StrEnum):
@@ -106,6 +110,7 @@ class GangExplanation:
     capacity: CapacityReport | None
     capacity_note: str  # why there is no capacity analysis, or what limits it
     verdict: str  # the answer in one sentence
+    preemption: str = ""  # what the scheduler said about preempting for it ("" when it said nothing)
 
     @property
     def key(self) -> str:
@@ -228,6 +233,8 @@ def _explain_gang(state: ClusterState, g: GangState, cap: Capacity | None) -> Ga
         capacity_note=note,
         verdict="",
     )
+    match = _PREEMPTION.search(reason.message) if reason is not None else None
+    out.preemption = match.group(1) if match is not None else ""
     out.verdict = _verdict(out, g)
     return out
 
@@ -426,6 +433,8 @@ def _verdict(e: GangExplanation, g: GangState) -> str:
             f"{prefix}only {e.bound + e.pending} of its {e.min_member} pods exist; "
             f"it waits for {e.min_member - e.bound - e.pending} more to be created"
         )
+    if e.preemption.startswith("preempting"):
+        return prefix + e.preemption  # lower-priority pods are being evicted for it: that is why it waits
     c = e.capacity
     if c is None:
         return prefix + (e.reason.message if e.reason is not None else "no reason reported yet")

@@ -165,7 +165,7 @@ def _read_podgroups(
     reader: _Reader, custom: Any, namespace: str | None, resolver: GangResolver, state: ClusterState
 ) -> dict[tuple[str, str, str], dict[str, Any]]:
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for group, version in podgroups.VERSIONS.items():
+    for group, version in podgroups.WATCHED_VERSIONS.items():
 
         def call(group: str = group, version: str = version) -> Any:
             if namespace:

@@ -22,6 +22,9 @@ a report); `...InSeconds` / `waitingSeconds` are relative to `now`.
              reason:   {message, reason, at, pod}   the newest PodScheduled=False condition of its pods
              podGroup: {apiGroup, phase, conditions: [{type, status, reason, message}], scheduleStartTime,
                         scheduled, running}
+             preemption         what the scheduler said about preempting for it: "preempting N lower-priority
+                                pod(s): ...; nominated node(s) ...", "preempting: waiting for ...", or
+                                "not preempting: <why>"; "" when it said nothing
              capacityNote       why `capacity` is null, when it is
              capacity:
                podsToPlace, fitNow      pods that must be placed together, and how many would be now
@@ -114,6 +117,7 @@ def _gang(g: GangExplanation, now: float) -> dict[str, Any]:
         "timeoutAt": g.timeout_at,
         "reason": reason,
         "podGroup": podgroup,
+        "preemption": g.preemption,
         "capacityNote": g.capacity_note,
         "capacity": _capacity(g.capacity, now) if g.capacity is not None else None,
     }

@@ -87,6 +87,8 @@ def _gang(g: GangExplanation, e: Explanation) -> list[str]:
         out.append(_row("timeout", timeout))
     if g.reason is not None and g.reason.message not in g.verdict:
         out.append(_row("scheduler", f"{g.reason.message}  [PodScheduled=False on {g.reason_pod}]"))
+    if g.preemption and g.preemption not in g.verdict:
+        out.append(_row("preemption", g.preemption))
     if g.podgroup is not None:
         out.append(_row("podgroup", _podgroup(g)))
     if g.capacity is not None:

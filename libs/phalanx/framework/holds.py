@@ -1,5 +1,6 @@
-"""A capacity hold for a starving gang, as the filters see it on the snapshot (see
-phalanx.scheduling.reservation, which computes it each round, and phalanx.plugins.reservation_filter)."""
+"""Capacity held for a gang, as the filters see it on the snapshot: for a starving gang (see
+phalanx.scheduling.reservation, which computes it each round) or for a preempting gang while its victims
+terminate (phalanx.preemption.nomination); phalanx.plugins.reservation_filter keeps other pods off it."""
 
 from __future__ import annotations
 
@@ -17,3 +18,7 @@ class CapacityHold:
     earliest_start: float  # the soonest the gang could start on its nodes (from known end times)
     now: float
     generation: int  # the snapshot's generation it was built for; stale after nodes change
+    # Pods of higher priority than this are not kept off (a preemption nomination, like kube-scheduler's);
+    # None: every other pod is (a starving gang's reservation).
+    priority: int | None = None
+    kind: str = "starving gang"  # for the filter's message: "node(s) reserved for <kind> <gang>"

@@ -47,6 +47,9 @@ class Snapshot:
         # Nodes kept for starving gangs this round, oldest gang first (set by the scheduler; read by the
         # reservation filter). Empty: none.
         self.reservation: tuple[CapacityHold, ...] = ()
+        # Nodes nominated for preempting gangs while their victims terminate (set by the scheduler from the
+        # nominations it keeps in Redis; read by the same filter). Empty: none.
+        self.nominated: tuple[CapacityHold, ...] = ()
 
     # -- building --------------------------------------------------------------------------------
     def _ensure_columns(self, names: object) -> None:

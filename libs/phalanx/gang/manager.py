@@ -1,16 +1,29 @@
-"""Gang bookkeeping: declarations, accumulation, Strict cycles, GangGroups, timers, once-satisfied.
+"""Gang bookkeeping: declarations, accumulation, Strict cycles, GangGroups, timers, match policies, role
+minimums.
 
 The manager holds the scheduler's copy of every gang's runtime record and knows no storage. A scheduling
 attempt decides through a `GangStatement` (its changes as operations, `phalanx.gang.ops`); the scheduler
 commits them to Redis with the attempt's reservations and then calls `commit`, so memory changes only
 after Redis accepted the change, and a conflict leaves nothing to restore.
+
+Which pods count toward a gang's minimum is its match policy (Koordinator's `match-policy`, as its
+coscheduling plugin reads it in Permit, `isGangValidForPermit`):
+- once-satisfied (the default): waiting pods (reserved, not bound yet), and pods found bound; the gang's
+  first bind satisfies it for good (GangStatus.SATISFIED), and its later pods schedule as ordinary pods.
+- only-waiting: waiting pods only; never satisfied for good: each new batch must reach the minimum alone.
+- waiting-and-running: waiting and bound pods; never satisfied for good either.
+A gang with role minimums (Volcano's minTaskMember, `phalanx.gang.roles`) also needs each role's minimum
+among the pods that count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
+from typing import TypeVar
 
+from phalanx.gang import roles
 from phalanx.gang.ops import (
     CycleAdvanced,
     CycleInvalidated,
@@ -24,7 +37,13 @@ from phalanx.gang.ops import (
 )
 from phalanx.gang.record import GangRecord
 from phalanx.gang.statement import GangStatement
-from phalanx.model.objects import GangMode, GangSpec
+from phalanx.model.objects import GangMode, GangSpec, PodInfo
+
+ONCE_SATISFIED = "once-satisfied"
+ONLY_WAITING = "only-waiting"
+WAITING_AND_RUNNING = "waiting-and-running"
+
+T = TypeVar("T")
 
 
 class GangStatus(str, Enum):
@@ -32,8 +51,14 @@ class GangStatus(str, Enum):
     UNDECLARED = "undeclared"  # its PodGroup/ConfigMap does not exist yet
     INVALID = "invalid"
     TIMED_OUT = "timed-out"
-    SATISFIED = "satisfied"  # once-satisfied: further pods schedule as ordinary pods
+    SATISFIED = "satisfied"  # once-satisfied and bound: further pods schedule as ordinary pods
     ACCUMULATING = "accumulating"
+
+
+def once_satisfied(spec: GangSpec | None) -> bool:
+    """Whether the gang's first bind satisfies it for good: Koordinator's default policy, and an undeclared
+    gang's (its policy is not known)."""
+    return spec is None or spec.match_policy not in (ONLY_WAITING, WAITING_AND_RUNNING)
 
 
 class GangManager:
@@ -73,7 +98,7 @@ class GangManager:
         rec = self.records.get(key)
         if rec is not None and rec.timed_out:
             return GangStatus.TIMED_OUT
-        if rec is not None and rec.satisfied_at is not None:
+        if rec is not None and rec.satisfied_at is not None and once_satisfied(spec):
             return GangStatus.SATISFIED
         if spec is None:
             return GangStatus.UNDECLARED
@@ -150,15 +175,23 @@ class GangManager:
 
     # -- accumulation ----------------------------------------------------------------------------
     def assumed(self, key: str, pods: list[str], now: float, stmt: GangStatement, trace: str) -> None:
+        self.start_wait(key, now, stmt, trace)  # first: it reads what the gang held before these pods
         stmt.add(PodsAssumed(key, tuple(pods)))
-        self.start_wait(key, now, stmt, trace)
 
     def start_wait(self, key: str, now: float, stmt: GangStatement, trace: str) -> None:
         """A pod of the gang reached the wait stage: start the gang's timer if it is not running."""
         rec = stmt.record(key)
-        if rec.first_wait is None:
+        if rec.first_wait is None or self._new_batch(key, stmt):
             # The wait is counted from the first pod reaching the wait stage, and survives Strict rollbacks.
             stmt.add(WaitStarted(key, now, now + self.wait_seconds(key), rec.trace or trace))
+
+    def _new_batch(self, key: str, stmt: GangStatement) -> bool:
+        """A gang that is never satisfied for good (only-waiting, waiting-and-running) and has bound before
+        starts a new wait when pods reach the wait stage while it holds none waiting: its bind cleared the
+        timer of the batch before, and a new batch must not hold its reservations for ever. (Past the first
+        batch, a Strict rollback thus gives the next attempt a fresh wait: no hold lasts longer than one.)"""
+        rec = stmt.record(key)
+        return not once_satisfied(self.specs.get(key)) and rec.satisfied_at is not None and not rec.assumed
 
     def released(self, key: str, pods: list[str], stmt: GangStatement) -> None:
         stmt.add(PodsReleased(key, tuple(pods)))
@@ -167,14 +200,59 @@ class GangManager:
         stmt.add(TimedOut(key))
 
     def placed_count(self, key: str) -> int:
+        """The gang's pods that count toward its minimum by its match policy: the waiting ones, and the bound
+        ones unless it is only-waiting (pods found bound on a restart count as bound ones)."""
         rec = self.records.get(key)
-        return 0 if rec is None else len(rec.assumed) + len(rec.bound)
+        if rec is None:
+            return 0
+        return len(rec.assumed) + (0 if self._only_waiting(key) else len(rec.bound))
 
-    def reached_minimum(self, key: str) -> bool:
+    def _only_waiting(self, key: str) -> bool:
+        spec = self.specs.get(key)
+        return spec is not None and spec.match_policy == ONLY_WAITING
+
+    def _counted(self, key: str) -> Iterable[str]:
+        rec = self.records.get(key)
+        if rec is None:
+            return ()
+        return rec.assumed if self._only_waiting(key) else (*rec.assumed, *rec.bound)
+
+    def role_counts(self, key: str) -> Counter[str]:
+        """Role -> how many of the gang's pods that count toward its minimum have it."""
+        rec = self.records.get(key)
+        return roles.role_counts(self._counted(key), rec.roles) if rec is not None else Counter()
+
+    def reached_minimum(self, key: str, placing: Sequence[PodInfo] = ()) -> bool:
+        """Whether the gang has its minimum: min_available pods that count by its match policy, and each
+        role's minimum among them. `placing`: pods of an attempt not recorded yet, counted as waiting (the
+        scheduler asks whether a Strict failure still costs the gang anything)."""
         spec = self.specs.get(key)
         if spec is None or spec.invalid:
             return False
-        return self.status(key) == GangStatus.SATISFIED or self.placed_count(key) >= spec.min_available
+        if self.status(key) == GangStatus.SATISFIED:
+            return True
+        if self.placed_count(key) + len(placing) < spec.min_available:
+            return False
+        minimums = roles.role_minimums(spec)
+        if not minimums:
+            return True
+        have = self.role_counts(key) + Counter(role for p in placing if (role := roles.pod_role(p)))
+        return not roles.missing(minimums, have)
+
+    def required_first(self, key: str, unit: list[T], pod_of: Callable[[T], PodInfo]) -> list[T]:
+        """`unit` (a gang's pods about to be tried) with the pods its role minimums still lack first
+        (`phalanx.gang.roles.required_first`); the pods' roles are noted in the gang's record, for counting
+        once they are placed. Noted at once, outside any statement: a role is a fact about a pod, and only
+        the roles of the gang's reserved and bound pods are ever read."""
+        spec = self.specs.get(key)
+        if spec is None or not spec.min_task_member:
+            return unit
+        rec = self.record(key)
+        for item in unit:
+            pod = pod_of(item)
+            if role := roles.pod_role(pod):
+                rec.roles[pod.key] = role
+        return roles.required_first(spec, unit, lambda item: roles.pod_role(pod_of(item)), self.role_counts(key))
 
     def group_of(self, key: str) -> tuple[str, ...]:
         spec = self.specs.get(key)
@@ -190,4 +268,10 @@ class GangManager:
         return spec.min_available if spec is not None else "?"
 
     def describe(self, key: str) -> str:
-        return f"gang {key}: {self.placed_count(key)}/{self.min_of(key)} pods placed"
+        text = f"gang {key}: {self.placed_count(key)}/{self.min_of(key)} pods placed"
+        spec = self.specs.get(key)
+        minimums = roles.role_minimums(spec) if spec is not None else {}
+        if minimums and self.status(key) != GangStatus.SATISFIED:
+            have = self.role_counts(key)
+            text += " (" + ", ".join(f"{role} {have[role]}/{count}" for role, count in minimums.items()) + ")"
+        return text

@@ -63,13 +63,15 @@ class PodsAssumed(GangOp):
 
 @dataclass(frozen=True)
 class PodsReleased(GangOp):
-    """Reservations given back. In Redis the release of the pods' reservations (in the same transaction)
-    takes them out of the gang's sets, so this op writes nothing of its own."""
+    """Reservations given back, or bound pods gone (finished, deleted, preempted). In Redis the release of
+    the pods' records (in the same transaction) takes them out of both of the gang's sets, so this op
+    writes nothing of its own."""
 
     pods: tuple[str, ...]
 
     def apply(self, rec: GangRecord) -> None:
         rec.assumed.difference_update(self.pods)
+        rec.bound.difference_update(self.pods)
 
 
 @dataclass(frozen=True)

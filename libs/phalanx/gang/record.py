@@ -18,10 +18,14 @@ class GangRecord:
     assumed: set[str] = field(default_factory=set)
     bound: set[str] = field(default_factory=set)
     rounds: dict[str, int] = field(default_factory=dict)
+    # Pod -> its role (volcano.sh/task-spec), for the gang's pods that have one: what its role minimums
+    # (phalanx.gang.roles) count. A fact about the pods, not a decision: learnt when they are tried, and
+    # rebuilt on a restart from the pod records Redis keeps for the reserved and bound ones.
+    roles: dict[str, str] = field(default_factory=dict)
 
     def copy(self) -> "GangRecord":
-        """An independent copy: its three containers copied, the rest immutable values (what deepcopy
-        gives; written out because dataclasses.replace costs 10 us, once per gang attempt)."""
+        """An independent copy: its containers copied, the rest immutable values (what deepcopy gives;
+        written out because dataclasses.replace costs 10 us, once per gang attempt)."""
         return GangRecord(
             self.key,
             self.cycle,
@@ -33,4 +37,5 @@ class GangRecord:
             set(self.assumed),
             set(self.bound),
             dict(self.rounds),
+            dict(self.roles),
         )

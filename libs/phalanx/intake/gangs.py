@@ -12,10 +12,15 @@ A pod names its gang in one of these ways; when it carries several, the first in
                                                                                delayed-binding-annotations
      without them                                              PodGroup        podgroup/scheduling.volcano.sh
   6. label pod-group.scheduling.bdap.com/podgroup-configmap    ConfigMap       configmap
+  7. field spec.schedulingGroup.podGroupName                   PodGroup        podgroup/scheduling.k8s.io
+     (Kubernetes' Workload API, KEP-4671, alpha in 1.36: the PodGroup's spec.schedulingPolicy.gang.minCount
+     is the minimum; a PodGroup with the basic policy declares no gang, and its pods are scheduled one by one)
 
 Koordinator's name annotation comes first because Koordinator is the richest form (modes, groups, waiting
 time) and a pod carrying it was written for it; the two object links that follow are the CRD ways that
-Koordinator and coscheduling read themselves; the remaining forms are older or local conventions.
+Koordinator and coscheduling read themselves; the remaining forms are older or local conventions. Kubernetes'
+own field comes last: it is the newest form, so a pod that also carries an older link keeps the gang it
+always had.
 
 Whatever the form, the Koordinator parameter annotations on the pod (min-available, total-number, mode,
 waiting-time, groups, match-policy) override the form's own values, as Koordinator lets a pod's
@@ -41,10 +46,12 @@ LIGHTWEIGHT = "lightweight-coscheduling"
 KUBE_BATCH = "kube-batch-annotations"
 DELAYED_BINDING = "delayed-binding-annotations"
 CONFIGMAP = "configmap"
-PODGROUP_GROUPS = (keys.GROUP_SIGS, keys.GROUP_X_K8S, keys.GROUP_VOLCANO)
+PODGROUP_GROUPS = (keys.GROUP_SIGS, keys.GROUP_X_K8S, keys.GROUP_VOLCANO, keys.GROUP_K8S)
+SCHEDULING_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
 MATCH_POLICIES = ("once-satisfied", "only-waiting", "waiting-and-running")
 
 _POSITIVE_INT = re.compile(r"\+?[0-9]{1,20}")
+_MAX_ROLE = 317  # characters of a role (an annotation value): the wire's limit on a map key (rpc.validation)
 
 T = TypeVar("T")
 
@@ -76,6 +83,7 @@ class GangParams:
     match_policy: Declared[str] | None = None
     min_resources: Resources | None = None
     queue: str | None = None
+    min_task_member: dict[str, int] | None = None  # Volcano PodGroups only
 
     def overridden_by(self, other: GangParams) -> GangParams:
         said = {f.name: getattr(other, f.name) for f in dataclass_fields(other)}
@@ -161,6 +169,11 @@ def _configmap_label(pod: PodInfo) -> LinkSite | None:
     return _label(pod, keys.CONFIGMAP_LABEL, CONFIGMAP)
 
 
+def _scheduling_group(pod: PodInfo) -> LinkSite | None:
+    name = pod.scheduling_group
+    return LinkSite(keys.GROUP_K8S, name, SCHEDULING_GROUP_FIELD) if name else None
+
+
 _LINK_ORDER: tuple[Callable[[PodInfo], LinkSite | None], ...] = (
     _koordinator_name,
     _sigs_podgroup_label,
@@ -168,6 +181,7 @@ _LINK_ORDER: tuple[Callable[[PodInfo], LinkSite | None], ...] = (
     _lightweight_name,
     _group_name_annotation,
     _configmap_label,
+    _scheduling_group,
 )
 
 
@@ -240,6 +254,7 @@ _FORM_READERS: dict[str, Callable[[PodInfo, Subject, LinkSite], GangLink]] = {
     LIGHTWEIGHT: _read_lightweight,
     keys.GROUP_VOLCANO: _read_group_name,
     CONFIGMAP: _read_configmap_link,
+    keys.GROUP_K8S: _read_podgroup_link,
 }
 
 
@@ -361,8 +376,8 @@ def object_ref(obj: Mapping[str, Any]) -> ObjectRef:
     api_version = fields.get(obj, "apiVersion")
     group = api_version.rpartition("/")[0] if isinstance(api_version, str) and "/" in api_version else ""
     if kind == "PodGroup":
-        if group not in PODGROUP_GROUPS:
-            known = ", ".join(PODGROUP_GROUPS)
+        if not _is_podgroup_api(api_version):
+            known = ", ".join(g if g != keys.GROUP_K8S else f"{g}/{keys.GROUP_K8S_VERSION}" for g in PODGROUP_GROUPS)
             raise subject.error("apiVersion", f"{quoted(api_version)} is not a PodGroup API we read ({known})")
         return ObjectRef("PodGroup", group, subject.namespace, subject.name)
     if kind == "ConfigMap" and api_version in ("v1", None):
@@ -377,18 +392,61 @@ def is_gang_object(obj: Mapping[str, Any]) -> bool:
         return False
     kind, api_version = fields.get(obj, "kind"), fields.get(obj, "apiVersion")
     if kind == "PodGroup":
-        return isinstance(api_version, str) and api_version.rpartition("/")[0] in PODGROUP_GROUPS
+        return _is_podgroup_api(api_version)
     if kind == "ConfigMap":
         data = fields.get(obj, "data")
         return isinstance(data, Mapping) and "minAvailable" in data
     return False
 
 
-def read_gang_object(obj: Mapping[str, Any], ref: ObjectRef) -> GangParams:
+def _is_podgroup_api(api_version: Any) -> bool:
+    """A PodGroup group we read; Kubernetes' own only at the version whose shape is known."""
+    if not isinstance(api_version, str):
+        return False
+    group, _, version = api_version.rpartition("/")
+    return group in PODGROUP_GROUPS and (group != keys.GROUP_K8S or version == keys.GROUP_K8S_VERSION)
+
+
+def read_gang_object(obj: Mapping[str, Any], ref: ObjectRef) -> GangParams | None:
+    """The gang the object declares; None for one that declares none (a scheduling.k8s.io PodGroup with the
+    basic policy, whose pods are scheduled one by one)."""
     subject = Subject(ref.kind, ref.namespace, ref.name)
     if not is_gang_name(ref.name):
         raise subject.error("metadata.name", f"{quoted(ref.name)} is not a valid gang name (RFC 1123 subdomain)")
-    return _read_podgroup(obj, subject) if ref.kind == "PodGroup" else _read_configmap(obj, subject)
+    if ref.kind != "PodGroup":
+        return _read_configmap(obj, subject)
+    return _read_workload_podgroup(obj, subject) if ref.group == keys.GROUP_K8S else _read_podgroup(obj, subject)
+
+
+_POLICY = "spec.schedulingPolicy"
+_MIN_COUNT = f"{_POLICY}.gang.minCount"
+
+
+def _read_workload_podgroup(obj: Mapping[str, Any], subject: Subject) -> GangParams | None:
+    """Kubernetes' Workload API (scheduling.k8s.io/v1alpha2, 1.36): spec.schedulingPolicy is exactly one of
+    `basic` (no gang) and `gang` {minCount}, as kube-scheduler's GangScheduling plugin reads it. The form has no
+    total or timeout: the total is the minimum, the wait is the scheduler's default (Koordinator's PodGroup
+    annotations, and the pods' own, can set them). spec.podGroupTemplateRef (the Workload whose template the
+    group was made from) changes nothing: the PodGroup carries its own copy of the policy."""
+    spec = fields.mapping(fields.get(obj, "spec"), subject, "spec")
+    policy = fields.mapping(fields.get(spec, "schedulingPolicy"), subject, _POLICY)
+    raw_gang, raw_basic = fields.get(policy, "gang"), fields.get(policy, "basic")
+    if raw_gang is not None and raw_basic is not None:
+        raise subject.error(_POLICY, "sets both basic and gang; exactly one is allowed")
+    if raw_basic is not None:
+        fields.mapping(raw_basic, subject, f"{_POLICY}.basic")
+        return None
+    if raw_gang is None:
+        raise subject.error(_POLICY, "is required: exactly one of basic and gang")
+    gang = fields.mapping(raw_gang, subject, f"{_POLICY}.gang")
+    raw_min = fields.get(gang, "minCount")
+    if raw_min is None:
+        raise subject.error(_MIN_COUNT, "is required")
+    min_count = _positive_field(raw_min, subject, _MIN_COUNT)
+    meta = fields.mapping(fields.get(obj, "metadata"), subject, "metadata")
+    annotations = fields.string_map(fields.get(meta, "annotations"), subject, "metadata.annotations")
+    params = GangParams(min_available=Declared(min_count, subject, _MIN_COUNT))
+    return params.overridden_by(koordinator_params(annotations, subject, _PODGROUP_ANNOTATION_KEYS))
 
 
 def _read_podgroup(obj: Mapping[str, Any], subject: Subject) -> GangParams:
@@ -407,8 +465,35 @@ def _read_podgroup(obj: Mapping[str, Any], subject: Subject) -> GangParams:
         ),
         min_resources=fields.resource_list(fields.get(spec, "minResources"), subject, "spec.minResources"),
         queue=_queue(fields.get(spec, "queue"), subject),
+        min_task_member=(
+            _min_task_member(fields.get(spec, "minTaskMember"), subject)
+            if str(fields.get(obj, "apiVersion")).rpartition("/")[0] == keys.GROUP_VOLCANO
+            else None  # only Volcano's PodGroup has the field
+        ),
     )
     return params.overridden_by(koordinator_params(annotations, subject, _PODGROUP_ANNOTATION_KEYS))
+
+
+def _min_task_member(raw: Any, subject: Subject) -> dict[str, int] | None:
+    """Volcano's spec.minTaskMember: role (the pods' volcano.sh/task-spec) -> the least pods of that role, an
+    int32 of at least 0 (0 asks nothing), as its CRD declares it. Minimums that add up to more than minMember
+    are accepted, as Volcano accepts them, and ignored as it ignores them (phalanx.gang.roles.role_minimums)."""
+    where = "spec.minTaskMember"
+    out: dict[str, int] = {}
+    for role, count in fields.mapping(raw, subject, where).items():
+        if not isinstance(role, str) or not role:
+            raise subject.error(where, f"role {quoted(role)} is not a task name (a non-empty string)")
+        if len(role) > _MAX_ROLE:
+            raise subject.error(where, f"role {quoted(role)} is too long (at most {_MAX_ROLE} characters)")
+        at = f"{where}[{role}]"
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise subject.error(at, f"{quoted(count)} is not an integer")
+        if count < 0:
+            raise subject.error(at, f"{quoted(count)} is negative (at least 0)")
+        if count > fields.INT32_MAX:
+            raise subject.error(at, f"{quoted(count)} is too large (at most {fields.INT32_MAX})")
+        out[role] = count
+    return out or None
 
 
 def _queue(raw: Any, subject: Subject) -> str | None:
@@ -488,6 +573,7 @@ def build_spec(
         source=source,
         match_policy=params.match_policy.value if params.match_policy is not None else MATCH_POLICIES[0],
         queue=params.queue or "",
+        min_task_member=dict(params.min_task_member or {}),
     )
 
 

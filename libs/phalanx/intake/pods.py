@@ -47,6 +47,8 @@ def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
         labels=fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels"),
         duration=_duration(annotations, subject),
         pod_affinity=parse_pod_affinity(spec, subject),
+        preemption_policy=_preemption_policy(spec, subject),
+        scheduling_group=_scheduling_group(spec, subject),
     )
 
 
@@ -71,6 +73,31 @@ def _priority(spec: Mapping[str, Any], subject: Subject) -> int:
         # Kubernetes priorities are int32, and so is the protobuf field the pod travels in.
         raise subject.error("spec.priority", f"{quoted(value)} is out of range (a 32-bit integer)")
     return value
+
+
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def _preemption_policy(spec: Mapping[str, Any], subject: Subject) -> str:
+    """ "Never", or "" for Kubernetes' default (PreemptLowerPriority)."""
+    value = fields.text(fields.get(spec, "preemptionPolicy"), subject, "spec.preemptionPolicy")
+    if value and value not in PREEMPTION_POLICIES:
+        raise subject.error("spec.preemptionPolicy", f"{quoted(value)} is not one of {', '.join(PREEMPTION_POLICIES)}")
+    return "Never" if value == "Never" else ""
+
+
+def _scheduling_group(spec: Mapping[str, Any], subject: Subject) -> str:
+    """spec.schedulingGroup.podGroupName (Kubernetes 1.36+, Workload API): the name of the scheduling.k8s.io
+    PodGroup the pod belongs to, "" for none. Its format is the gang intake's to check, as for the other links."""
+    raw = fields.get(spec, "schedulingGroup")
+    if raw is None:
+        return ""
+    group = fields.mapping(raw, subject, "spec.schedulingGroup")
+    name = fields.text(fields.get(group, "podGroupName"), subject, "spec.schedulingGroup.podGroupName")
+    if not name:
+        # The API server's rule: podGroupName is the one member of this union, so it must be set.
+        raise subject.error("spec.schedulingGroup.podGroupName", "is required when spec.schedulingGroup is set")
+    return name
 
 
 def _node_name(spec: Mapping[str, Any], subject: Subject) -> str:

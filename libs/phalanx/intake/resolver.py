@@ -9,6 +9,9 @@ the same way): its form decides whether the gang is self-contained or read from 
 Koordinator annotations are the overrides applied to that object. Later pods of the same gang key join
 it; their own annotations are still validated, so a pod with a typo is refused rather than ignored.
 So when one name is declared both ways (pod annotations and an object), the first pod's form decides.
+
+A scheduling.k8s.io PodGroup with the basic policy declares no gang: the pods naming it wait for it like for
+any PodGroup (kube-scheduler does too), then are scheduled one by one, as pods of no gang.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class _StoredObject:
     params: GangParams
     created_at: float
     invalid: str = ""
+    gang: bool = True  # False: it declares no gang (a scheduling.k8s.io PodGroup with the basic policy)
 
 
 _NO_GANG = Resolution("", None, "", "")
@@ -74,11 +78,15 @@ class GangResolver:
         ref = object_ref(obj)
         try:
             params = read_gang_object(obj, ref)
-            self._object_spec(ref, params, created_at)  # checks across fields, e.g. total below min
+            if params is not None:
+                self._object_spec(ref, params, created_at)  # checks across fields, e.g. total below min
         except IntakeError as exc:
             self._objects[ref] = _StoredObject(GangParams(), created_at, invalid=str(exc))
             raise
-        self._objects[ref] = _StoredObject(params, created_at)
+        if params is None:
+            self._objects[ref] = _StoredObject(GangParams(), created_at, gang=False)
+        else:
+            self._objects[ref] = _StoredObject(params, created_at)
         return ref.key
 
     def remove_object(self, kind: str, namespace: str, name: str) -> str | None:
@@ -102,7 +110,7 @@ class GangResolver:
 
     def has_object(self, key: str) -> bool:
         """Whether a PodGroup or ConfigMap declaring this gang is recorded."""
-        return any(ref.key == key for ref in self._objects)
+        return any(ref.key == key and stored.gang for ref, stored in self._objects.items())
 
     def forget_link(self, key: str) -> None:
         """The gang has no pods left: the next pod that names it declares it again (its own annotations,
@@ -128,6 +136,9 @@ class GangResolver:
         defining = self._links[key]
         if defining.ref is not None and defining.ref not in self._objects:
             return Resolution(key, None, f"{defining.ref.describe()} does not exist yet", "")
+        if defining.ref is not None and not self._objects[defining.ref].gang:
+            self.forget_link(key)  # no gang to remember a declaration for
+            return _NO_GANG
         spec = self._linked_spec(key, defining)
         if spec is None:  # pragma: no cover - excluded by the check just above
             return Resolution(key, None, "", "")
@@ -142,7 +153,7 @@ class GangResolver:
             return self._linked_spec(key, link)
         # No pod seen yet: the object alone, the most recently added one if several kinds share the key.
         for ref in reversed(list(self._objects)):
-            if ref.key == key:
+            if ref.key == key and self._objects[ref].gang:
                 return self._stored_object_spec(ref, self._objects[ref], GangParams())
         return None
 
@@ -151,7 +162,7 @@ class GangResolver:
         if link.ref is None:
             return self._self_contained_spec(namespace, link, self._first_pod_created[key])
         stored = self._objects.get(link.ref)
-        if stored is None:
+        if stored is None or not stored.gang:
             return None
         return self._stored_object_spec(link.ref, stored, link.params)
 

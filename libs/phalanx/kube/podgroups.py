@@ -9,6 +9,10 @@ tools built for scheduler-plugins or Volcano keep working unchanged:
   pruned from the API server's answer and stops sending it.
 - Volcano (scheduling.volcano.sh): phase in Pending/Inqueue/Running/Completed/Unknown, and one condition,
   Unschedulable (NotEnoughResources, NotEnoughTasks) or Scheduled; running, succeeded, failed.
+
+Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2, the Workload API of 1.36, alpha) is read and watched
+too (WATCHED_VERSIONS), but gets no report: it is not in VERSIONS, the groups reported to. Its status has
+only conditions (PodGroupScheduled, which kube-scheduler sets), and no counters.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from phalanx.model.status import GangPhase
 
 PLURAL = "podgroups"
 VERSIONS: dict[str, str] = {keys.GROUP_X_K8S: "v1alpha1", keys.GROUP_SIGS: "v1alpha1", keys.GROUP_VOLCANO: "v1beta1"}
+# The PodGroup collections the scheduler watches (a 404 means not served: the cluster lacks that CRD, or the
+# Workload API, which needs the GenericWorkload gate and scheduling.k8s.io/v1alpha2 enabled, 1.36+).
+WATCHED_VERSIONS: dict[str, str] = {**VERSIONS, keys.GROUP_K8S: keys.GROUP_K8S_VERSION}
 _SOURCE_PREFIX = "podgroup/"
 
 

@@ -42,6 +42,32 @@ class PodReport:
     unschedulable_message: str = ""  # PodScheduled=False/Unschedulable with this message, when set
     event_reason: str = ""
     event_message: str = ""
+    nominated_node: str = ""  # preemption: status.nominatedNodeName to set while its victims terminate
+
+
+class EvictStatus(StrEnum):
+    EVICTED = "evicted"  # accepted: the pod terminates
+    GONE = "gone"  # the pod no longer exists, or is another incarnation
+    REFUSED = "refused"  # refused for good (a PodDisruptionBudget allows no disruption)
+    RETRY = "retry"  # no answer now: ask again later
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A pod the scheduler chose to preempt for a higher-priority gang."""
+
+    pod_key: str
+    uid: str
+    node: str
+    preemptor: str  # the gang it makes room for
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    pod_key: str
+    status: EvictStatus
+    message: str = ""
 
 
 @dataclass(slots=True)

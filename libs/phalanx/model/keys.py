@@ -17,6 +17,9 @@ LABEL_SIGS_PODGROUP = "pod-group.scheduling.sigs.k8s.io"
 LIGHT_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 LIGHT_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+# A Volcano pod's role (its task's name), which a PodGroup's spec.minTaskMember counts by: Volcano reads the
+# annotation, and the label when there is no annotation (its job controller writes both).
+VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
 KUBE_BATCH_MIN_MEMBER = "scheduling.k8s.io/group-min-member"
 DELAYED_BIND_POD_NUM = "scheduling.k8s.io/group-pod-num"
 CONFIGMAP_LABEL = "pod-group.scheduling.bdap.com/podgroup-configmap"
@@ -25,6 +28,9 @@ CONFIGMAP_LABEL = "pod-group.scheduling.bdap.com/podgroup-configmap"
 GROUP_X_K8S = "scheduling.x-k8s.io"
 GROUP_SIGS = "scheduling.sigs.k8s.io"
 GROUP_VOLCANO = "scheduling.volcano.sh"
+# Kubernetes' own (the Workload API, KEP-4671): a pod names its PodGroup in spec.schedulingGroup.podGroupName.
+GROUP_K8S = "scheduling.k8s.io"
+GROUP_K8S_VERSION = "v1alpha2"  # the 1.36 shape, the only one read: its other versions have no such PodGroup
 
 # Simulation.
 SIM_DURATION = "simulation.phalanx.dev/duration"

@@ -76,6 +76,12 @@ class PodInfo:
     invalid: str = ""  # why intake refused the pod; such a pod is never scheduled
     # podAffinity, podAntiAffinity and topologySpreadConstraints; None when it declares none.
     pod_affinity: PodAffinitySpec | None = None
+    # spec.preemptionPolicy: "Never" keeps the pod (and its gang) from preempting others; "" is Kubernetes'
+    # default, PreemptLowerPriority.
+    preemption_policy: str = ""
+    # spec.schedulingGroup.podGroupName: the scheduling.k8s.io PodGroup (Kubernetes' Workload API) it names.
+    # Read by the gang intake only, before the pod leaves it: not sent over gRPC.
+    scheduling_group: str = ""
 
     @property
     def key(self) -> str:
@@ -100,6 +106,10 @@ class GangSpec:
     # only; "waiting-and-running": waiting and running pods.
     match_policy: str = "once-satisfied"
     queue: str = ""  # Volcano spec.queue: the tenant its pods' DRF share counts against ("": their namespace)
+    # Volcano spec.minTaskMember: role (a pod's volcano.sh/task-spec) -> how many pods of that role must be
+    # placed, besides min_available, for the gang to reach its minimum. As in Volcano, roles of 0 are
+    # ignored, and all of them are when they add up to more than min_available (phalanx.gang.roles).
+    min_task_member: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

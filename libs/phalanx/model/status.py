@@ -29,6 +29,8 @@ class EventReason(StrEnum):
     GANG_WAITING = "GangWaiting"
     GANG_SCHEDULED = "GangScheduled"
     GANG_TIMEOUT = "GangTimeout"
+    PREEMPTED = "Preempted"  # on a victim, naming the gang it made room for (kube-scheduler's reason)
+    PREEMPTING = "Preempting"  # on a preempting gang: which victims, which nominated nodes
 
     @property
     def normal(self) -> bool:
@@ -36,7 +38,15 @@ class EventReason(StrEnum):
         return self in _NORMAL
 
 
-_NORMAL = frozenset({EventReason.SCHEDULED, EventReason.GANG_SCHEDULED, EventReason.GANG_WAITING})
+_NORMAL = frozenset(
+    {
+        EventReason.SCHEDULED,
+        EventReason.GANG_SCHEDULED,
+        EventReason.GANG_WAITING,
+        EventReason.PREEMPTED,
+        EventReason.PREEMPTING,
+    }
+)
 
 
 class PodPhase(StrEnum):

@@ -1,6 +1,7 @@
 """StarvationReservation: keeps other pods off the nodes reserved for a starving gang, except where they
 cannot delay it (backfill): capacity the gang does not need there, or a pod of known duration that ends
-before the gang could start anyway. With no reservation it passes every node at the cost of one check."""
+before the gang could start anyway. It keeps pods of no higher priority off the nodes nominated for a
+preempting gang the same way. With no reservation it passes every node at the cost of one check."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class StarvationReservation:
     name = "StarvationReservation"
 
     def filter(self, req: PodRequest, snap: Snapshot) -> np.ndarray:
-        if not snap.reservation:
+        if not snap.reservation and not snap.nominated:
             return everywhere(len(snap))
         ok: np.ndarray | None = None
         for hold in _applying(req, snap):
@@ -36,13 +37,18 @@ class StarvationReservation:
                 continue
             here = left & ~allowed
             if here.any():
-                out[f"node(s) reserved for starving gang {hold.gang}"] += int(here.sum())
+                out[f"node(s) reserved for {hold.kind} {hold.gang}"] += int(here.sum())
                 left &= allowed
         return out
 
 
 def _applying(req: PodRequest, snap: Snapshot) -> list[CapacityHold]:
-    return [h for h in snap.reservation if h.gang != req.pod.gang and h.generation == snap.generation]
+    pod = req.pod
+    return [
+        h
+        for h in (*snap.reservation, *snap.nominated)
+        if h.gang != pod.gang and h.generation == snap.generation and (h.priority is None or pod.priority <= h.priority)
+    ]
 
 
 def _allowed(req: PodRequest, snap: Snapshot, hold: CapacityHold) -> np.ndarray | None:

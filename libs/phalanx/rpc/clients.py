@@ -9,19 +9,21 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
+from phalanx.model.binding import Assignment, BindResult, EvictResult, GangReport, PodReport, Victim
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import Outcome
 from phalanx.rpc.convert import (
     assignment_to_pb,
     bind_result_from_pb,
+    evict_result_from_pb,
     gang_report_to_pb,
     gang_to_pb,
     node_to_pb,
     pod_from_pb,
     pod_report_to_pb,
     pod_to_pb,
+    victim_to_pb,
 )
 from phalanx.rpc.queue_wire import freed_to_pb, hint_to_pb
 from phalanx.rpc.server import channel
@@ -271,6 +273,11 @@ class BinderClient(_Client):
             pods=[pod_report_to_pb(p) for p in pods], gangs=[gang_report_to_pb(g) for g in gangs], now=now
         )
         self.stub.Report(req, timeout=self.timeout)
+
+    def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
+        self._fresh()
+        req = binder_pb2.EvictRequest(victims=[victim_to_pb(v) for v in victims], now=now)
+        return [evict_result_from_pb(r) for r in self.stub.Evict(req, timeout=self.timeout).results]
 
 
 class SchedulerClient(_Client):

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from phalanx.model.binding import Assignment, BindResult, BindStatus, GangReport, PodReport
+from phalanx.model.binding import (
+    Assignment,
+    BindResult,
+    BindStatus,
+    EvictResult,
+    EvictStatus,
+    GangReport,
+    PodReport,
+    Victim,
+)
 from phalanx.model.objects import (
     GangMode,
     GangSpec,
@@ -81,6 +90,7 @@ def pod_to_pb(p: PodInfo, trace_parent: str = "") -> pb.Pod:
         duration=-1.0 if p.duration is None else p.duration,
         invalid=p.invalid,
         trace_parent=trace_parent,
+        preemption_policy=p.preemption_policy,
     )
     if p.pod_affinity is not None:
         affinity_to_pb(p.pod_affinity, m.pod_affinity)
@@ -104,6 +114,7 @@ def pod_from_pb(m: pb.Pod) -> PodInfo:
         duration=None if m.duration < 0 else m.duration,
         invalid=m.invalid,
         pod_affinity=affinity_from_pb(m.pod_affinity) if m.HasField("pod_affinity") else None,
+        preemption_policy=m.preemption_policy,
     )
 
 
@@ -120,6 +131,8 @@ def gang_to_pb(g: GangSpec) -> pb.Gang:
         created_at=g.created_at,
         source=g.source,
         invalid=g.invalid,
+        match_policy=g.match_policy,
+        min_task_member={role: _int32(n, g, f"min_task_member[{role}]") for role, n in g.min_task_member.items()},
     )
 
 
@@ -136,6 +149,8 @@ def gang_from_pb(m: pb.Gang) -> GangSpec:
         created_at=m.created_at,
         source=m.source,
         invalid=m.invalid,
+        match_policy=m.match_policy or "once-satisfied",  # "": a sender from before the field
+        min_task_member=dict(m.min_task_member),
     )
 
 
@@ -196,11 +211,40 @@ def pod_report_to_pb(r: PodReport) -> binder_pb2.PodReport:
         unschedulable_message=r.unschedulable_message,
         event_reason=r.event_reason,
         event_message=r.event_message,
+        nominated_node=r.nominated_node,
     )
 
 
 def pod_report_from_pb(m: binder_pb2.PodReport) -> PodReport:
-    return PodReport(m.pod_key, dict(m.annotations), m.unschedulable_message, m.event_reason, m.event_message)
+    return PodReport(
+        m.pod_key, dict(m.annotations), m.unschedulable_message, m.event_reason, m.event_message, m.nominated_node
+    )
+
+
+def victim_to_pb(v: Victim) -> binder_pb2.Victim:
+    return binder_pb2.Victim(pod_key=v.pod_key, uid=v.uid, node=v.node, preemptor=v.preemptor, message=v.message)
+
+
+def victim_from_pb(m: binder_pb2.Victim) -> Victim:
+    return Victim(m.pod_key, m.uid, m.node, m.preemptor, m.message)
+
+
+_EVICT_TO_PB = {
+    EvictStatus.EVICTED: binder_pb2.EVICT_STATUS_EVICTED,
+    EvictStatus.GONE: binder_pb2.EVICT_STATUS_GONE,
+    EvictStatus.REFUSED: binder_pb2.EVICT_STATUS_REFUSED,
+    EvictStatus.RETRY: binder_pb2.EVICT_STATUS_RETRY,
+}
+_EVICT_FROM_PB = {v: k for k, v in _EVICT_TO_PB.items()}
+
+
+def evict_result_to_pb(r: EvictResult) -> binder_pb2.EvictResult:
+    return binder_pb2.EvictResult(pod_key=r.pod_key, status=_EVICT_TO_PB[r.status], message=r.message)
+
+
+def evict_result_from_pb(m: binder_pb2.EvictResult) -> EvictResult:
+    # An answer this side does not know (a newer binder) is no answer: asked again later.
+    return EvictResult(m.pod_key, _EVICT_FROM_PB.get(m.status, EvictStatus.RETRY), m.message)
 
 
 _GANG_REPORT_FIELDS = (

@@ -19,6 +19,7 @@ import grpc
 
 from phalanx.intake import names
 from phalanx.intake.fields import MAX_AMOUNT, MAX_NODE_GPUS
+from phalanx.intake.gangs import MATCH_POLICIES
 from phalanx.model.gpu import GPU
 from phalanx.v1 import binder_pb2, objects_pb2, queue_pb2, scheduler_pb2
 
@@ -286,6 +287,8 @@ def pod_errors(pod: objects_pb2.Pod, path: str, *, bound: bool = False) -> list[
     if pod.HasField("pod_affinity"):
         errors += _pod_affinity(pod.pod_affinity, f"{path}.pod_affinity")
     errors += _text(pod.uid, f"{path}.uid", MAX_ID) + _text(pod.invalid, f"{path}.invalid", MAX_TEXT)
+    if pod.preemption_policy not in ("", "Never"):
+        errors.append(f'{where}: preemption_policy {shown(pod.preemption_policy)} is not "Never" or empty')
     errors += _text(pod.trace_parent, f"{path}.trace_parent", MAX_TRACE)
     return errors
 
@@ -312,6 +315,18 @@ def gang_errors(gang: objects_pb2.Gang, path: str) -> list[str]:
     errors += _time(gang.created_at, f"{path}.created_at")
     errors += _resources(gang.min_resources, f"{path}.min_resources")
     errors += _text(gang.source, f"{path}.source", MAX_KEY) + _text(gang.invalid, f"{path}.invalid", MAX_TEXT)
+    if gang.match_policy and gang.match_policy not in MATCH_POLICIES:
+        errors.append(f"{path}.match_policy: {shown(gang.match_policy)} is not one of {', '.join(MATCH_POLICIES)}")
+    errors += _count(gang.min_task_member, f"{path}.min_task_member", MAX_ENTRIES) or [
+        f"{path}.min_task_member: role {shown(role)} must have 1 to {MAX_KEY} characters"
+        for role in gang.min_task_member
+        if not role or len(role) > MAX_KEY
+    ]
+    errors += [
+        f"{path}.min_task_member[{shown(role)}]: {count} is negative"
+        for role, count in gang.min_task_member.items()
+        if count < 0
+    ]
     return errors
 
 
@@ -526,6 +541,8 @@ def _pod_report(p: binder_pb2.PodReport, path: str) -> list[str]:
     errors += _string_map(p.annotations, f"{path}.annotations")
     for field in ("unschedulable_message", "event_reason", "event_message"):
         errors += _text(getattr(p, field), f"{path}.{field}", MAX_TEXT)
+    if p.nominated_node and not names.is_dns_subdomain(p.nominated_node):
+        errors.append(f"{path}.nominated_node: {shown(p.nominated_node)} is not {names.SUBDOMAIN_RULE}")
     return errors
 
 
@@ -544,3 +561,16 @@ def _gang_report(g: binder_pb2.GangReport, path: str) -> list[str]:
 
 def report_request(req: binder_pb2.ReportRequest) -> list[str]:
     return _time(req.now, "now") + _each(req.pods, "pods", _pod_report) + _each(req.gangs, "gangs", _gang_report)
+
+
+def _victim(v: binder_pb2.Victim, path: str) -> list[str]:
+    errors = [] if names.is_object_key(v.pod_key) else [f"{path}.pod_key: {shown(v.pod_key)} is not namespace/name"]
+    if not names.is_object_key(v.preemptor):
+        errors.append(f"{path}.preemptor: {shown(v.preemptor)} is not the namespace/name of a gang")
+    if v.node and not names.is_dns_subdomain(v.node):
+        errors.append(f"{path}.node: {shown(v.node)} is not {names.SUBDOMAIN_RULE}")
+    return errors + _text(v.uid, f"{path}.uid", MAX_ID) + _text(v.message, f"{path}.message", MAX_TEXT)
+
+
+def evict_request(req: binder_pb2.EvictRequest) -> list[str]:
+    return _time(req.now, "now") + _each(req.victims, "victims", _victim)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
+from phalanx.model.binding import Assignment, BindResult, EvictResult, GangReport, PodReport, Victim
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import FreedCapacity, Hint
 from phalanx.queueing.scheduling_queue import Outcome
@@ -106,3 +106,7 @@ class BinderPort(Protocol):
     def bind_many(self, batches: list[tuple[list[Assignment], bool, str]], now: float) -> list[list[BindResult]]: ...
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
+
+    def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
+        """Evicts preemption victims, in order (stopping at the first refusal)."""
+        ...

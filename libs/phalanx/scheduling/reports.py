@@ -33,9 +33,10 @@ class StatusReports:
         message: str,
         annotations: dict[str, str] | None = None,
         event: EventReason = EventReason.FAILED_SCHEDULING,
+        nominated_node: str = "",
     ) -> None:
-        """A pod's condition and Event."""
-        if not annotations and self._pod_last.get(pod_key) == message:
+        """A pod's condition and Event (and, when preempting, the node nominated for it)."""
+        if not annotations and not nominated_node and self._pod_last.get(pod_key) == message:
             return
         self._pod_last[pod_key] = message
         self._pods.append(
@@ -45,6 +46,7 @@ class StatusReports:
                 unschedulable_message=message,
                 event_reason=event,
                 event_message=message,
+                nominated_node=nominated_node,
             )
         )
 

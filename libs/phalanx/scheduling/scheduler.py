@@ -17,7 +17,7 @@ from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
-from phalanx.gang.ops import BoundPodsFound
+from phalanx.gang.ops import BoundPodsFound, PodsReleased
 from phalanx.gang.statement import GangStatement
 from phalanx.metrics.attempts import AttemptTally
 from phalanx.model.binding import Assignment
@@ -32,6 +32,7 @@ from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.hints import refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.lookahead import Lookahead
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
+from phalanx.scheduling.preemption import Decision, Preemptions, PreemptionSettings
 from phalanx.scheduling.reports import StatusReports
 from phalanx.scheduling.reservation import ReservationPlanner
 from phalanx.scheduling.round import RoundState
@@ -51,6 +52,8 @@ class SchedulerSettings:
     profile: str = DEFAULT_SCHEDULER_NAME  # the scheduler name: the `profile` label of its metrics
     # A gang waiting longer than this gets nodes reserved for it (phalanx.scheduling.reservation); 0: off.
     starvation_bound_seconds: float = 0.0
+    # Gang preemption (phalanx.scheduling.preemption): a gang that does not fit evicts lower-priority units.
+    preemption: bool = True
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class GangScheduler:
         self.binds = BindDispatch(self.cache, binder, self.reports)  # holds the binder (see `binder`)
         self.timeouts = GangTimeouts(store, self.cache, self.binds, self.reports)
         self.reservation = ReservationPlanner(self.settings.starvation_bound_seconds)
+        self.preemption = Preemptions(store, self.cache, framework, PreemptionSettings(self.settings.preemption))
         # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
         self._undelivered = Carry()
         self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
@@ -139,6 +143,7 @@ class GangScheduler:
             released,
         )
         carry = Carry()
+        self.preemption.evict_pending(self.binder, now, force=True)  # evictions a crash left unsent
         self.binds.retry(now, carry, force=True)
         if carry.verdicts:
             self.queue.done(carry.verdicts, carry.activate, carry.failed, now)
@@ -161,6 +166,7 @@ class GangScheduler:
         self.binds.forget_pending()
         for r in sorted(self.assumed.values(), key=lambda r: r.key):
             self.binds.resume(r.key, r.gang, r.state)
+        self.preemption.reload()
         self.needs_resync = False
 
     # -- cluster events --------------------------------------------------------------------------
@@ -204,6 +210,7 @@ class GangScheduler:
     def forget_pods(self, keys: list[str]) -> None:
         """Deleted pods: the last message reported for each is not needed any more."""
         self.reports.forget_pods(keys)
+        self.preemption.forget_pods(keys)
 
     def release_pods(self, keys: list[str], freed: FreedCapacity | None = None) -> int:
         """Pods that finished or were deleted: their reservations and bindings free capacity (recorded in
@@ -218,6 +225,8 @@ class GangScheduler:
         for r in records.values():
             if self.cache.give_back(r.key, freed) is None:  # bound, not reserved: its capacity still returns
                 self.cache.free_capacity(r, freed)
+                if r.gang:  # Redis took it out of the gang's bound set: so does memory
+                    self.gangs.apply([PodsReleased(r.gang, (r.key,))])
             self.bound.discard(r.key)
         return len(records)
 
@@ -270,6 +279,8 @@ class GangScheduler:
                 carry.move_all = True  # memory was rebuilt: what the queue's hints say may be stale
             self.timeouts.expire(now, carry)
             self.binds.retry(now, carry)
+            self.preemption.settle()
+            self.preemption.evict_pending(self.binder, now)
             while True:
                 if prefetched is not None:
                     popped, prefetched = prefetched, None  # the carry goes with the next pop
@@ -290,6 +301,7 @@ class GangScheduler:
                     self.reservation.learn(popped.items)
                     self.reservation.refresh(now, self.snapshot, self.gangs)
                 state = RoundState(now)
+                self.preemption.refresh_holds()  # nodes may have changed since: holds are per generation
                 round_started = perf_counter()
                 self.attempts.new_round()
                 for gang, unit in _units(popped.items):
@@ -324,6 +336,7 @@ class GangScheduler:
             raise
         self.reports.flush(self.binder, now)
         self.timeouts.refresh()
+        self.preemption.settle()  # gangs bound this step hold their place themselves now
         wakeups = [
             t for t in (popped.next_ready_at, self.timeouts.next_deadline, self.binds.next_retry()) if t is not None
         ]
@@ -398,6 +411,7 @@ class GangScheduler:
             )
 
     def _try_gang_unit(self, gang: str, unit: list[Popped], state: RoundState, span: object) -> bool:
+        unit = self.gangs.required_first(gang, unit, lambda item: item.pod)  # each role's minimum first (Volcano)
         strict = self.gangs.strict(gang)
         stmt = self.gangs.begin()  # memory changes only once Redis has the attempt
         placed: list[tuple[Popped, int, Resources]] = []  # pod, node index, what it reserves there
@@ -415,10 +429,11 @@ class GangScheduler:
                 self.snapshot.reserve(res.node_index, res.requests, pod=item.pod)
                 placed.append((item, res.node_index, res.requests))
                 continue
-            failure = (item, res.message)
-            if strict:  # what may help: judged with the gang's earlier pods still reserved, on its smallest pod
+            if strict and not self.gangs.reached_minimum(gang, [p.pod for p, _, _ in placed]):
+                failure = (item, res.message)  # what may help: judged with the gang's earlier pods still reserved
                 hint = rejection_hint(self.framework, item.pod, self.snapshot, self._gang_pods(gang, unit))
                 break
+            # NonStrict, or Strict once the pods placed reach the gang's minimum: a surplus pod fails alone
             unplaceable.append((item, res.message, rejection_hint(self.framework, item.pod, self.snapshot)))
         for item, i, reqs in placed:  # undo the local reservations; the commit below decides for real
             self.snapshot.reserve(i, reqs, sign=-1, pod=item.pod)
@@ -451,11 +466,19 @@ class GangScheduler:
         for item in rejected:
             msg = f"{self.gangs.describe(gang)}; already tried in this scheduling cycle"
             state.verdicts.append(Verdict(item, Outcome.BACKOFF, msg))
+        decision = Decision()
+        if unplaceable and not self.gangs.reached_minimum(gang):
+            need = max(0, self.gangs.specs[gang].min_available - self.gangs.placed_count(gang))
+            decision = self.preemption.consider(gang, [item.pod for item, _, _ in unplaceable][:need], state.now, need)
+            if decision.nominated:
+                self.preemption.evict_pending(self.binder, state.now, force=True)
         for item, why, pod_hint in unplaceable:
             msg = f"{self.gangs.describe(gang)}; {item.pod.name}: {why}"
+            if decision.message:
+                msg = f"{msg}; {decision.message}"
             self.timeouts.last_failure[gang] = f"{item.pod.name}: {why}"
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg, pod_hint))
-            self.reports.pod(item.pod.key, msg)
+            self.reports.pod(item.pod.key, msg, nominated_node=decision.nominated.get(item.pod.key, ""))
         if placed:
             state.activate.append(gang)
             span.set_attribute("phalanx.result", "assumed")  # type: ignore[attr-defined]
@@ -506,20 +529,29 @@ class GangScheduler:
             return False
         self.gangs.commit(stmt)
         released = [r for key in previously if (r := self.cache.give_back(key, state.freed)) is not None]
+        # The gang holds nothing now: may evicting lower-priority units make it fit?
+        spec = self.gangs.specs.get(gang)
+        need = spec.min_available - self.gangs.placed_count(gang) if spec is not None else 0
+        decision = self.preemption.consider(
+            gang, [r.pod for r in released] + [item.pod for item in unit], state.now, need
+        )
+        if decision.message:
+            message = f"{message}; {decision.message}"
+            if decision.nominated:
+                self.preemption.evict_pending(self.binder, state.now, force=True)
         # Now that the gang holds nothing: how many of its pods each node could take (see phalanx.queueing.hints).
         hint = with_slots(hint, self.snapshot, len(unit) + len(released))
         for r in released:
             state.verdicts.append(
                 Verdict(Popped(r.pod, self.gangs.record(gang).trace), Outcome.UNSCHEDULABLE, message, hint)
             )
-            self.reports.pod(r.key, message)
+            self.reports.pod(r.key, message, nominated_node=decision.nominated.get(r.key, ""))
         for item in unit:
             state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, message, hint))
-            self.reports.pod(item.pod.key, message)
+            self.reports.pod(item.pod.key, message, nominated_node=decision.nominated.get(item.pod.key, ""))
         state.failed.append(gang)
-        self._report_gang(
-            gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, message, state.now, unschedulable=True
-        )
+        reason = EventReason.PREEMPTING if decision.nominated else EventReason.FAILED_SCHEDULING
+        self._report_gang(gang, GangPhase.PENDING, reason, message, state.now, unschedulable=True)
         span.set_attribute("phalanx.result", "strict-failure")  # type: ignore[attr-defined]
         span.set_attribute("phalanx.reason", why)  # type: ignore[attr-defined]
         return True

@@ -36,6 +36,7 @@ POLICY: Mapping[str, frozenset[str]] = {
     _B + "BindStream": frozenset({SCHEDULER}),
     _B + "BindManyStream": frozenset({SCHEDULER}),
     _B + "Report": frozenset({SCHEDULER}),
+    _B + "Evict": frozenset({SCHEDULER}),
     _S + "ApplyClusterEvents": frozenset({SIMULATOR}),
     _S + "Step": frozenset({SIMULATOR}),
     _S + "StepStream": frozenset({SIMULATOR}),

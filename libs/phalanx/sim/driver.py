@@ -65,6 +65,7 @@ class PodTrack:
     finished_at: float | None = None
     reason: str | None = None  # set for pods refused at intake
     waiting_for: str = ""
+    preempted_by: str = ""  # the gang whose preemption ended this pod
 
     @property
     def key(self) -> str:
@@ -152,6 +153,7 @@ class Simulation:
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self._bind_cursor = 0
+        self._preempt_cursor = 0
         self._events_cursor = 0
         self.gang_messages: dict[str, str] = {}
         self.steps = 0
@@ -198,6 +200,7 @@ class Simulation:
                 for inst in later[: step.instants_done]:
                     self._finished_early.update(inst.foreseen)
                 self._read_bindings(now)
+                self._read_preemptions(now)
                 self._read_gang_reports()
                 for inst in later[: step.instants_done]:
                     for key in inst.foreseen:
@@ -231,6 +234,12 @@ class Simulation:
         while self._events and self._events[0][0] <= now:
             _, _, kind, payload = heapq.heappop(self._events)
             if kind == "finish":
+                if self.pods[payload].preempted_by:
+                    continue  # it ended when it was preempted
+                self._note_finished(payload, now)
+                due.finished.append(payload)
+                continue
+            if kind == "preempt":  # evicted by the binder: the pod ends now, its capacity frees
                 self._note_finished(payload, now)
                 due.finished.append(payload)
                 continue
@@ -264,6 +273,8 @@ class Simulation:
         return due
 
     def _note_finished(self, key: str, now: float) -> None:
+        if self.pods[key].finished_at is not None:
+            return  # preempted, and its foreseen finish came too: it ended once
         self.pods[key].finished_at = now
         self.running -= 1
         self.series.pod_finished(self.parsed[key].requests, now, self.pods[key].node or "")
@@ -494,6 +505,18 @@ class Simulation:
         for item in raw:
             b = json.loads(item)
             self._record_bind(b["pod"], b["node"], float(b["at"]))
+
+    def _read_preemptions(self, now: float) -> None:
+        """Victims the binder evicted since the last step: each ends at `now` (the kubelet's part), once."""
+        raw = self.redis.lrange(self.keys.sim_preempted, self._preempt_cursor, -1)
+        self._preempt_cursor += len(raw)
+        for item in raw:
+            event = json.loads(item)
+            track = self.pods.get(event["pod"])
+            if track is None or track.preempted_by or track.finished_at is not None:
+                continue
+            track.preempted_by = event["by"]
+            self._push(now, "preempt", track.key)
 
     def _read_gang_reports(self) -> None:
         """The gang-level reports the scheduler sent since the last step (the PodGroup status a cluster shows):

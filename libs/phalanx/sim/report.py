@@ -73,6 +73,7 @@ def build_report(r: SimResult) -> dict[str, Any]:
                 "gang": t.gang or None,
                 "node": t.node,
                 "boundAt": t.bound_at,
+                "preemptedBy": t.preempted_by or None,
                 "startedAt": t.started_at,
                 "finishedAt": t.finished_at,
                 "annotations": annotations,
@@ -129,6 +130,8 @@ def build_report(r: SimResult) -> dict[str, Any]:
         "podsBound": pods_bound,
         "podsFinished": sum(1 for p in pods_out if p["finishedAt"] is not None),
         "podsUnbound": len(pods_out) - pods_bound,
+        # Victims of gang preemption: ended early by the binder's eviction (see phalanx.scheduling.preemption).
+        "podsPreempted": sum(1 for t in r.pods.values() if t.preempted_by),
         "virtualSeconds": r.end_time,
         "untilReached": r.until_reached,
         "wallSeconds": round(r.wall_seconds, 3),

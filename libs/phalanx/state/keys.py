@@ -25,7 +25,11 @@ Gang keys are written only through typed operations (`phalanx.gang.ops`, written
 | P:leader:term              | str  | the leading scheduler replica's fencing term (its Lease's             |
 |                            |      | leaseTransitions when it took over): only raised, never lowered; a   |
 |                            |      | scheduler commit carrying a lower term is refused (FencedOut)        |
+| P:nominations              | hash | gang -> JSON nomination of a preempting gang: its pods' nodes, its    |
+|                            |      | victims and which evictions were accepted (phalanx.preemption)        |
 | P:sim:binds                | list | JSON {pod, node, at} appended by the simulated cluster's binder       |
+| P:sim:preempted            | list | JSON {pod, by, at}: victims the simulated cluster's binder evicted    |
+| P:sim:nominated            | hash | pod -> the node nominated for it (status.nominatedNodeName)          |
 | P:sim:annotations          | hash | pod -> JSON annotations written to the pod                            |
 | P:sim:conditions           | hash | pod -> PodScheduled=False message                                     |
 | P:sim:events               | list | JSON events (reason, object, message, at)                             |
@@ -150,6 +154,18 @@ class Keys:
     @property
     def sim_binds(self) -> str:
         return f"{self.base}:{REL_SIM_BINDS}"
+
+    @property
+    def nominations(self) -> str:
+        return f"{self.base}:nominations"
+
+    @property
+    def sim_preempted(self) -> str:
+        return f"{self.base}:sim:preempted"
+
+    @property
+    def sim_nominated(self) -> str:
+        return f"{self.base}:sim:nominated"
 
     @property
     def sim_annotations(self) -> str:

@@ -25,6 +25,7 @@ from typing import Any, cast, overload
 import redis
 
 from phalanx.gang.record import GangRecord
+from phalanx.gang.roles import role_in
 from phalanx.metrics.catalog import CONFLICT_REASONS, TXN_CONFLICTS
 from phalanx.model.binding import Assignment
 from phalanx.model.objects import (
@@ -116,6 +117,8 @@ _HAND_WRITTEN = (
         "duration",
         "invalid",
         "pod_affinity",
+        "preemption_policy",
+        "scheduling_group",
     )
     and _fields(Placement) == ("node_selector", "affinity_terms", "tolerations")
     and _fields(SelectorTerm) == ("match_expressions", "match_fields")
@@ -158,6 +161,8 @@ def pod_to_json(pod: PodInfo) -> dict[str, Any]:
         "duration": pod.duration,
         "invalid": pod.invalid,
         "pod_affinity": affinity_to_plain(pod.pod_affinity),
+        "preemption_policy": pod.preemption_policy,
+        "scheduling_group": pod.scheduling_group,
     }
 
 
@@ -223,6 +228,12 @@ def _chunked(op: str, suffix: str, args: list[str], step: int = _ARGS_PER_CMD) -
 
 def _opt_float(value: str | None) -> float | None:
     return None if value in (None, "") else float(value)
+
+
+def role_in_record(raw: str) -> str:
+    """The role (volcano.sh/task-spec) of the pod a reservation record (`reserve_entry`) holds, "" if none."""
+    pod = json.loads(raw)["pod"]
+    return role_in(pod.get("annotations") or {}, pod.get("labels") or {})
 
 
 def _pod_record(key: str, raw: str, state: str | None) -> PodRecord:
@@ -451,6 +462,17 @@ class StateStore:
         ]
         self._write(cmds)
 
+    # -- preemption nominations (phalanx.preemption.nomination) -------------------------------------
+    def put_nomination(self, gang: str, raw: str) -> None:
+        self._write([["HSET", self._rel(self.keys.nominations), gang, raw]])
+
+    def drop_nominations(self, gangs: list[str]) -> None:
+        if gangs:
+            self._write(_chunked("HDEL", self._rel(self.keys.nominations), list(gangs)))
+
+    def load_nominations(self) -> dict[str, str]:
+        return decoded(self.redis.hgetall(self.keys.nominations))
+
     def load_gangs(self) -> dict[str, GangSpec]:
         return {k: gang_from_json(v) for k, v in decoded(self.redis.hgetall(self.keys.gangs)).items()}
 
@@ -477,7 +499,29 @@ class StateStore:
                 bound=set(bound),
                 rounds={p: int(r) for p, r in rounds.items()},
             )
+        self._load_roles(out)
         return out
+
+    def _load_roles(self, records: dict[str, GangRecord]) -> None:
+        """The roles of the reserved and bound pods of gangs with role minimums (Volcano minTaskMember), read
+        from their pod records (each keeps the pod's annotations and labels): what the gang manager counts
+        them by, rebuilt rather than stored twice. Two round trips, and none for a state without such gangs."""
+        if not records:
+            return
+        specs = self.redis.hmget(self.keys.gangs, list(records))
+        members: dict[str, list[str]] = {}
+        for (key, rec), raw in zip(records.items(), specs):
+            if raw and gang_from_json(raw).min_task_member and (rec.assumed or rec.bound):
+                members[key] = sorted(rec.assumed | rec.bound)
+        if not members:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for pods in members.values():
+            pipe.hmget(self.keys.pods, pods)
+        for (key, pods), raws in zip(members.items(), pipe.execute()):
+            for pod, raw in zip(pods, raws):
+                if raw and (role := role_in_record(raw)):
+                    records[key].roles[pod] = role
 
     def gang_keys_with_state(self) -> list[str]:
         """Gangs that have any runtime state (declared or not)."""

@@ -24,6 +24,11 @@ ServiceAccount controller creates `default` accounts. What the server is configu
   `node.kubernetes.io/not-ready` taint on every new Node that nothing would ever lift).
 * TLS: kube-apiserver makes a self-signed serving certificate for 127.0.0.1; the kubeconfig carries that
   certificate as its CA, so clients verify the server without warnings.
+* Alpha APIs: Kubernetes' own gang API (KEP-4671: scheduling.k8s.io/v1alpha2 Workloads and PodGroups, and
+  the Pod field spec.schedulingGroup) is served, with `--feature-gates=GenericWorkload=true
+  --runtime-config=scheduling.k8s.io/v1alpha2=true` (WORKLOAD_API_ARGS), when the binary is 1.36 or later
+  (`workload_api=False` leaves it off). It only adds resources: nothing else changes. Without the gate the
+  API server silently drops spec.schedulingGroup from the pods it stores.
 
 Binaries: $PHALANX_K8S_BIN_DIR if set, else the cache directory hack/build-k8s-binaries.sh builds into
 (${PHALANX_K8S_CACHE:-~/.cache/phalanx/k8s}/<version pinned in hack/k8s-binaries/go.mod>/). The tools
@@ -58,6 +63,10 @@ if TYPE_CHECKING:
 ADMIN_USER = "phalanx-admin"
 DEFAULT_DISABLED_ADMISSION_PLUGINS = ("ServiceAccount", "TaintNodesByCondition")
 DEFAULT_SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+# Kubernetes' Workload API (alpha): the feature gate (which also keeps Pod spec.schedulingGroup) and the API
+# version, off by default. v1alpha2 (PodGroup objects, spec.schedulingGroup) is the 1.36 shape.
+WORKLOAD_API_ARGS = ("--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+WORKLOAD_API_SINCE = (1, 36)
 BINARIES = ("etcd", "kube-apiserver")
 APISERVER_MISSING_REASON = (
     "kube-apiserver/etcd binaries not found: run hack/build-k8s-binaries.sh (takes ~5 min) or set PHALANX_K8S_BIN_DIR"
@@ -124,6 +133,18 @@ def apiserver_available() -> bool:
     return True
 
 
+def apiserver_version(bin_dir: Path) -> tuple[int, int] | None:
+    """(major, minor) of the kube-apiserver in `bin_dir` ("Kubernetes v1.36.3" from --version); None if unknown."""
+    try:
+        out = subprocess.run(
+            [str(bin_dir / "kube-apiserver"), "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"v(\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 # --- the server ------------------------------------------------------------------------------------------
 
 
@@ -155,11 +176,14 @@ class LocalApiServer:
         service_cluster_ip_range: str = DEFAULT_SERVICE_CLUSTER_IP_RANGE,
         startup_timeout: float = 120.0,
         keep_dir: bool | None = None,
+        workload_api: bool | None = None,
     ) -> None:
         """
         bin_dir: where etcd and kube-apiserver are (default: find_k8s_bin_dir()).
         users: extra static-token users, name -> groups. The admin user is always there.
         extra_apiserver_args: appended to kube-apiserver's command line (later flags win).
+        workload_api: serve scheduling.k8s.io/v1alpha2 (WORKLOAD_API_ARGS); default: when the binary is
+            1.36 or later (older ones refuse the flags).
         keep_dir: keep the temp dir (logs, certs, etcd data) after stop; default from
             $PHALANX_KEEP_APISERVER_DIR. On a failed start the log tails are in the exception either way.
         """
@@ -178,6 +202,10 @@ class LocalApiServer:
         self.service_cluster_ip_range = service_cluster_ip_range
         self.startup_timeout = startup_timeout
         self.keep_dir = bool(os.environ.get("PHALANX_KEEP_APISERVER_DIR")) if keep_dir is None else keep_dir
+        if workload_api is None:
+            version = apiserver_version(self.bin_dir)
+            workload_api = version is not None and version >= WORKLOAD_API_SINCE
+        self.workload_api = workload_api
 
         self.dir: Path | None = None
         self.etcd_port = 0
@@ -370,6 +398,8 @@ class LocalApiServer:
         ]
         if self.disable_admission_plugins:
             args.append(f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}")
+        if self.workload_api:
+            args += WORKLOAD_API_ARGS
         args += self.extra_apiserver_args
         self._apiserver = self._spawn("kube-apiserver", args)
         self._wait("kube-apiserver", self._apiserver, lambda: self._http_ok(f"{self.url}/readyz", token=self.token))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from phalanx.backends.base import ClusterBackend
 from phalanx.binding.batch_binder import BatchBinder
-from phalanx.model.binding import Assignment, BindResult, GangReport, PodReport
+from phalanx.model.binding import Assignment, BindResult, EvictResult, GangReport, PodReport, Victim
 from phalanx.model.objects import PodInfo
 from phalanx.model.policies import job_ordering
 from phalanx.queueing.hints import FreedCapacity
@@ -78,3 +78,6 @@ class LocalBinder:
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         self.backend.report(pods, gangs, now)
+
+    def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
+        return self.backend.evict(victims, now)

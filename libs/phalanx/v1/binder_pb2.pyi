@@ -54,6 +54,35 @@ server did not answer: the reservation is kept and the binding is rolled forward
 """
 Global___BindStatus: _TypeAlias = BindStatus  # noqa: Y015
 
+class _EvictStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EvictStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EvictStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EVICT_STATUS_UNSPECIFIED: _EvictStatus.ValueType  # 0
+    EVICT_STATUS_EVICTED: _EvictStatus.ValueType  # 1
+    """the eviction was accepted: the pod terminates"""
+    EVICT_STATUS_GONE: _EvictStatus.ValueType  # 2
+    """the pod no longer exists (or is another incarnation)"""
+    EVICT_STATUS_REFUSED: _EvictStatus.ValueType  # 3
+    """refused for good, e.g. a PodDisruptionBudget allows no disruption"""
+    EVICT_STATUS_RETRY: _EvictStatus.ValueType  # 4
+    """no answer now (API server down): ask again later"""
+
+class EvictStatus(_EvictStatus, metaclass=_EvictStatusEnumTypeWrapper): ...
+
+EVICT_STATUS_UNSPECIFIED: EvictStatus.ValueType  # 0
+EVICT_STATUS_EVICTED: EvictStatus.ValueType  # 1
+"""the eviction was accepted: the pod terminates"""
+EVICT_STATUS_GONE: EvictStatus.ValueType  # 2
+"""the pod no longer exists (or is another incarnation)"""
+EVICT_STATUS_REFUSED: EvictStatus.ValueType  # 3
+"""refused for good, e.g. a PodDisruptionBudget allows no disruption"""
+EVICT_STATUS_RETRY: EvictStatus.ValueType  # 4
+"""no answer now (API server down): ask again later"""
+Global___EvictStatus: _TypeAlias = EvictStatus  # noqa: Y015
+
 @_typing.final
 class Assignment(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -192,12 +221,15 @@ class PodReport(_message.Message):
     UNSCHEDULABLE_MESSAGE_FIELD_NUMBER: _builtins.int
     EVENT_REASON_FIELD_NUMBER: _builtins.int
     EVENT_MESSAGE_FIELD_NUMBER: _builtins.int
+    NOMINATED_NODE_FIELD_NUMBER: _builtins.int
     pod_key: _builtins.str
     unschedulable_message: _builtins.str
     """PodScheduled=False/Unschedulable with this message, when set"""
     event_reason: _builtins.str
     """e.g. FailedScheduling"""
     event_message: _builtins.str
+    nominated_node: _builtins.str
+    """preemption: status.nominatedNodeName while its victims terminate"""
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """to set on the pod"""
@@ -210,10 +242,11 @@ class PodReport(_message.Message):
         unschedulable_message: _builtins.str = ...,
         event_reason: _builtins.str = ...,
         event_message: _builtins.str = ...,
+        nominated_node: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "event_message", b"event_message", "event_reason", b"event_reason", "pod_key", b"pod_key", "unschedulable_message", b"unschedulable_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "event_message", b"event_message", "event_reason", b"event_reason", "nominated_node", b"nominated_node", "pod_key", b"pod_key", "unschedulable_message", b"unschedulable_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -398,3 +431,109 @@ class BindManyResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BindManyResponse: _TypeAlias = BindManyResponse  # noqa: Y015
+
+@_typing.final
+class Victim(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_KEY_FIELD_NUMBER: _builtins.int
+    UID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    PREEMPTOR_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    pod_key: _builtins.str
+    """"ns/name" """
+    uid: _builtins.str
+    """the incarnation chosen; another one is not evicted"""
+    node: _builtins.str
+    preemptor: _builtins.str
+    """the gang ("ns/name") the victim makes room for"""
+    message: _builtins.str
+    """why, for the DisruptionTarget condition and the Event"""
+    def __init__(
+        self,
+        *,
+        pod_key: _builtins.str = ...,
+        uid: _builtins.str = ...,
+        node: _builtins.str = ...,
+        preemptor: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "node", b"node", "pod_key", b"pod_key", "preemptor", b"preemptor", "uid", b"uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Victim: _TypeAlias = Victim  # noqa: Y015
+
+@_typing.final
+class EvictRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VICTIMS_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    TRACE_PARENT_FIELD_NUMBER: _builtins.int
+    now: _builtins.float
+    trace_parent: _builtins.str
+    @_builtins.property
+    def victims(self) -> _containers.RepeatedCompositeFieldContainer[Global___Victim]: ...
+    def __init__(
+        self,
+        *,
+        victims: _abc.Iterable[Global___Victim] | None = ...,
+        now: _builtins.float = ...,
+        trace_parent: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["now", b"now", "trace_parent", b"trace_parent", "victims", b"victims"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvictRequest: _TypeAlias = EvictRequest  # noqa: Y015
+
+@_typing.final
+class EvictResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_KEY_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    pod_key: _builtins.str
+    status: Global___EvictStatus.ValueType
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        pod_key: _builtins.str = ...,
+        status: Global___EvictStatus.ValueType = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "pod_key", b"pod_key", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvictResult: _TypeAlias = EvictResult  # noqa: Y015
+
+@_typing.final
+class EvictResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___EvictResult]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___EvictResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvictResponse: _TypeAlias = EvictResponse  # noqa: Y015

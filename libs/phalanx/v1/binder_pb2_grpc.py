@@ -54,6 +54,11 @@ class BinderStub:
                 request_serializer=phalanx_dot_v1_dot_binder__pb2.BindManyRequest.SerializeToString,
                 response_deserializer=phalanx_dot_v1_dot_binder__pb2.BindManyResponse.FromString,
                 _registered_method=True)
+        self.Evict = channel.unary_unary(
+                '/phalanx.v1.Binder/Evict',
+                request_serializer=phalanx_dot_v1_dot_binder__pb2.EvictRequest.SerializeToString,
+                response_deserializer=phalanx_dot_v1_dot_binder__pb2.EvictResponse.FromString,
+                _registered_method=True)
 
 
 class BinderServicer:
@@ -87,6 +92,14 @@ class BinderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Evict(self, request, context):
+        """Preemption: evicts the victims the scheduler chose for a higher-priority gang (Eviction API on a real
+        cluster, with a DisruptionTarget condition and a Preempted Event naming the preemptor).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BinderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +122,11 @@ def add_BinderServicer_to_server(servicer, server):
                     servicer.BindManyStream,
                     request_deserializer=phalanx_dot_v1_dot_binder__pb2.BindManyRequest.FromString,
                     response_serializer=phalanx_dot_v1_dot_binder__pb2.BindManyResponse.SerializeToString,
+            ),
+            'Evict': grpc.unary_unary_rpc_method_handler(
+                    servicer.Evict,
+                    request_deserializer=phalanx_dot_v1_dot_binder__pb2.EvictRequest.FromString,
+                    response_serializer=phalanx_dot_v1_dot_binder__pb2.EvictResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +237,33 @@ class Binder:
             '/phalanx.v1.Binder/BindManyStream',
             phalanx_dot_v1_dot_binder__pb2.BindManyRequest.SerializeToString,
             phalanx_dot_v1_dot_binder__pb2.BindManyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Evict(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/phalanx.v1.Binder/Evict',
+            phalanx_dot_v1_dot_binder__pb2.EvictRequest.SerializeToString,
+            phalanx_dot_v1_dot_binder__pb2.EvictResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -456,6 +456,7 @@ class Pod(_message.Message):
     TRACE_PARENT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     POD_AFFINITY_FIELD_NUMBER: _builtins.int
+    PREEMPTION_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     uid: _builtins.str
@@ -471,6 +472,8 @@ class Pod(_message.Message):
     """why intake refused the pod"""
     trace_parent: _builtins.str
     """W3C traceparent of the gang's trace, carried across asynchronous hops"""
+    preemption_policy: _builtins.str
+    """spec.preemptionPolicy: "Never", or "" (PreemptLowerPriority)"""
     @_builtins.property
     def requests(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     @_builtins.property
@@ -504,10 +507,11 @@ class Pod(_message.Message):
         trace_parent: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         pod_affinity: Global___PodAffinity | None = ...,
+        preemption_policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement", "pod_affinity", b"pod_affinity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "created_at", b"created_at", "duration", b"duration", "gang", b"gang", "gang_created_at", b"gang_created_at", "invalid", b"invalid", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "placement", b"placement", "pod_affinity", b"pod_affinity", "priority", b"priority", "requests", b"requests", "trace_parent", b"trace_parent", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "created_at", b"created_at", "duration", b"duration", "gang", b"gang", "gang_created_at", b"gang_created_at", "invalid", b"invalid", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "placement", b"placement", "pod_affinity", b"pod_affinity", "preemption_policy", b"preemption_policy", "priority", b"priority", "requests", b"requests", "trace_parent", b"trace_parent", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -537,6 +541,26 @@ class Gang(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class MinTaskMemberEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     MIN_AVAILABLE_FIELD_NUMBER: _builtins.int
@@ -548,6 +572,8 @@ class Gang(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     INVALID_FIELD_NUMBER: _builtins.int
+    MATCH_POLICY_FIELD_NUMBER: _builtins.int
+    MIN_TASK_MEMBER_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     min_available: _builtins.int
@@ -558,10 +584,16 @@ class Gang(_message.Message):
     created_at: _builtins.float
     source: _builtins.str
     invalid: _builtins.str
+    match_policy: _builtins.str
+    """Koordinator match-policy: once-satisfied ("" too), only-waiting, waiting-and-running"""
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def min_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def min_task_member(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Volcano spec.minTaskMember: role (volcano.sh/task-spec) -> least pods"""
+
     def __init__(
         self,
         *,
@@ -576,10 +608,12 @@ class Gang(_message.Message):
         created_at: _builtins.float = ...,
         source: _builtins.str = ...,
         invalid: _builtins.str = ...,
+        match_policy: _builtins.str = ...,
+        min_task_member: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "groups", b"groups", "invalid", b"invalid", "min_available", b"min_available", "min_resources", b"min_resources", "mode", b"mode", "name", b"name", "namespace", b"namespace", "source", b"source", "total_number", b"total_number", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "groups", b"groups", "invalid", b"invalid", "match_policy", b"match_policy", "min_available", b"min_available", "min_resources", b"min_resources", "min_task_member", b"min_task_member", "mode", b"mode", "name", b"name", "namespace", b"namespace", "source", b"source", "total_number", b"total_number", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
