@@ -10,6 +10,8 @@ Points (each placed where a crash hurts most):
 - `binder.after_intent`: the binding intent is durable in Redis, no binding has been written yet.
 - `scheduler.after_commit`: a reservation was committed to Redis, the step has not sent its verdicts.
 - `scheduler.before_bind`: a gang is ready and committed, the bind call has not been sent.
+- `scheduler.after_nominate`: a preempting gang's nomination (victims included) is in Redis, no eviction
+  has been asked for yet.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from builders import gang_spec, model_node, model_pod
 from local_scheduler import LocalScheduler
 
 from phalanx.model.budgets import DisruptionBudget
+from phalanx.model.keys import QUEUE_NAME
 from phalanx.model.objects import GangMode, Placement, PodInfo
 from phalanx.model.pod_affinity import LabelSelector
 from phalanx.state.store import StateStore
@@ -169,7 +170,7 @@ def test_equal_or_higher_priority_is_never_a_victim(h: LocalScheduler) -> None:
     _running_gang(h, "peer", 1, gpus=4, priority=HIGH)
     high = _high_gang(h, 1, 4, t=1)
     assert _preempted(h) == []
-    assert "no running pod has a lower priority than the gang" in h.conditions()[high[0]]
+    assert "no running pod it may preempt (of a lower priority than the gang)" in h.conditions()[high[0]]
 
 
 def test_no_cascade_a_gang_being_preempted_does_not_preempt_in_turn(h: LocalScheduler) -> None:
@@ -221,3 +222,51 @@ def test_a_restart_between_nomination_and_eviction_sends_the_evictions(h: LocalS
     replacement.sched.step(3)
     assert high[0] in replacement.bound()
     assert not replacement.store.load_nominations()  # dropped once the gang holds its minimum
+
+
+def _queued(pods: list[PodInfo], queue: str) -> list[PodInfo]:
+    for p in pods:
+        p.annotations = {**p.annotations, QUEUE_NAME: queue}
+    return pods
+
+
+def _run_in_queue(h: LocalScheduler, name: str, queue: str, priority: int, t: float = 0) -> list[str]:
+    h.sched.upsert_gangs([gang_spec(name, 1)])
+    pods = _queued([_pod(f"{name}-0", name, gpus=4, priority=priority)], queue)
+    h.queue.add(pods, t)
+    h.sched.step(t)
+    assert pods[0].key in h.bound(), h.conditions()
+    return [pods[0].key]
+
+
+def _high_in_queue(h: LocalScheduler, queue: str, t: float) -> str:
+    h.sched.upsert_gangs([gang_spec("high", 1, wait=1000)])
+    pod = _queued([_pod("high-0", "high", gpus=4, priority=HIGH)], queue)[0]
+    h.queue.add([pod], t)
+    h.sched.step(t)
+    return pod.key
+
+
+def test_a_queue_below_its_share_reclaims_from_a_queue_above_it(h: LocalScheduler) -> None:
+    h.sched.upsert_nodes([model_node("n1", gpus=4), model_node("n2", gpus=4)])
+    taken = _run_in_queue(h, "b1", "team-b", 1) + _run_in_queue(h, "b2", "team-b", 1)  # team-b: 100%
+    _high_in_queue(h, "team-a", t=1)  # team-a: 0% < its deserved 50% < team-b's 100%
+    assert len(_preempted(h)) == 1 and _preempted(h)[0] in taken
+
+
+def test_a_queue_at_its_share_does_not_reclaim_from_another_queue(h: LocalScheduler) -> None:
+    h.sched.upsert_nodes([model_node("n1", gpus=4), model_node("n2", gpus=4)])
+    _run_in_queue(h, "a1", "team-a", HIGH)  # not a victim: as high as the preemptor
+    _run_in_queue(h, "b1", "team-b", 1)  # each queue holds its deserved half
+    high = _high_in_queue(h, "team-a", t=1)
+    assert _preempted(h) == []
+    said = h.conditions()[high]
+    assert "queue team-a holds 50% of the cluster, its deserved share is 50%" in said
+
+
+def test_within_one_queue_priority_alone_decides(h: LocalScheduler) -> None:
+    h.sched.upsert_nodes([model_node("n1", gpus=4), model_node("n2", gpus=4)])
+    own = _run_in_queue(h, "a1", "team-a", 1)
+    _run_in_queue(h, "b1", "team-b", 1)
+    _high_in_queue(h, "team-a", t=1)
+    assert _preempted(h) == own  # its own queue's lower-priority gang, not team-b's

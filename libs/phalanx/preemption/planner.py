@@ -64,7 +64,7 @@ class PreemptionSearch:
 
     def run(self) -> Plan | NoPlan:
         if not self.units:
-            return NoPlan("no running pod has a lower priority than the gang")
+            return NoPlan("no running pod it may preempt (of a lower priority than the gang)")
         everything = self._effective(self.units)
         if self._fits(everything) is None:
             why = "evicting every lower-priority pod would not make room for the gang"

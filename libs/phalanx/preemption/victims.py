@@ -1,12 +1,13 @@
 """Who may be preempted for a gang, in units that never leave a partial gang behind.
 
 A unit is what preemption takes or leaves as a whole:
-- an ordinary pod (no gang, or a gang nobody declared a minimum for... see below) is a unit of one;
+- an ordinary pod (no gang, or a gang no rule applies to any more) is a unit of one;
 - a running gang is a unit of all its pods ("whole gang");
 - a running gang holding more pods than its minimum also offers each of those pods alone ("surplus"), but
   at most (running - minimum) of them: taking more would leave it below its minimum and waste the rest.
 Only pods of strictly lower priority than the preemptor are candidates (kube-scheduler's rule), and a gang
-is a candidate only when every one of its running pods is.
+is a candidate only when every one of its running pods is. Across queues (see reclaim.py) a pod is a
+candidate only when its queue may be reclaimed from.
 
 Units are ordered cheapest first: lowest priority, then least work lost (fewest pods, then fewest GPU
 milli-units, then CPU: the scheduler does not know how long a pod has run, so the work a unit holds is
@@ -60,10 +61,13 @@ def candidate_units(
     running: Iterable[RunningPod],
     preemptor_priority: int,
     minimum_of: Callable[[str], int | None],
+    may_take: Callable[[PodInfo], bool] = lambda pod: True,
 ) -> tuple[list[VictimUnit], dict[str, int]]:
     """The units that may be preempted for a preemptor of `preemptor_priority`, cheapest first, and each
     gang's surplus quota (how many of its pods may go alone). `minimum_of(gang)`: the number of running
-    pods the gang must keep, None when it has no gang rule any more (then its pods count one by one)."""
+    pods the gang must keep, None when it has no gang rule any more (then its pods count one by one).
+    `may_take(pod)`: whether the pod's queue may be reclaimed from (a gang is taken only if all its pods
+    may)."""
     ordinary: list[RunningPod] = []
     by_gang: dict[str, list[RunningPod]] = defaultdict(list)
     for r in running:
@@ -72,11 +76,15 @@ def candidate_units(
             ordinary.append(r)
         else:
             by_gang[r.pod.gang].append(r)
-    units = [VictimUnit("pod", "", (r,), r.pod.priority) for r in ordinary if r.pod.priority < preemptor_priority]
+    units = [
+        VictimUnit("pod", "", (r,), r.pod.priority)
+        for r in ordinary
+        if r.pod.priority < preemptor_priority and may_take(r.pod)
+    ]
     quota: dict[str, int] = {}
     for gang, pods in by_gang.items():
         top = max(p.pod.priority for p in pods)
-        if top >= preemptor_priority:
+        if top >= preemptor_priority or not all(may_take(p.pod) for p in pods):
             continue  # one of its pods may not be preempted, and the rest alone would break it
         pods.sort(key=lambda p: p.key)
         units.append(VictimUnit("gang", gang, tuple(pods), top))

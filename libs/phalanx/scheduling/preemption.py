@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.gang.manager import GangStatus
 from phalanx.model.binding import EvictStatus, Victim
@@ -32,6 +33,7 @@ from phalanx.model.objects import PodInfo
 from phalanx.preemption.budgets import BudgetLedger
 from phalanx.preemption.nomination import Nomination
 from phalanx.preemption.planner import NoPlan, PreemptionSearch
+from phalanx.preemption.reclaim import ReclaimRule
 from phalanx.preemption.victims import RunningPod, candidate_units
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.ports import BinderPort
@@ -122,6 +124,11 @@ class Preemptions:
             self.nominations.pop(g, None)
         self.refresh_holds()
 
+    def evicting(self) -> bool:
+        """Whether some victim was evicted (or is to be) and has not gone yet."""
+        bound = self.cache.bound
+        return any(v.pod_key in bound for n in self.nominations.values() for v in n.victims)
+
     def being_preempted(self) -> set[str]:
         """Gangs some of whose pods are victims of a nomination."""
         out: set[str] = set()
@@ -168,11 +175,14 @@ class Preemptions:
             return Decision(why)
         priority = max(p.priority for p in pods)
         running, all_running = self._candidates(priority)
-        units, quota = candidate_units(running, priority, self._minimum_of)
+        reclaim = ReclaimRule.of(pods[0], self.cache.snapshot.tenant_shares())
+        units, quota = candidate_units(running, priority, self._minimum_of, reclaim.may_take)
         ledger = BudgetLedger(self.budgets.values(), [r.pod for r in all_running])
         result = PreemptionSearch(self.framework, self.cache.snapshot, pods, units, quota, ledger).run()
         if isinstance(result, NoPlan):
             why = f"not preempting: {result.reason}"
+            if any(not reclaim.may_take(r.pod) for r in running):
+                why += f" ({reclaim.describe()})"
             self._no_plan[gang] = (now + self.settings.retry_seconds, why)
             return Decision(why)
         self._no_plan.pop(gang, None)
@@ -182,6 +192,7 @@ class Preemptions:
         victims = [Victim(v.key, v.pod.uid, v.node, gang, message) for v in result.victims]
         nom = Nomination(gang, priority, now, placements, victims)
         self.store.put_nomination(gang, nom.to_json())  # before any eviction: see the module's steps
+        faults.reached("scheduler.after_nominate")
         self.nominations[gang] = nom
         self.refresh_holds()
         nodes = nom.nodes()

@@ -292,7 +292,9 @@ class GangScheduler:
                     carry = Carry()
                 unsettled = list(popped.items)
                 if not popped.items:
-                    if later.idle_until_next(popped, self.timeouts.none_before):
+                    # Evicted victims end only when the cluster says so: the simulator must hear of them
+                    # before its later instants run.
+                    if not self.preemption.evicting() and later.idle_until_next(popped, self.timeouts.none_before):
                         now = self._next_instant(now, later, carry)  # an instant with only finishes
                         continue
                     break
@@ -323,7 +325,9 @@ class GangScheduler:
                 result.bound += state.bound
                 state.into(carry)
                 unsettled = []
-                if later.quiet_after(popped, state.verdicts, bool(state.failed), self.timeouts.none_before):
+                if not self.preemption.evicting() and later.quiet_after(
+                    popped, state.verdicts, bool(state.failed), self.timeouts.none_before
+                ):
                     now = self._next_instant(now, later, carry)
         except Exception:
             self.attempts.failed(len(unsettled), perf_counter() - round_started)

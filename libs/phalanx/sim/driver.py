@@ -513,10 +513,15 @@ class Simulation:
         for item in raw:
             event = json.loads(item)
             track = self.pods.get(event["pod"])
-            if track is None or track.preempted_by or track.finished_at is not None:
+            if track is None or track.preempted_by or (track.finished_at is not None and track.finished_at <= now):
                 continue
             track.preempted_by = event["by"]
-            self._push(now, "preempt", track.key)
+            if track.finished_at is not None:  # its finish was noted ahead, with a run of later instants
+                self.series.pod_finish_moved(self.parsed[track.key].requests, track.finished_at, now, track.node or "")
+                track.finished_at = now
+                self._push(now, "finished", track.key)  # noted already: only the release is left
+            else:
+                self._push(now, "preempt", track.key)
 
     def _read_gang_reports(self) -> None:
         """The gang-level reports the scheduler sent since the last step (the PodGroup status a cluster shows):

@@ -67,6 +67,15 @@ class SeriesRecorder:
     def pod_finished(self, requests: dict[str, int], at: float, node: str = "") -> None:
         self._log(at, "finished", (_tracked(requests), shape_of(requests), node))
 
+    def pod_finish_moved(self, requests: dict[str, int], was: float, at: float, node: str = "") -> None:
+        """A pod whose finish was recorded ahead (at `was`) ended earlier, at `at` (preempted)."""
+        data = (_tracked(requests), shape_of(requests), node)
+        for i, (t, _, kind, d) in enumerate(self.events):
+            if t == was and kind == "finished" and d == data:
+                del self.events[i]
+                break
+        self._log(at, "finished", data)
+
     def gang_started(self, gang: str, at: float) -> None:
         self._log(at, "started", gang)
 
