@@ -5,9 +5,12 @@ partly bound. There is no kubelet: the test plays its part and removes the termi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from waiting import wait_for
 
+from phalanx.cli.main import main
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
 
 pytestmark = [
@@ -54,7 +57,7 @@ def _exists(cluster, ns: str, name: str) -> bool:  # type: ignore[no-untyped-def
     return True
 
 
-def test_a_high_priority_gang_preempts_a_whole_low_priority_gang(cluster, phalanx) -> None:  # type: ignore[no-untyped-def]
+def test_a_high_priority_gang_preempts_a_whole_low_priority_gang(apiserver, cluster, phalanx, capsys) -> None:  # type: ignore[no-untyped-def]
     ns = cluster.namespace()
     nodes = [cluster.node(f"n{i}", gpus=4) for i in range(2)]
     low_class = _priority_class(cluster, "low", 10)
@@ -89,6 +92,27 @@ def test_a_high_priority_gang_preempts_a_whole_low_priority_gang(cluster, phalan
     assert sorted(nominated) == sorted(nodes)
     # The victims still hold the nodes while they terminate: the preemptor waits, whole.
     assert _bound_count(cluster, ns, high) == 0
+
+    # `phalanx explain` says why the gang waits: it is preempting.
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "explain",
+                "--kubeconfig",
+                str(apiserver.kubeconfig_path),
+                "-n",
+                ns,
+                "--scheduler-name",
+                cluster.scheduler_name,
+                "-o",
+                "json",
+            ]
+        )
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0, err
+    gangs = {g["name"]: g for g in json.loads(out)["gangs"]}
+    assert gangs["high"]["preemption"].startswith("preempting"), gangs["high"]
+    assert gangs["high"]["verdict"] == gangs["high"]["preemption"]
 
     for name in low:  # the kubelet's part: the terminating pods go
         cluster.delete_pod(ns, name)

@@ -12,12 +12,12 @@ gangs bound), pods preempted, and low-priority pods bound, for both runs.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from phalanx.bench.replay import _first_pods, _workload, default_traces
+from phalanx.bench.stats import percentile, write_results
 from phalanx.model.keys import KOORD_NAME
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import simulate
@@ -86,12 +86,7 @@ def run(args: argparse.Namespace) -> int:
         },
         "runs": results,
     }
-    text = render(doc)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "preemption.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "preemption.txt").write_text(text)
-    print(text, end="")
+    write_results(args.out, "preemption", doc, render(doc))
     return 0
 
 
@@ -114,9 +109,8 @@ def measure(report: dict[str, Any], high_gangs: set[str]) -> dict[str, Any]:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))], 1)
+    found = percentile(values, q)
+    return None if found is None else round(found, 1)
 
 
 def render(doc: dict[str, Any]) -> str:

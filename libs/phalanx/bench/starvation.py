@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
+from phalanx.bench.stats import write_results
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import simulate
 from phalanx.sim.workload import load_workload
@@ -86,12 +85,7 @@ def run(args: argparse.Namespace) -> int:
         },
         "runs": results,
     }
-    text = render(doc)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "starvation.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "starvation.txt").write_text(text)
-    print(text, end="")
+    write_results(args.out, "starvation", doc, render(doc))
     return 0
 
 

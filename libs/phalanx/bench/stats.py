@@ -112,3 +112,13 @@ def rpc_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]
             if d:
                 by_method[method] = by_method.get(method, 0) + d
     return {"calls": total_calls(by_method), "by_method": dict(sorted(by_method.items(), key=lambda kv: -kv[1]))}
+
+
+def write_results(out_dir: str | Path, name: str, doc: dict[str, Any], text: str) -> None:
+    """A benchmark's results, kept in the repository: `name`.json (the data) and `name`.txt (the table),
+    and the table printed."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / f"{name}.txt").write_text(text)
+    print(text, end="")
