@@ -10,6 +10,7 @@ import pytest
 from builders import gang_spec, model_node, model_pod
 from local_scheduler import LocalScheduler
 
+from phalanx.metrics.catalog import PREEMPTION_VICTIMS
 from phalanx.model.budgets import DisruptionBudget
 from phalanx.model.keys import QUEUE_NAME
 from phalanx.model.objects import GangMode, Placement, PodInfo
@@ -87,8 +88,10 @@ def test_one_low_priority_gang_is_preempted_when_one_suffices_and_the_gang_binds
     h.sched.upsert_nodes([model_node(f"n{i}", gpus=4) for i in range(1, 5)])
     cheap = _running_gang(h, "cheap", 2, gpus=4, priority=1)
     dear = _running_gang(h, "dear", 2, gpus=4, priority=5)
+    victims_before = PREEMPTION_VICTIMS._value.get()
     high = _high_gang(h, 2, 4, t=1)
     assert sorted(_preempted(h)) == sorted(cheap)  # the lowest priority, and only it
+    assert PREEMPTION_VICTIMS._value.get() - victims_before == 2
     assert not any(k in high for k in h.bound())
     said = h.conditions()[high[0]]
     assert "preempting 2 lower-priority pod(s): gang default/cheap (2 pods)" in said

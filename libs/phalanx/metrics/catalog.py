@@ -72,6 +72,19 @@ GANG_TIMEOUTS = Counter(
     registry=None,
 )
 
+PREEMPTION_ATTEMPTS = Counter(
+    "scheduler_preemption_attempts_total",
+    "Preemption searches (kube-scheduler's metric): a gang that did not fit looked for lower-priority victims, "
+    "whether or not it found a set that makes it fit.",
+    registry=None,
+)
+
+PREEMPTION_VICTIMS = Counter(
+    "phalanx_preemption_victims_total",
+    "Pods evicted for preempting gangs (their eviction accepted by the cluster).",
+    registry=None,
+)
+
 RECONCILE_REPAIRS = Counter(
     "phalanx_reconcile_repairs_total",
     "Repairs made by reconciliation (Kubernetes mode) when the scheduler's memory, Redis and the API server "
@@ -124,6 +137,8 @@ SERVICE_METRICS: dict[str, tuple[Collector, ...]] = {
         POD_E2E,
         GANG_WAIT,
         GANG_TIMEOUTS,
+        PREEMPTION_ATTEMPTS,
+        PREEMPTION_VICTIMS,
         RECONCILE_REPAIRS,
         TXN_CONFLICTS,
     ),

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.gang.manager import GangStatus
+from phalanx.metrics.catalog import PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS
 from phalanx.model.binding import EvictStatus, Victim
 from phalanx.model.budgets import DisruptionBudget
 from phalanx.model.objects import PodInfo
@@ -77,7 +78,6 @@ class Preemptions:
         # The pods of each gang that failed to fit, as they were popped: a gang's pods reach the scheduler
         # apart (each its own pop, the rest waiting in the queue), and a plan is made for all it needs.
         self._waiting: dict[str, dict[str, PodInfo]] = {}
-        self.preempted_total = 0  # victims whose eviction was accepted, since start
 
     # -- state -----------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -178,6 +178,7 @@ class Preemptions:
         reclaim = ReclaimRule.of(pods[0], self.cache.snapshot.tenant_shares())
         units, quota = candidate_units(running, priority, self._minimum_of, reclaim.may_take)
         ledger = BudgetLedger(self.budgets.values(), [r.pod for r in all_running])
+        PREEMPTION_ATTEMPTS.inc()
         result = PreemptionSearch(self.framework, self.cache.snapshot, pods, units, quota, ledger).run()
         if isinstance(result, NoPlan):
             why = f"not preempting: {result.reason}"
@@ -247,13 +248,16 @@ class Preemptions:
             except Exception as exc:
                 log.warning("evictions for gang %s not delivered (%s); retried", gang, str(exc).splitlines()[0][:200])
                 self._evict_at = now + self.settings.evict_backoff_seconds
-                return refused
+                break
             changed = False
             for r in results:
                 if r.status in (EvictStatus.EVICTED, EvictStatus.GONE):
                     nom.accepted.add(r.pod_key)
-                    self.preempted_total += r.status == EvictStatus.EVICTED
+                    if r.status == EvictStatus.EVICTED:
+                        PREEMPTION_VICTIMS.inc()
                     changed = True
+                elif r.status == EvictStatus.RETRY:
+                    self._evict_at = now + self.settings.evict_backoff_seconds  # asked again, not at once
                 elif r.status == EvictStatus.REFUSED:
                     log.warning("gang %s: eviction of %s refused: %s", gang, r.pod_key, r.message)
                     self._no_plan[gang] = (0.0, "")
