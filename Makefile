@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: bench-starvation setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: bench-starvation bench-preemption setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -101,6 +101,12 @@ bench-replay: $(STAMP)
 ## Large gangs behind a stream of small ones: the starvation bound off and on (bench/starvation.{json,txt}).
 bench-starvation: $(STAMP)
 	$(VENV)/bin/phalanx starvation-bench --out bench
+
+## Gang preemption on the openb trace with priority classes (multi-GPU gangs high), off and on, through the
+## services (about 4 minutes); results in bench/preemption.txt and .json.
+bench-preemption: $(STAMP)
+	$(VENV)/bin/phalanx preemption-bench --fraction 0.5 --nodes-fraction 0.1 --arrival rate:1 \
+		--gang-rule window:300 --wait 3600 --out bench
 
 ## Fault injection against a real kube-apiserver (needs `make tools`): Redis and the three services as
 ## processes, one SIGKILLed (or exiting at a kill point) per trial under ~700 pods, invariants checked.

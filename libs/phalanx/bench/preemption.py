@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fraction", type=float, default=0.5, help="share of the trace's pods replayed (default 0.5)")
     p.add_argument("--gang-rule", default="window:60", help="openb gang rule (default window:60)")
     p.add_argument("--arrival", default="trace", help="openb arrival: trace, rate:R or fgd:SEED[:FACTOR]")
+    p.add_argument("--wait", type=float, default=600.0, help="the gangs' waiting time in seconds (default 600)")
+    p.add_argument(
+        "--nodes-fraction",
+        type=float,
+        default=1.0,
+        help="share of the trace's nodes kept, every k-th by name (default 1.0): fewer nodes, more contention",
+    )
     p.add_argument("--out", default="bench", help="directory for preemption.json and preemption.txt")
     p.set_defaults(func=run)
 
@@ -72,16 +80,19 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="phalanx-preemption-") as tmp:
         path = _workload(nodes, pods, options, Path(tmp), "openb")
         for label in ("off", "on"):
-            workload = _first_pods(load_workload([str(path)]), args.fraction)
+            workload = _some_nodes(_first_pods(load_workload([str(path)]), args.fraction), args.nodes_fraction)
             high = prioritized(workload)
-            report = simulate(workload, SimOptions(), scheduler_env={"PHALANX_PREEMPTION": label})
+            report = simulate(workload, SimOptions(default_wait=args.wait), scheduler_env={"PHALANX_PREEMPTION": label})
             results[label] = measure(report, high)
             print(f"preemption {label}: done in {report['summary']['wallSeconds']:.0f}s wall", flush=True)
     doc = {
         "workload": {
             "trace": "openb_pod_list_default (Alibaba cluster-trace-gpu-v2023)",
             "fraction": args.fraction,
+            "nodesFraction": args.nodes_fraction,
             "gangRule": args.gang_rule,
+            "arrival": args.arrival,
+            "waitSeconds": args.wait,
             "priorities": f"multi-GPU pods {HIGH}, others {LOW}",
         },
         "runs": results,
@@ -90,19 +101,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _some_nodes(workload: Workload, fraction: float) -> Workload:
+    """Every k-th node (by its order in the trace), so each GPU model keeps its share of the nodes."""
+    if fraction >= 1.0:
+        return workload
+    step = max(1, round(1 / fraction))
+    nodes = [o for o in workload.objects if o.kind == "Node"]
+    keep = {id(o) for o in nodes[::step]}
+    return replace(workload, objects=[o for o in workload.objects if o.kind != "Node" or id(o) in keep])
+
+
 def measure(report: dict[str, Any], high_gangs: set[str]) -> dict[str, Any]:
-    waits = sorted(w["waitSeconds"] for w in report.get("gangWaits") or [] if w["gang"] in high_gangs)
+    per_gang = {w["gang"]: w["waitSeconds"] for w in report.get("gangWaits") or [] if w["gang"] in high_gangs}
+    waits = sorted(per_gang.values())
+    timed_out = sorted(f"{g['namespace']}/{g['name']}" for g in report["podGroups"] if g["timedOut"])
     low_bound = sum(
         1 for p in report["pods"] if p["boundAt"] is not None and f"{p['namespace']}/{p['gang']}" not in high_gangs
     )
     return {
         "highGangs": len(high_gangs),
         "highGangsStarted": len(waits),
+        "highGangsTimedOut": sum(1 for g in timed_out if g in high_gangs),
+        "highWaits": {g: per_gang.get(g) for g in sorted(high_gangs)},  # None: never started
         "highWaitP50": _pct(waits, 50),
         "highWaitP90": _pct(waits, 90),
         "highWaitP99": _pct(waits, 99),
         "highWaitMean": round(sum(waits) / len(waits), 1) if waits else None,
         "podsPreempted": report["summary"].get("podsPreempted", 0),
+        "partialGangs": report["summary"]["partialGangs"],
         "lowPodsBound": low_bound,
         "wallSeconds": report["summary"]["wallSeconds"],
     }
@@ -120,12 +146,13 @@ def render(doc: dict[str, Any]) -> str:
         f"priorities: {w['priorities']}",
         "embedded cluster, virtual clock, through queue + scheduler + binder + Redis",
         "",
-        f"{'preemption':<11} {'high gangs':>10} {'started':>8} {'wait p50':>9} {'p90':>8} {'p99':>8} "
-        f"{'mean':>8} {'preempted':>9} {'low bound':>9}",
+        f"{'preemption':<11} {'high gangs':>10} {'started':>8} {'timed out':>9} {'wait p50':>9} {'p90':>8} "
+        f"{'p99':>8} {'mean':>8} {'preempted':>9} {'low bound':>9}",
     ]
     for label, r in doc["runs"].items():
         lines.append(
-            f"{label:<11} {r['highGangs']:>10} {r['highGangsStarted']:>8} {_s(r['highWaitP50']):>9} "
+            f"{label:<11} {r['highGangs']:>10} {r['highGangsStarted']:>8} {r['highGangsTimedOut']:>9} "
+            f"{_s(r['highWaitP50']):>9} "
             f"{_s(r['highWaitP90']):>8} {_s(r['highWaitP99']):>8} {_s(r['highWaitMean']):>8} "
             f"{r['podsPreempted']:>9} {r['lowPodsBound']:>9}"
         )
