@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.bench.replay import _first_pods, _workload, default_traces
+from phalanx.bench.replay import default_traces, first_pods, openb_workload_file
 from phalanx.bench.stats import percentile, write_results
 from phalanx.model.keys import KOORD_NAME
 from phalanx.sim.driver import SimOptions
@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
     )
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="phalanx-preemption-") as tmp:
-        path = _workload(nodes, pods, options, Path(tmp), "openb")
+        path = openb_workload_file(nodes, pods, options, Path(tmp), "openb")
         for label in ("off", "on"):
-            workload = _some_nodes(_first_pods(load_workload([str(path)]), args.fraction), args.nodes_fraction)
+            workload = _some_nodes(first_pods(load_workload([str(path)]), args.fraction), args.nodes_fraction)
             high = prioritized(workload)
             report = simulate(workload, SimOptions(default_wait=args.wait), scheduler_env={"PHALANX_PREEMPTION": label})
             results[label] = measure(report, high)

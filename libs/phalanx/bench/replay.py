@@ -85,7 +85,7 @@ def default_traces() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "alibaba-gpu-v2023"
 
 
-def _workload(nodes: Path, pods: Path, options: openb.ImportOptions, tmp: Path, name: str) -> Path:
+def openb_workload_file(nodes: Path, pods: Path, options: openb.ImportOptions, tmp: Path, name: str) -> Path:
     result = openb.import_openb(nodes, pods, options)
     path = tmp / f"{name}.yaml"
     with path.open("w") as f:
@@ -93,7 +93,7 @@ def _workload(nodes: Path, pods: Path, options: openb.ImportOptions, tmp: Path, 
     return path
 
 
-def _first_pods(workload: Workload, fraction: float) -> Workload:
+def first_pods(workload: Workload, fraction: float) -> Workload:
     """The nodes and the first `fraction` of the pods by arrival."""
     pods = [o for o in workload.objects if o.kind == "Pod"]
     keep = {id(o) for o in pods[: max(1, int(len(pods) * fraction))]}
@@ -108,9 +108,9 @@ def run(traces: Path, seeds: int, quick: bool, out: Path | None) -> dict[str, An
     results: dict[str, Any] = {"machine": _machine(), "speed": [], "fgd": {}}
     with tempfile.TemporaryDirectory(prefix="phalanx-replay-") as tmpdir:
         tmp = Path(tmpdir)
-        full = load_workload([_workload(nodes, pods, openb.ImportOptions(), tmp, "openb")])
+        full = load_workload([openb_workload_file(nodes, pods, openb.ImportOptions(), tmp, "openb")])
         for fraction in (0.25,) if quick else (0.25, 0.5, 1.0):
-            wl = _first_pods(full, fraction)
+            wl = first_pods(full, fraction)
             n = sum(1 for o in wl.objects if o.kind == "Pod")
             started = time.monotonic()
             report = simulate(wl, SimOptions())
@@ -188,7 +188,7 @@ def _services_check(nodes: Path, pods: Path, tmp: Path, quick: bool, table: dict
     """Seed 1 of the default variant through queue + scheduler + binder + Redis: the same allocation as the
     sweep, or the sweep's table would not be the scheduler's."""
     arrival = openb.parse_arrival(f"fgd:1:{0.5 if quick else 1.3}")
-    wl = load_workload([_workload(nodes, pods, openb.ImportOptions(arrival=arrival), tmp, "fgd1")])
+    wl = load_workload([openb_workload_file(nodes, pods, openb.ImportOptions(arrival=arrival), tmp, "fgd1")])
     started = time.monotonic()
     report = simulate(wl, SimOptions())
     services = {k: (None if v is None else round(100 * v, 2)) for k, v in report["gpuAllocationAtDemand"].items()}

@@ -35,6 +35,10 @@ class Nomination:
     def nodes(self) -> list[str]:
         return sorted({node for node, _ in self.placements.values()})
 
+    def nodes_by_pod(self) -> dict[str, str]:
+        """The node nominated for each of the gang's pods (their status.nominatedNodeName)."""
+        return {pod: node for pod, (node, _) in self.placements.items()}
+
     def to_json(self) -> str:
         return json.dumps(
             {

@@ -97,20 +97,6 @@ def candidate_units(
     return units, quota
 
 
-def taken(units: Iterable[VictimUnit], quota: dict[str, int]) -> list[VictimUnit]:
-    """The units of `units` (in order) preemption may take together: every whole unit, and surplus pods
-    while their gang's quota lasts (a gang taken whole takes its surplus with it)."""
-    used: dict[str, int] = defaultdict(int)
-    out: list[VictimUnit] = []
-    for u in units:
-        if u.kind == "surplus":
-            if used[u.gang] >= quota.get(u.gang, 0):
-                continue
-            used[u.gang] += 1
-        out.append(u)
-    return out
-
-
 def victim_pods(units: Iterable[VictimUnit]) -> list[RunningPod]:
     """The distinct pods of `units` (a gang taken whole and one of its surplus pods overlap)."""
     seen: dict[str, RunningPod] = {}

@@ -102,8 +102,8 @@ class Preemptions:
             g
             for g in self.nominations
             if g not in gangs.specs
-            or gangs.status(g) in (GangStatus.TIMED_OUT, GangStatus.INVALID, GangStatus.SATISFIED)
-            or gangs.reached_minimum(g)
+            or gangs.status(g) in (GangStatus.TIMED_OUT, GangStatus.INVALID)
+            or gangs.reached_minimum(g)  # a satisfied gang has reached it too
         ]
         self._drop(done)
         for g in [g for g in self._waiting if g not in gangs.specs or gangs.reached_minimum(g)]:
@@ -130,24 +130,23 @@ class Preemptions:
         return any(v.pod_key in bound for n in self.nominations.values() for v in n.victims)
 
     def being_preempted(self) -> set[str]:
-        """Gangs some of whose pods are victims of a nomination."""
-        out: set[str] = set()
-        if not self.nominations:
-            return out
-        pods = self._running_pods()
-        for n in self.nominations.values():
-            for v in n.victims:
-                pod = pods.get(v.pod_key)
-                if pod is not None and pod.gang:
-                    out.add(pod.gang)
-        return out
+        """Gangs some of whose pods are victims of a nomination (and still on their node)."""
+        on_node = self.cache.snapshot.pods_by_node
+        return {
+            pod.gang
+            for n in self.nominations.values()
+            for v in n.victims
+            if (pod := on_node.get(v.node, {}).get(v.pod_key)) is not None and pod.gang
+        }
 
     # -- deciding --------------------------------------------------------------------------------
-    def consider(self, gang: str, pods: list[PodInfo], now: float, need: int) -> Decision:
-        """`gang` does not fit; `pods`: those it still needs placed, in the order they are tried; `need`: how
-        many more it must place to reach its minimum."""
+    def consider(self, gang: str, pods: list[PodInfo], now: float) -> Decision:
+        """`gang` does not fit; `pods`: those it still needs placed, in the order they are tried."""
         if not self.settings.enabled or not pods:
             return Decision()
+        spec = self.cache.gangs.specs.get(gang)
+        # How many more it must place to reach its minimum (pods that count by its match policy).
+        need = spec.min_available - self.cache.gangs.placed_count(gang) if spec is not None else 0
         seen = self._waiting.setdefault(gang, {})
         for p in pods:
             seen[p.key] = p
@@ -159,8 +158,7 @@ class Preemptions:
             if left:
                 shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
                 return Decision(
-                    f"preempting: waiting for {len(left)} evicted pod(s) to terminate ({shown})",
-                    {k: node for k, (node, _) in nom.placements.items()},
+                    f"preempting: waiting for {len(left)} evicted pod(s) to terminate ({shown})", nom.nodes_by_pod()
                 )
             self._drop([gang])  # its victims are gone and it still does not fit: it may search again
         if len(pods) < need:
@@ -201,12 +199,8 @@ class Preemptions:
         return Decision(
             f"preempting {result.summary()}; nominated node(s) {', '.join(nodes[:5])}"
             + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""),
-            {k: node for k, (node, _) in placements.items()},
+            nom.nodes_by_pod(),
         )
-
-    def _running_pods(self) -> dict[str, PodInfo]:
-        bound = self.cache.bound
-        return {k: p for pods in self.cache.snapshot.pods_by_node.values() for k, p in pods.items() if k in bound}
 
     def _candidates(self, priority: int) -> tuple[list[RunningPod], list[RunningPod]]:
         """Bound pods below `priority` not already promised to another nomination, with what they hold

@@ -473,7 +473,7 @@ class GangScheduler:
         decision = Decision()
         if unplaceable and not self.gangs.reached_minimum(gang):
             need = max(0, self.gangs.specs[gang].min_available - self.gangs.placed_count(gang))
-            decision = self.preemption.consider(gang, [item.pod for item, _, _ in unplaceable][:need], state.now, need)
+            decision = self.preemption.consider(gang, [item.pod for item, _, _ in unplaceable][:need], state.now)
             if decision.nominated:
                 self.preemption.evict_pending(self.binder, state.now, force=True)
         for item, why, pod_hint in unplaceable:
@@ -534,11 +534,7 @@ class GangScheduler:
         self.gangs.commit(stmt)
         released = [r for key in previously if (r := self.cache.give_back(key, state.freed)) is not None]
         # The gang holds nothing now: may evicting lower-priority units make it fit?
-        spec = self.gangs.specs.get(gang)
-        need = spec.min_available - self.gangs.placed_count(gang) if spec is not None else 0
-        decision = self.preemption.consider(
-            gang, [r.pod for r in released] + [item.pod for item in unit], state.now, need
-        )
+        decision = self.preemption.consider(gang, [r.pod for r in released] + [item.pod for item in unit], state.now)
         if decision.message:
             message = f"{message}; {decision.message}"
             if decision.nominated:
