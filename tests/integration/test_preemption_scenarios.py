@@ -128,6 +128,22 @@ def test_surplus_pods_above_the_minimum_go_alone(h: LocalScheduler) -> None:
     assert len(_preempted(h)) == 1 and _preempted(h)[0] in low  # one pod above the minimum, not the gang
 
 
+def test_room_is_made_for_the_gangs_minimum_not_for_its_pods_above_it(h: LocalScheduler) -> None:
+    """A Strict gang of 2 pods with a minimum of 1: one low-priority gang is preempted, not two, and the
+    gang binds its minimum; its second pod waits like any pod above a minimum."""
+    h.sched.upsert_nodes([model_node("n1", gpus=4), model_node("n2", gpus=4)])
+    first = _running_gang(h, "low1", 1, gpus=4, priority=1)
+    _running_gang(h, "low2", 1, gpus=4, priority=2)
+    h.sched.upsert_gangs([gang_spec("high", 1, 2, wait=1000)])
+    high = [_pod(f"high-{i}", "high", gpus=4, priority=HIGH) for i in range(2)]
+    h.queue.add(high, 1)
+    h.sched.step(1)
+    assert _preempted(h) == first
+    _terminate(h, 5)
+    h.sched.step(5)
+    assert high[0].key in h.bound() and high[1].key not in h.bound()
+
+
 def test_a_running_gang_is_never_left_below_its_minimum(h: LocalScheduler) -> None:
     """One pod of `low` would make room, but `low` needs both: it goes whole, or not at all; here the
     alternative (an ordinary pod) has a higher priority, so `low` goes whole."""

@@ -151,7 +151,9 @@ class Preemptions:
         for p in pods:
             seen[p.key] = p
         placed = self.cache.assumed.keys() | self.cache.bound
-        pods = [p for k, p in sorted(seen.items()) if k not in placed]
+        waiting = [p for k, p in sorted(seen.items()) if k not in placed]
+        # Room is made for its minimum only (each role's first): pods above it wait like any surplus pod.
+        pods = self.cache.gangs.required_first(gang, waiting, lambda p: p)[: max(0, need)]
         nom = self.nominations.get(gang)
         if nom is not None:
             left = [v.pod_key for v in nom.victims if v.pod_key in self.cache.bound]
@@ -161,7 +163,7 @@ class Preemptions:
                     f"preempting: waiting for {len(left)} evicted pod(s) to terminate ({shown})", nom.nodes_by_pod()
                 )
             self._drop([gang])  # its victims are gone and it still does not fit: it may search again
-        if len(pods) < need:
+        if len(pods) < need or not pods:
             # Evicting for a gang that could not start anyway would waste the victims' work.
             return Decision(f"not preempting: {len(pods)} of the {need} pods it needs have arrived")
         if any(p.preemption_policy == NEVER for p in pods):

@@ -472,8 +472,7 @@ class GangScheduler:
             state.verdicts.append(Verdict(item, Outcome.BACKOFF, msg))
         decision = Decision()
         if unplaceable and not self.gangs.reached_minimum(gang):
-            need = max(0, self.gangs.specs[gang].min_available - self.gangs.placed_count(gang))
-            decision = self.preemption.consider(gang, [item.pod for item, _, _ in unplaceable][:need], state.now)
+            decision = self.preemption.consider(gang, [item.pod for item, _, _ in unplaceable], state.now)
             if decision.nominated:
                 self.preemption.evict_pending(self.binder, state.now, force=True)
         for item, why, pod_hint in unplaceable:
