@@ -37,8 +37,25 @@ def _gang_pods(cluster, ns: str, gang: str, count: int, gpus: int, priority_clas
     annotations = {KOORD_NAME: gang, KOORD_MIN_AVAILABLE: str(count), KOORD_WAITING_TIME: "120s"}
     names = [f"{gang}-{i}" for i in range(count)]
     for name in names:
-        cluster.pod(ns, name, gpus=gpus, annotations=annotations, spec={"priorityClassName": priority_class})
+        _create_pod(cluster, ns, name, gpus=gpus, annotations=annotations, spec={"priorityClassName": priority_class})
     return names
+
+
+def _create_pod(cluster, ns: str, name: str, **kw: object) -> None:  # type: ignore[no-untyped-def]
+    """cluster.pod, retried while the Priority admission plugin has not seen a PriorityClass just created
+    (it reads them from an informer: a 403 "no PriorityClass with name ..." for a moment)."""
+    from kubernetes.client.rest import ApiException
+
+    def created() -> bool:
+        try:
+            cluster.pod(ns, name, **kw)
+        except ApiException as exc:
+            if exc.status == 403 and "no PriorityClass" in str(exc.body):
+                return False
+            raise
+        return True
+
+    wait_for(created, BIND, f"pod {name} admitted with its PriorityClass", interval=0.2)
 
 
 def _bound_count(cluster, ns: str, names: list[str]) -> int:  # type: ignore[no-untyped-def]
@@ -165,7 +182,8 @@ def test_a_disruption_budget_steers_preemption_to_the_unprotected_gang(cluster, 
         },
     )
     cheap = ["cheap-0"]
-    cluster.pod(
+    _create_pod(
+        cluster,
         ns,
         "cheap-0",
         gpus=4,
