@@ -57,6 +57,7 @@ def build(args: argparse.Namespace) -> ServiceServer:
         lambda s: binder_pb2_grpc.add_BinderServicer_to_server(servicer, s),
         security=security_of(args),
         health_listen=health_listen_of(args, "binder"),
+        kubernetes=args.backend == "kubernetes",
     )
     server.monitor.add_check("redis", redis_check(client))
     close = getattr(backend, "close", None)

@@ -32,6 +32,7 @@ def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> S
         lambda s: queue_pb2_grpc.add_QueueServicer_to_server(servicer, s),
         security=security_of(args),
         health_listen=health_listen_of(args, "queue"),
+        kubernetes=args.backend == "kubernetes",
     )
     if metrics is not None:
         metrics.registry.register(QueueCollector(servicer.queue))  # pending pods, counted when scraped
@@ -76,6 +77,15 @@ def parser() -> argparse.ArgumentParser:
         "seconds a scheduler may stay silent before the pods it popped return to the queue (0: never)",
         parse=float,
         type=float,
+    )
+    env_flag(
+        p,
+        "--backend",
+        "PHALANX_BACKEND",
+        "kubernetes",
+        "what the scheduler runs against; kubernetes: pods come from the scheduler's watch of the API server "
+        "only, so only the scheduler may add them (with mutual TLS); simulated: the simulator may add them too",
+        choices=["simulated", "kubernetes"],
     )
     env_flag(
         p,

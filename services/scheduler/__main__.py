@@ -55,6 +55,7 @@ from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import redis_check
 from phalanx.rpc.server import ServiceServer, rpc_failure, serve_until_signal, wait_healthy
 from phalanx.scheduling.loop import SchedulingLoop
+from phalanx.scheduling.pod_source import PoppedPodCheck
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
 from phalanx.security.tls import Security
@@ -102,6 +103,8 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
         preemption=args.preemption == "on",
     )
     scheduler = GangScheduler(store, queue, binder, framework, settings)
+    if args.backend == "kubernetes":  # the API server is the only source of a pod's spec (its feed attaches)
+        scheduler.popped_check = PoppedPodCheck()
     if not standby:
         try:
             scheduler.recover(clock.now(0.0))
@@ -122,6 +125,7 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
         lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
         security=security,
         health_listen=health_listen_of(args, "scheduler"),
+        kubernetes=args.backend == "kubernetes",
     )
     server.monitor.add_check("redis", redis_check(store.redis))
     server.monitor.add_check("scheduling", servicer.loop.step_error)
@@ -326,6 +330,8 @@ def start_feed(
     )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
+    if scheduler.popped_check is not None:
+        scheduler.popped_check.source = feed
     return feed.start()
 
 

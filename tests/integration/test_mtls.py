@@ -31,11 +31,10 @@ def tls_dir(tmp_path: Path) -> Path:
     return tmp_path / "tls"
 
 
-@pytest.fixture
-def queue(tls_dir: Path) -> Iterator[ServiceServer]:
+def _start_queue(tls_dir: Path, backend: str) -> ServiceServer:
     from phalanx_queue import __main__ as queue_main
 
-    server = queue_main.build(
+    return queue_main.build(
         queue_main.parser().parse_args(
             [
                 "--listen",
@@ -46,9 +45,16 @@ def queue(tls_dir: Path) -> Iterator[ServiceServer]:
                 str(tls_dir / tls.QUEUE),
                 "--clock",
                 "virtual",
+                "--backend",
+                backend,
             ]
         )
     ).start()
+
+
+@pytest.fixture
+def queue(tls_dir: Path) -> Iterator[ServiceServer]:
+    server = _start_queue(tls_dir, "simulated")
     yield server
     server.stop(0)
 
@@ -212,3 +218,37 @@ def test_an_oversized_request_is_refused_before_it_is_read(queue: ServiceServer,
         code = _code(lambda: stub.Add(queue_pb2.AddRequest(pods=[pod], now=1.0), timeout=10))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _pop(ch).pending == 0
+
+
+@pytest.mark.parametrize("backend", ["kubernetes", "simulated"])
+def test_only_the_scheduler_adds_pods_to_a_queue_serving_the_api_server(tls_dir: Path, backend: str) -> None:
+    # Issue 23: the simulator's certificate re-added a pending GPU gang asking for no GPU, and it was bound.
+    server = _start_queue(tls_dir, backend)
+    try:
+        with _channel(server.address, tls_dir, tls.SIMULATOR) as ch:
+            if backend == "kubernetes":
+                with pytest.raises(grpc.RpcError) as err:
+                    _add_one(ch)
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "when running against the Kubernetes API server" in (err.value.details() or "")
+            else:
+                _add_one(ch)  # the embedded cluster's simulator feeds its own pods
+        with _channel(server.address, tls_dir, tls.SCHEDULER) as ch:
+            _add_one(ch)
+    finally:
+        server.stop(0)
+
+
+def test_the_simulator_identity_is_issued_only_for_the_simulated_backend(tmp_path: Path) -> None:
+    from phalanx.cli.main import main
+
+    def certs(*argv: str) -> object:
+        with pytest.raises(SystemExit) as done:
+            main(["certs", *argv])
+        return done.value.code
+
+    assert certs("--out", str(tmp_path / "k8s")) == 0
+    assert not (tmp_path / "k8s" / tls.SIMULATOR).exists()
+    assert (tmp_path / "k8s" / tls.SCHEDULER / "tls.crt").exists() and (tmp_path / "k8s" / tls.OPERATOR).exists()
+    assert certs("--out", str(tmp_path / "sim"), "--backend", "simulated") == 0
+    assert (tmp_path / "sim" / tls.SIMULATOR / "tls.crt").exists()

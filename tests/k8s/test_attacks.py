@@ -73,14 +73,8 @@ def test_a_foreign_pod_cannot_be_bound_through_step(cluster: Cluster, phalanx: P
     for who, ch in _callers(_scheduler_address(phalanx), tls.SCHEDULER):
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
         code = _refused(lambda: stub.Step(scheduler_pb2.StepRequest(now=time.time(), pods_added=[pod]), timeout=5))
-        # The simulator's certificate passes authorization, but Kubernetes mode takes no pods from callers.
-        assert code == (
-            grpc.StatusCode.FAILED_PRECONDITION
-            if who == tls.SIMULATOR
-            else grpc.StatusCode.UNAVAILABLE
-            if who == "anonymous"
-            else grpc.StatusCode.PERMISSION_DENIED
-        ), who
+        # Against the API server the simulator's certificate is refused like every other identity's.
+        assert code == (grpc.StatusCode.UNAVAILABLE if who == "anonymous" else grpc.StatusCode.PERMISSION_DENIED), who
         ch.close()
     # A gang of Phalanx's own still binds, so the scheduler did run meanwhile; the foreign pod did not move.
     app = cluster.namespace("app")
@@ -205,3 +199,50 @@ def test_the_services_listen_with_tls_only(phalanx: Phalanx) -> None:
     for server in (phalanx.queue, phalanx.binder, phalanx.scheduler[0]):
         assert server.health_address and server.health_address != server.address
     assert Path(TLS_DIR / tls.SCHEDULER / "tls.key").stat().st_mode & 0o077 == 0
+
+
+# -- issue 23: a forged copy of a pending pod handed to the queue ----------------------------------------------
+
+
+def _forged(ns: str, names: list[str], uids: dict[str, str]) -> list[objects_pb2.Pod]:
+    """The pods of a pending 1-GPU gang as an attacker re-adds them: asking a tenth of a core and no GPU,
+    with the gang's name left off (so they would be placed one by one)."""
+    return [
+        objects_pb2.Pod(namespace=ns, name=n, uid=uids.get(n, ""), created_at=1.0, requests={"cpu": 100, "pods": 1000})
+        for n in names
+    ]
+
+
+@pytest.mark.parametrize("with_uids", [True, False], ids=["with-uids", "without-uids"])
+def test_a_forged_pod_spec_handed_to_the_queue_over_commits_nothing(
+    cluster: Cluster, phalanx: Phalanx, with_uids: bool
+) -> None:
+    # Two 8-GPU nodes, all 16 GPUs held by running gangs; a gang of 8 one-GPU pods waits for room.
+    cluster.node("n1", gpus=8)
+    cluster.node("n2", gpus=8)
+    ns = cluster.namespace()
+    held = cluster.koord_pods(ns, "a", 8, min_available=8) + cluster.koord_pods(ns, "b", 8, min_available=8)
+    wait_for(lambda: cluster.all_bound(ns, held), 30, "the cluster's 16 GPUs held")
+    waiting = cluster.koord_pods(ns, "gc", 8, min_available=8, wait="600s")
+    wait_for(lambda: cluster.judged(ns, waiting), 30, "the scheduler's verdict on the waiting gang")
+    uids = {n: cluster.read_pod(ns, n)["metadata"]["uid"] for n in waiting} if with_uids else {}
+    forged = queue_pb2.AddRequest(pods=_forged(ns, waiting, uids), now=time.time())
+    # The simulator's certificate (issued by `phalanx certs --backend simulated` only) is refused outright.
+    with _secure(phalanx.queue.address, tls.SIMULATOR, tls.QUEUE) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            queue_pb2_grpc.QueueStub(ch).Add(forged, timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    # The scheduler's own certificate gets the forged copies into the queue, where they are popped: the
+    # scheduler places each pod as the API server has it (a GPU, in its gang), so nothing fits.
+    with _secure(phalanx.queue.address, tls.SCHEDULER, tls.QUEUE) as ch:
+        queue_pb2_grpc.QueueStub(ch).Add(forged, timeout=5)
+    time.sleep(1.0)  # several scheduling rounds
+    cluster.canary()
+    assert cluster.all_bound(ns, waiting) is None
+    assert not any(cluster.node_of(ns, n) for n in waiting)
+    assert max(cluster.gpus_by_node(ns, held + waiting).values()) == 8  # 8 GPUs on each 8-GPU node, not 12
+    # Room made: the gang binds whole, as its pods ask.
+    for name in held[:8]:
+        cluster.delete_pod(ns, name)
+    wait_for(lambda: cluster.all_bound(ns, waiting), 30, "the real gang binds once there is room")
+    assert max(cluster.gpus_by_node(ns, held[8:] + waiting).values()) == 8

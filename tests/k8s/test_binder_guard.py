@@ -239,3 +239,24 @@ def test_podgroup_status_is_written_only_for_podgroups_phalanx_pods_name(cluster
     assert cluster.events(theirs, "train", "PodGroup") == [] and cluster.events(theirs, "lonely", "PodGroup") == []
     assert cluster.podgroup_status(GROUP_X_K8S, mine, "train")["phase"] == "Failed"
     assert cluster.reasons(mine, "train", "PodGroup") == ["GangTimeout"]
+
+
+def test_a_reservation_smaller_than_the_pods_spec_binds_nothing_of_its_gang(cluster, binder) -> None:
+    # Issue 23, defence in depth: a scheduler placed a forged copy of a one-GPU pod (no GPU, a tenth of a
+    # core) and reserved that; the binder compares with the pod's spec in its watch cache.
+    ns = cluster.namespace()
+    node = cluster.node("n1", gpus=8)
+    names = [f"w{i}" for i in range(4)]
+    pods = {f"{ns}/{n}": uid(cluster.pod(ns, n, gpus=1 if n == "w2" else 0)) for n in names}
+    results = binder.bind(binder.reserve(pods, dict.fromkeys(pods, node), gang=f"{ns}/train"), False)
+
+    status, message = results[f"{ns}/w2"]
+    assert status == FAILED
+    assert message == (
+        f"pod {ns}/w2 asks for more than the scheduler reserved: nvidia.com/gpu 1000 (reserved 0); not bound"
+    )
+    assert {k: s for k, (s, _) in results.items() if k != f"{ns}/w2"} == dict.fromkeys(
+        set(pods) - {f"{ns}/w2"}, ROLLED_BACK
+    )
+    assert [n for n in names if cluster.node_of(ns, n)] == []
+    assert not any(k.startswith(f"{ns}/") for k in binder.store.load_pods())

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from phalanx.security import tls
-from phalanx.security.authz import POLICY, refusal
+from phalanx.security.authz import POLICY, policy_for, refusal
 from phalanx.v1 import binder_pb2, queue_pb2, scheduler_pb2
 
 
@@ -43,3 +43,18 @@ def test_refusals() -> None:
     assert refusal("/phalanx.v1.Queue/Pop", tls.OPERATOR)[0] == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[index]
     assert refusal("/grpc.reflection.v1.ServerReflection/X", tls.SCHEDULER)[0] == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[index]
     assert refusal("/grpc.health.v1.Health/Check", tls.OPERATOR) is None
+
+
+def test_against_the_api_server_the_simulator_identity_may_call_nothing_but_health() -> None:
+    # Issue 23: with the simulator's certificate, Queue.Add took a forged copy of a pending GPU gang.
+    kube = policy_for(kubernetes=True)
+    assert kube["/phalanx.v1.Queue/Add"] == {tls.SCHEDULER}
+    for method, allowed in kube.items():
+        if not method.startswith("/grpc.health"):
+            assert tls.SIMULATOR not in allowed, method
+    code, text = refusal("/phalanx.v1.Queue/Add", tls.SIMULATOR, kube)  # type: ignore[misc]
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert "'phalanx-simulator' may not call this method when running against the Kubernetes API server" in text
+    assert refusal("/grpc.health.v1.Health/Check", tls.SIMULATOR, kube) is None
+    # The embedded cluster's simulator still feeds its pods.
+    assert refusal("/phalanx.v1.Queue/Add", tls.SIMULATOR, policy_for(kubernetes=False)) is None

@@ -4,6 +4,7 @@ redis-server), the verdict on each assignment, the report allow-lists, and the w
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from builders import model_node, model_pod
 from kubernetes.client.rest import ApiException
 
 from phalanx.backends.base import BindFailure
-from phalanx.backends.kube_guard import ClusterView, NodeFacts, PodFacts, report_annotations, verdict
+from phalanx.backends.kube_guard import ClusterView, NodeFacts, PodFacts, report_annotations, unreserved, verdict
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock
@@ -311,3 +312,66 @@ def test_a_binding_without_a_uid_is_made_for_the_incarnation_checked_as_ours() -
         backend.close()
     assert set(failures) == {"ns/theirs"} and "not Phalanx's to bind" in failures["ns/theirs"].message
     assert [b["metadata"] for b in core.bindings] == [{"name": "mine", "namespace": "ns", "uid": "u1"}]
+
+
+# -- a reservation smaller than the pod's spec (issue 23: a forged copy placed) is never bound -------------
+
+
+class SpecBackend(RefusingBackend):
+    """A cluster whose pods' specs ask `specs` (by pod key); the reservation is compared with them as the
+    Kubernetes backend compares it with its watch cache."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, specs: dict[str, dict[str, int]]) -> None:
+        super().__init__(client, keys, {})
+        self.specs = specs
+
+    def unreserved(self, a: Assignment, held: Mapping[str, int]) -> BindFailure | None:
+        spec = self.specs.get(a.pod_key)
+        why = unreserved(a.pod_key, spec, held) if spec is not None else ""
+        return BindFailure(why) if why else None
+
+
+GPU = "nvidia.com/gpu"
+
+
+def test_a_gang_pod_reserved_for_less_than_its_spec_asks_binds_nothing_of_its_gang(nodes: StateStore) -> None:
+    # w1's spec asks a GPU; the scheduler reserved it as the forged copy said: half a core, no GPU.
+    backend = SpecBackend(nodes.redis, nodes.keys, {"default/w1": {"cpu": 500, "pods": 1000, GPU: 1000}})
+    results = run(nodes, backend, reserve(nodes, NAMES), False)  # even past the gang's first bind
+    assert results["w1"][0] == FAILED
+    assert "asks for more than the scheduler reserved: nvidia.com/gpu 1000 (reserved 0)" in results["w1"][1]
+    assert {n: s for n, (s, _) in results.items() if n != "w1"} == dict.fromkeys(["w0", "w2", "w3"], ROLLED_BACK)
+    assert backend.written == [] and states(nodes) == {}
+    assert not nodes.load_used().get(("n1", "cpu"))
+
+
+def test_an_ordinary_pod_reserved_for_less_than_its_spec_fails_alone(nodes: StateStore) -> None:
+    backend = SpecBackend(nodes.redis, nodes.keys, {"default/w2": {"cpu": 4000}})
+    results = run(nodes, backend, reserve(nodes, NAMES, gang=""), False)
+    assert results["w2"][0] == FAILED and "cpu 4000 (reserved 500)" in results["w2"][1]
+    assert {n: s for n, (s, _) in results.items() if n != "w2"} == dict.fromkeys(["w0", "w1", "w3"], BOUND)
+    assert "default/w2" not in backend.written
+
+
+def test_a_reservation_covering_the_spec_binds(nodes: StateStore) -> None:
+    backend = SpecBackend(nodes.redis, nodes.keys, {f"default/{n}": {"cpu": 500, "pods": 1000} for n in NAMES})
+    assert {s for s, _ in run(nodes, backend, reserve(nodes, NAMES), True).values()} == {BOUND}
+
+
+def test_unreserved_allows_what_placement_adds_and_names_what_is_short() -> None:
+    spec = {"cpu": 1000, GPU: 2000}
+    # The devices chosen for the pod are added to its own requests: never a shortfall.
+    assert unreserved("ns/p", spec, {"cpu": 1000, GPU: 2000, "nvidia.com/gpu-0": 1000}) == ""
+    assert unreserved("ns/p", spec, {"cpu": 1000}) == (
+        "pod ns/p asks for more than the scheduler reserved: nvidia.com/gpu 2000 (reserved 0); not bound"
+    )
+    assert "cannot be read" in unreserved("ns/p", "Pod ns/p: spec.containers: not a list", {})
+
+
+def test_pod_facts_read_the_spec_requests_as_the_scheduler_does() -> None:
+    obj = pod_obj("ns/w", "u1")
+    obj["spec"]["containers"] = [{"name": "c", "resources": {"limits": {GPU: "2"}, "requests": {"cpu": "1"}}}]
+    assert PodFacts.of(obj).requests == {"cpu": 1000, GPU: 2000, "pods": 1000}
+    obj["spec"]["containers"] = "nope"
+    bad = PodFacts.of(obj).requests
+    assert isinstance(bad, str) and "Pod ns/w: spec.containers" in bad

@@ -6,6 +6,7 @@ fenced commit; a real cluster (Kubernetes API server) writes them through its AP
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +31,12 @@ class ClusterBackend(Protocol):
         (another scheduler's, gone, being deleted, bound elsewhere) or the node does not exist. The binder
         calls it before its intent, so a refusal can still give a whole gang's reservations back; `gone`
         marks a pod that no longer exists, `retryable` one that could not be checked now."""
+        ...
+
+    def unreserved(self, a: Assignment, held: Mapping[str, int]) -> BindFailure | None:
+        """Whether the reservation `held` (the scheduler's, from Redis) falls short of what the pod's spec in
+        the cluster asks: defence in depth against a pod placed from a forged copy of its spec. None: it
+        covers it (or the backend's pods are the scheduler's own records, as on the embedded cluster)."""
         ...
 
     def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:

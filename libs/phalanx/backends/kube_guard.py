@@ -20,14 +20,17 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.backends.api_calls import json_or_none, transient
 from phalanx.backends.base import BindFailure
+from phalanx.intake.errors import IntakeError, Subject
+from phalanx.intake.pods import pod_requests
 from phalanx.kube.watch import Collection, Watcher
 from phalanx.model import keys
 from phalanx.model.binding import Assignment
+from phalanx.model.objects import Resources
 from phalanx.model.status import EventReason
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,9 @@ class PodFacts:
     deleting: bool
     podgroups: tuple[tuple[str, str], ...]  # (API group, name) of the PodGroups it names, in its namespace
     owners: tuple[str, ...] = ()  # names of its owners (ownerReferences), e.g. the Job
+    # What its spec asks (containers, init containers, overhead, as the scheduler's intake reads them), so a
+    # reservation smaller than the pod is never bound; a str: why the spec could not be read.
+    requests: Resources | str = field(default_factory=dict)
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> PodFacts:
@@ -70,7 +76,27 @@ class PodFacts:
             deleting=bool(meta.get("deletionTimestamp")),
             podgroups=groups,
             owners=owners,
+            requests=_spec_requests(meta, spec),
         )
+
+
+def _spec_requests(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Resources | str:
+    subject = Subject("Pod", str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    try:
+        return pod_requests(spec, subject)
+    except IntakeError as exc:
+        return str(exc)
+
+
+def unreserved(pod_key: str, spec: Resources | str, held: Mapping[str, int]) -> str:
+    """Why a reservation of `held` does not cover what the pod's spec asks ("" when it does). Placement may
+    add to a pod's own requests (the GPU devices chosen for it), never take from them."""
+    if isinstance(spec, str):
+        return f"pod {pod_key}: its requests cannot be read ({spec}); not bound"
+    short = [f"{r} {v} (reserved {held.get(r, 0)})" for r, v in sorted(spec.items()) if held.get(r, 0) < v]
+    if not short:
+        return ""
+    return f"pod {pod_key} asks for more than the scheduler reserved: {', '.join(short)}; not bound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +283,11 @@ class ClusterView:
         if facts is not None:
             return facts
         return self._get_pod(pod_key)
+
+    def spec_requests(self, pod_key: str) -> Resources | str | None:
+        """What the pod's spec asks, from the cache or one GET; None when the pod does not exist."""
+        facts = self.pod(pod_key)
+        return None if facts is None else facts.requests
 
     def cached(self, pod_key: str) -> bool:
         """Whether the watch has delivered the pod (as one of our scheduler's)."""

@@ -27,6 +27,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -40,6 +41,7 @@ from phalanx.backends.kube_guard import (
     ClusterView,
     event_reason_allowed,
     report_annotations,
+    unreserved,
 )
 from phalanx.backends.write_lanes import WriteLanes
 from phalanx.kube import podgroups
@@ -125,6 +127,16 @@ class KubernetesBackend:
     def precheck(self, assignments: list[Assignment]) -> dict[str, BindFailure]:
         self.view.start()
         return self.view.check(assignments, self._binders.map)
+
+    def unreserved(self, a: Assignment, held: Mapping[str, int]) -> BindFailure | None:
+        try:
+            spec = self.view.spec_requests(a.pod_key)
+        except Exception as exc:  # not checked is not bound; asked again later
+            return BindFailure(f"could not read pod {a.pod_key}'s requests: {exc}", retryable=transient(exc))
+        if spec is None:
+            return None  # gone: the precheck has said so already
+        why = unreserved(a.pod_key, spec, held)
+        return BindFailure(why) if why else None
 
     # -- binding ---------------------------------------------------------------------------------------
     def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:

@@ -7,6 +7,7 @@ says the pod is bound. The simulation driver reads them back to advance its virt
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import redis
 
@@ -28,6 +29,9 @@ class SimulatedBackend:
         # Nothing to refuse: in the embedded cluster pods and nodes exist only as the scheduler's records, and
         # the commit already requires each pod reserved (by the scheduler) on the very node it is bound to.
         return {}
+
+    def unreserved(self, a: Assignment, held: Mapping[str, int]) -> BindFailure | None:
+        return None  # the embedded cluster's pods are the scheduler's records: nothing else to compare with
 
     def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
         for a in assignments:

@@ -214,6 +214,14 @@ class BatchBinder:
         if problems and all_or_nothing and not started:
             plan.final = self._roll_back(assignments, records, problems, fence)
             return plan
+        # A reservation smaller than the pod's spec (placed from a forged copy) is never bound, and nothing of
+        # its gang is: the gang was placed on wrong numbers.
+        short = self._unreserved(assignments, records, problems, started)
+        if short:
+            problems.update(short)
+            if not started and (all_or_nothing or any(a.gang for a in assignments)):
+                plan.final = self._roll_back(assignments, records, problems, fence)
+                return plan
         # The backend's refusals that matter: of pods reserved here and not bound yet. A pod whose binding
         # started (an earlier attempt recorded the intent) is refused below like an API server refusal;
         # the others are refused before the intent, so nothing of them reaches the cluster.
@@ -250,6 +258,27 @@ class BatchBinder:
         plan.todo = [a for a in assignments if a.pod_key not in problems and a.pod_key not in plan.before]
         plan.fresh = [a for a in plan.todo if a.pod_key not in started]
         return plan
+
+    def _unreserved(
+        self,
+        assignments: list[Assignment],
+        records: Mapping[str, PodRecord],
+        problems: Mapping[str, str],
+        started: set[str],
+    ) -> dict[str, str]:
+        """Pods whose reservation falls short of their spec in the cluster, with why (see ClusterBackend)."""
+        out: dict[str, str] = {}
+        for a in assignments:
+            rec = records.get(a.pod_key)
+            if rec is None or a.pod_key in problems or a.pod_key in started:
+                continue
+            failure = self.backend.unreserved(a, rec.requests)
+            # A spec that could not be read now (a GET on a cache miss failing) was read by the precheck a
+            # moment ago, which refuses what it cannot read: only a definite shortfall refuses here.
+            if failure is not None and not failure.retryable:
+                log.warning("binding refused: %s", failure.message)
+                out[a.pod_key] = failure.message
+        return out
 
     def _execute(self, plans: list[_Plan], now: float, fence: int) -> list[list[BindResult]]:
         """Intent, bindings and commit for every plan not decided yet, each step once for all of them."""

@@ -92,6 +92,7 @@ class _Pod:
     queued: bool = False  # handed to the queue and not taken back
     fingerprint: tuple[Any, ...] | None = None  # of what scheduling reads: a change means "queue it again"
     info: PodInfo | None = None  # parsed, for resolving it again when its gang object changes
+    queued_as: PodInfo | None = None  # as last handed to the queue (resolved to its gang): what is placed
 
 
 @dataclass
@@ -455,7 +456,7 @@ class ClusterFeed:
             self._send_spec(res.spec, b)
         b.queue_add[key] = pod
         b.queue_remove.discard(key)
-        state.queued = True
+        state.queued, state.queued_as = True, pod
 
     def _reresolve(self, b: _Batch) -> None:
         for gang in sorted(b.changed_gangs):
@@ -526,6 +527,18 @@ class ClusterFeed:
             for k, p in self._pods.items()
             if p.node and p.phase not in TERMINAL and p.info is not None
         }
+
+    # -- the API server's copy of what is placed (phalanx.scheduling.pod_source) ---------------------------
+    def schedulable_pod(self, key: str) -> PodInfo | None:
+        """The pending pod of ours this feed handed to the queue, as the API server has it; None when there
+        is none (deleted, bound, finished, refused by intake, or never seen). Caller holds the lock."""
+        state = self._pods.get(key)
+        if state is None or not state.queued or state.node or state.phase in TERMINAL or state.queued_as is None:
+            return None
+        return replace(state.queued_as)  # the scheduler's copy: nothing it does can alter the feed's record
+
+    def ready(self) -> bool:
+        return self.synced.is_set()
 
     def mirror_has(self, key: str) -> bool:
         p = self._pods.get(key)

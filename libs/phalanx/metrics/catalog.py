@@ -94,6 +94,19 @@ RECONCILE_REPAIRS = Counter(
     registry=None,
 )
 
+UNTRUSTED_PODS = Counter(
+    "phalanx_untrusted_pods_total",
+    "Pods the queue handed out that the scheduler did not place as handed (Kubernetes mode, where the API "
+    "server is the only source of a pod's spec), by reason: 'unknown' (its cluster feed has no pending pod of "
+    "that name and uid: dropped from the queue) or 'differs' (the queue's copy differs from the feed's in what "
+    "scheduling reads: the feed's copy is placed instead). Anything above zero means a caller other than the "
+    "feed added pods to the queue.",
+    ["reason"],
+    registry=None,
+)
+for _reason in ("unknown", "differs"):
+    UNTRUSTED_PODS.labels(_reason)
+
 # -- scheduler and binder -------------------------------------------------------------------------------
 TXN_CONFLICTS = Counter(
     "phalanx_redis_txn_conflicts_total",
@@ -140,6 +153,7 @@ SERVICE_METRICS: dict[str, tuple[Collector, ...]] = {
         PREEMPTION_ATTEMPTS,
         PREEMPTION_VICTIMS,
         RECONCILE_REPAIRS,
+        UNTRUSTED_PODS,
         TXN_CONFLICTS,
     ),
     "binder": (BIND_DURATION, BIND_RESULTS_TOTAL, TXN_CONFLICTS),

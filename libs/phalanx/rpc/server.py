@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from phalanx.rpc import call_stats
 from phalanx.rpc.health import HealthMonitor
 from phalanx.rpc.interceptors import TracingServerInterceptor
-from phalanx.security.authz import AuthorizationInterceptor
+from phalanx.security.authz import AuthorizationInterceptor, policy_for
 from phalanx.security.tls import PLAINTEXT, Security, channel_credentials, is_loopback, server_credentials
 from phalanx.telemetry.tracing import tracing_enabled
 
@@ -58,14 +58,19 @@ class ServiceServer:
         security: Security,
         health_listen: str = "",
         workers: int = 8,
+        kubernetes: bool = False,
     ) -> None:
+        """`kubernetes`: the service runs against the Kubernetes API server, whose callers' table is stricter
+        (phalanx.security.authz.KUBERNETES_POLICY)."""
         self.name = name
         if security.plaintext and not is_loopback(listen):
             raise ValueError(
                 f"{name}: --listen {listen}: plaintext gRPC is served on loopback addresses only "
                 "(127.0.0.1, ::1); give certificates with --tls-dir for any other address"
             )
-        interceptors: list[grpc.ServerInterceptor] = [] if security.plaintext else [AuthorizationInterceptor()]
+        interceptors: list[grpc.ServerInterceptor] = (
+            [] if security.plaintext else [AuthorizationInterceptor(policy_for(kubernetes))]
+        )
         if tracing_enabled():
             interceptors.append(TracingServerInterceptor())
         interceptors += call_stats.interceptors_from_env(name)  # PHALANX_RPC_STATS_DIR: count calls (bench)

@@ -31,6 +31,7 @@ from phalanx.scheduling.binds import BindDispatch
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.hints import refresh_freed, rejection_hint, shortfall_hint, with_slots
 from phalanx.scheduling.lookahead import Lookahead
+from phalanx.scheduling.pod_source import PoppedPodCheck
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, PopResult, QueuePort, Verdict
 from phalanx.scheduling.preemption import Decision, Preemptions, PreemptionSettings
 from phalanx.scheduling.reports import StatusReports
@@ -101,6 +102,9 @@ class GangScheduler:
         self.timeouts = GangTimeouts(store, self.cache, self.binds, self.reports)
         self.reservation = ReservationPlanner(self.settings.starvation_bound_seconds)
         self.preemption = Preemptions(store, self.cache, framework, PreemptionSettings(self.settings.preemption))
+        # Kubernetes mode: popped pods are placed as the API server has them (set by the composition root;
+        # None on the simulator, the source of its own pods).
+        self.popped_check: PoppedPodCheck | None = None
         # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
         self._undelivered = Carry()
         self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
@@ -290,6 +294,10 @@ class GangScheduler:
                     carry.shares = self.snapshot.tenant_shares(carry.share_capacity)
                     popped = self.queue.pop(self.settings.pop_batch, now, carry)
                     carry = Carry()
+                if self.popped_check is not None and popped.items:
+                    popped.items = self.popped_check.admit(popped.items, carry.verdicts)
+                    if not popped.items:
+                        continue  # all refused: their verdicts go with the next pop
                 unsettled = list(popped.items)
                 if not popped.items:
                     # Evicted victims end only when the cluster says so: the simulator must hear of them

@@ -20,10 +20,9 @@ log = logging.getLogger(__name__)
 _Q, _B, _S = "/phalanx.v1.Queue/", "/phalanx.v1.Binder/", "/phalanx.v1.Scheduler/"
 HEALTH = "/grpc.health.v1.Health/"
 
-# Only the scheduler takes pods out of the queue and binds; the simulator's driver feeds cluster events
-# (refused anyway in Kubernetes mode, where the API server is the only source of cluster state); an
-# operator may read. Every identity may ask for health.
-POLICY: Mapping[str, frozenset[str]] = {
+# Only the scheduler takes pods out of the queue and binds; the simulator's driver feeds pods and cluster
+# events on the embedded cluster; an operator may read. Every identity may ask for health.
+SIMULATED_POLICY: Mapping[str, frozenset[str]] = {
     _Q + "Add": frozenset({SCHEDULER, SIMULATOR}),
     _Q + "Pop": frozenset({SCHEDULER}),
     _Q + "PopStream": frozenset({SCHEDULER}),
@@ -45,6 +44,23 @@ POLICY: Mapping[str, frozenset[str]] = {
     HEALTH + "Watch": frozenset(ALL_IDENTITIES),
 }
 
+
+def _without(policy: Mapping[str, frozenset[str]], identity: str) -> dict[str, frozenset[str]]:
+    return {m: who if m.startswith(HEALTH) else who - {identity} for m, who in policy.items()}
+
+
+# In Kubernetes mode the API server is the only source of pods and cluster state: the simulator's identity
+# may call nothing but health, so a pod spec reaches the queue from the scheduler's cluster feed alone
+# (a queue that took pods from another caller let a forged spec be placed and over-commit GPUs).
+KUBERNETES_POLICY: Mapping[str, frozenset[str]] = _without(SIMULATED_POLICY, SIMULATOR)
+POLICY = SIMULATED_POLICY  # the table a server uses when it is not told its mode
+
+
+def policy_for(kubernetes: bool) -> Mapping[str, frozenset[str]]:
+    """The table for a service running against the Kubernetes API server (`kubernetes`) or the simulator."""
+    return KUBERNETES_POLICY if kubernetes else SIMULATED_POLICY
+
+
 MAX_LOGGED = 1_000  # distinct refusals logged; a flood of them must not flood the log
 
 
@@ -61,12 +77,14 @@ def refusal(
     if not identity:
         return grpc.StatusCode.UNAUTHENTICATED, f"{method}: no client certificate; calls need mutual TLS"
     allowed = policy.get(method)
-    if allowed is None:
-        return grpc.StatusCode.PERMISSION_DENIED, f"{method}: not served to any caller"
+    # Said so that the caller knows why an identity that works on the embedded cluster is refused here.
+    mode = " when running against the Kubernetes API server" if policy is KUBERNETES_POLICY else ""
+    if not allowed:
+        return grpc.StatusCode.PERMISSION_DENIED, f"{method}: not served to any caller{mode}"
     if identity not in allowed:
         return (
             grpc.StatusCode.PERMISSION_DENIED,
-            f"{method}: {identity!r} may not call this method (allowed: {', '.join(sorted(allowed))})",
+            f"{method}: {identity!r} may not call this method{mode} (allowed: {', '.join(sorted(allowed))})",
         )
     return None
 

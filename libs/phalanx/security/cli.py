@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from phalanx.security import certs
-from phalanx.security.tls import ALL_IDENTITIES
+from phalanx.security.tls import ALL_IDENTITIES, SIMULATOR
 
 CA_KEY_FILE = "ca.key"
 
@@ -50,6 +50,11 @@ def make_tree(
     return written
 
 
+def default_identities(backend: str) -> list[str]:
+    """Who gets a certificate by default: a key that is never issued cannot be stolen."""
+    return [i for i in ALL_IDENTITIES if i != SIMULATOR or backend == "simulated"]
+
+
 def add_certs_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "certs",
@@ -63,7 +68,15 @@ def add_certs_command(sub: argparse._SubParsersAction) -> None:
         "--identity",
         action="append",
         choices=ALL_IDENTITIES,
-        help="an identity to make a certificate for (repeatable; default: all)",
+        help="an identity to make a certificate for (repeatable; default: the services' and the operator's, "
+        "and the simulator's with --backend simulated)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["kubernetes", "simulated"],
+        default="kubernetes",
+        help="what the services run against: the simulator's identity (it feeds pods and cluster events) is "
+        "issued only for simulated; against the Kubernetes API server the services refuse it anyway",
     )
     p.add_argument("--dns", action="append", default=[], help="extra DNS name in every certificate (repeatable)")
     p.add_argument("--ip", action="append", default=["127.0.0.1"], help="IP address in every certificate")
@@ -77,7 +90,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"phalanx certs: --days {args.days:g}: must be positive", file=sys.stderr)
         return 2
     written = make_tree(
-        Path(args.out), args.identity or list(ALL_IDENTITIES), args.dns, args.ip, args.days, args.redis_password
+        Path(args.out),
+        args.identity or default_identities(args.backend),
+        args.dns,
+        args.ip,
+        args.days,
+        args.redis_password,
     )
     for path in written:
         print(f"wrote {path}")

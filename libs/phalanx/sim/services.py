@@ -76,7 +76,7 @@ class Stack:
         queue = ServiceProcess(
             "queue",
             "phalanx_queue",
-            [*common, *transport("queue"), "--unschedulable-flush", "0"],
+            [*common, *transport("queue"), "--backend", "simulated", "--unschedulable-flush", "0"],
             queue_port,
             logs / "queue.log",
         )

@@ -1,0 +1,96 @@
+"""Kubernetes mode: the API server is the only source of a pod's spec.
+
+The queue holds what it was handed, and a caller allowed to add pods could hand it a forged copy (a GPU pod
+re-added asking for no GPU, placed and bound: the node over-committed). So the scheduler places a popped
+pod as its own cluster feed knows it, never as the queue's copy says: a pod the feed has no pending record
+of is dropped from the queue, and one whose copy differs in what scheduling reads is placed from the feed's
+record. Both are logged and counted (`phalanx_untrusted_pods_total`). The simulator, which is the source of
+its own pods, has no such source and the queue's copy stands.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from phalanx.metrics.catalog import UNTRUSTED_PODS
+from phalanx.model.objects import PodInfo
+from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.ports import Popped, Verdict
+
+log = logging.getLogger(__name__)
+
+# What scheduling reads of a pod (placement, gang rules, ordering among jobs, preemption), compared field
+# by field so that a log line can name what a forged copy changed.
+COMPARED = (
+    "uid",
+    "priority",
+    "requests",
+    "placement",
+    "gang",
+    "pod_affinity",
+    "preemption_policy",
+    "labels",
+    "annotations",
+)
+MAX_LOGGED = 1_000  # distinct pods logged: a flood of forged pods must not flood the log
+
+
+class PodSource(Protocol):
+    def schedulable_pod(self, key: str) -> PodInfo | None:
+        """The pending pod of that key as the API server has it (resolved to its gang), or None when there
+        is no such pod waiting to be scheduled."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether the source has its first full view of the cluster (before it, "unknown" proves nothing)."""
+        ...
+
+
+def differences(queued: PodInfo, known: PodInfo) -> list[str]:
+    """The fields scheduling reads in which the queue's copy differs from the API server's."""
+    return [name for name in COMPARED if getattr(queued, name) != getattr(known, name)]
+
+
+class PoppedPodCheck:
+    """Swaps each popped pod for the source's copy (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.source: PodSource | None = None  # attached when the cluster feed starts
+        self._logged: set[str] = set()
+
+    def admit(self, items: list[Popped], verdicts: list[Verdict]) -> list[Popped]:
+        """The popped pods to place, each as the source knows it; `verdicts` gets one for every pod not placed."""
+        source = self.source
+        if source is None or not source.ready():
+            # Before the feed's first view nothing can be checked: nothing is placed, nothing is lost.
+            why = "the scheduler's cluster feed has not synced yet; retried"
+            verdicts.extend(Verdict(item, Outcome.BACKOFF, why) for item in items)
+            return []
+        out: list[Popped] = []
+        for item in items:
+            queued = item.pod
+            known = source.schedulable_pod(queued.key)
+            if known is None:
+                UNTRUSTED_PODS.labels("unknown").inc()
+                self._log(
+                    queued.key, "is not a pending pod of this scheduler on the API server; dropped from the queue"
+                )
+                verdicts.append(Verdict(item, Outcome.DROPPED, "not a pending pod on the API server"))
+                continue
+            changed = differences(queued, known)
+            if changed:
+                UNTRUSTED_PODS.labels("differs").inc()
+                self._log(
+                    queued.key,
+                    f"was handed out by the queue with {', '.join(changed)} differing from the API server's "
+                    "spec; placed as the API server has it",
+                )
+            out.append(Popped(known, item.trace))
+        return out
+
+    def _log(self, key: str, what: str) -> None:
+        if key in self._logged or len(self._logged) >= MAX_LOGGED:
+            return
+        self._logged.add(key)
+        log.warning("pod %s %s (a caller other than the cluster feed added it to the queue)", key, what)
