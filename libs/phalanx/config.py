@@ -212,21 +212,99 @@ def redis_args(p: argparse.ArgumentParser) -> None:
         "--redis-ca-file",
         "PHALANX_REDIS_CA_FILE",
         "",
-        "CA certificate to verify Redis with, for a rediss:// (TLS) URL",
+        "CA certificate to verify Redis with, for a rediss:// (TLS) URL, or for the Sentinels and the data "
+        "nodes with --redis-sentinels (TLS is on for them when this is given)",
+    )
+    env_flag(
+        p,
+        "--redis-sentinels",
+        "PHALANX_REDIS_SENTINELS",
+        "",
+        "find the Redis primary through these Sentinels (host:port,host:port,...) and follow its failovers; "
+        "--redis-url is then not used, --redis-password-file authenticates to the Sentinels and the data nodes",
+        shown="empty: one Redis at --redis-url",
+    )
+    env_flag(
+        p,
+        "--redis-master-name",
+        "PHALANX_REDIS_MASTER_NAME",
+        "",
+        "the primary's name as the Sentinels monitor it (with --redis-sentinels)",
+    )
+    env_flag(
+        p,
+        "--redis-socket-timeout",
+        "PHALANX_REDIS_SOCKET_TIMEOUT",
+        "5",
+        "with --redis-sentinels: seconds a Redis command may go unanswered before the connection is dropped and "
+        "the Sentinels asked again (a frozen or partitioned primary)",
+        parse=float,
+        type=float,
     )
 
 
 def redis_client(args: argparse.Namespace) -> "redis.Redis":
-    from phalanx.state.connection import RedisConfigError, connect
+    from phalanx.state.connection import RedisConfigError, connect, parse_sentinels
 
     try:
-        return connect(args.redis_url, password_file=args.redis_password_file, ca_file=args.redis_ca_file)
+        sentinel = parse_sentinels(
+            getattr(args, "redis_sentinels", ""),
+            getattr(args, "redis_master_name", ""),
+            getattr(args, "redis_socket_timeout", 5.0),
+        )
+        return connect(
+            args.redis_url, password_file=args.redis_password_file, ca_file=args.redis_ca_file, sentinel=sentinel
+        )
     except RedisConfigError as exc:
         raise SystemExit(str(exc)) from None
 
 
+def bind_wait_args(p: argparse.ArgumentParser) -> None:
+    """The binder's durability setting: the bind intent on a replica before any binding is sent."""
+    env_flag(
+        p,
+        "--bind-wait-replicas",
+        "PHALANX_BIND_WAIT_REPLICAS",
+        "auto",
+        "replicas that must hold a gang's bind intent (Redis WAIT) before its bindings are sent; fewer within "
+        "--bind-wait-timeout and nothing is bound yet (the pods stay 'binding' and are retried)",
+        shown="auto: 1 with --redis-sentinels, else 0 (no WAIT)",
+    )
+    env_flag(
+        p,
+        "--bind-wait-timeout",
+        "PHALANX_BIND_WAIT_TIMEOUT",
+        "1",
+        "seconds the binder waits for --bind-wait-replicas",
+        parse=float,
+        type=float,
+    )
+
+
+def bind_wait(args: argparse.Namespace) -> tuple[int, float]:
+    """(replicas, timeout in seconds) from --bind-wait-replicas and --bind-wait-timeout; exits naming the flag."""
+    raw = str(args.bind_wait_replicas).strip().lower()
+    if raw in ("", "auto"):
+        replicas = 1 if getattr(args, "redis_sentinels", "") else 0
+    elif raw.isdigit():
+        replicas = int(raw)
+    else:
+        raise SystemExit(f"--bind-wait-replicas: {args.bind_wait_replicas!r} is not a number of replicas or 'auto'")
+    if not args.bind_wait_timeout > 0:
+        raise SystemExit(f"--bind-wait-timeout must be positive, not {args.bind_wait_timeout:g}")
+    return replicas, float(args.bind_wait_timeout)
+
+
 def redis_address(client: "redis.Redis") -> str:
-    """host:port (or the socket path) a client connects to; never its password."""
+    """host:port (or the socket path) a client connects to; never its password. Through Sentinel: the
+    master name and the primary last handed out."""
+    from phalanx.state.connection import sentinel_of
+
+    found = sentinel_of(client)
+    if found is not None:
+        manager, name = found
+        now = manager.current.get(name)
+        return f"primary {name!r}" + (f" (last at {now[0]}:{now[1]})" if now else "") + " via Sentinel"
     kwargs = client.connection_pool.connection_kwargs
     if kwargs.get("path"):
         return str(kwargs["path"])

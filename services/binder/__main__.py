@@ -13,6 +13,8 @@ from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
 from phalanx.config import (
+    bind_wait,
+    bind_wait_args,
     common_parser,
     env_flag,
     health_listen_of,
@@ -27,6 +29,7 @@ from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
 from phalanx.rpc.server import ServiceServer, serve_until_signal
+from phalanx.state.durability import ReplicaWait
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.telemetry.tracing import setup_tracing
@@ -46,8 +49,13 @@ def build(args: argparse.Namespace) -> ServiceServer:
         from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
 
         backend = KubernetesBackend.from_args(args)
+    replicas, wait_timeout = bind_wait(args)
+    durability = ReplicaWait(client, keys.bind_durable, replicas, wait_timeout) if replicas else None
     binder = BatchBinder(
-        StateStore(client, keys), backend, FencedLock(client, keys, args.lock_lease, owner=binder_identity(args))
+        StateStore(client, keys),
+        backend,
+        FencedLock(client, keys, args.lock_lease, owner=binder_identity(args)),
+        durability,
     )
     clock = Clock(args.clock == "virtual")
     servicer = BinderServicer(binder, backend, clock)
@@ -97,6 +105,7 @@ class RollForward:
 def parser() -> argparse.ArgumentParser:
     p = common_parser("binder", __doc__ or "")
     redis_args(p)
+    bind_wait_args(p)
     env_flag(
         p,
         "--backend",

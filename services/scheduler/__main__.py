@@ -114,7 +114,7 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
             unreachable = redis_unreachable(exc, store.redis)
             if not unreachable:
                 raise
-            cannot_start(f"--redis-url: {unreachable}")
+            cannot_start(f"{'--redis-sentinels' if args.redis_sentinels else '--redis-url'}: {unreachable}")
     # In Kubernetes mode the API server's watch is the only source of cluster state: the RPCs that feed
     # it (the simulator's) are refused.
     loop = SchedulingLoop(scheduler, queue, clock)

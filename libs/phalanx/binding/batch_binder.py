@@ -33,6 +33,7 @@ from phalanx.backends.base import BindFailure, ClusterBackend
 from phalanx.binding.lock import FencedLock, while_held
 from phalanx.metrics.binds import record_bind
 from phalanx.model.binding import Assignment, BindResult, BindStatus
+from phalanx.state.durability import ReplicaWait
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import PodRecord, StateStore
 from phalanx.state.txn import Txn, record_bound
@@ -68,10 +69,14 @@ class _Plan:
 
 
 class BatchBinder:
-    def __init__(self, store: StateStore, backend: ClusterBackend, lock: FencedLock) -> None:
+    def __init__(
+        self, store: StateStore, backend: ClusterBackend, lock: FencedLock, durability: ReplicaWait | None = None
+    ) -> None:
+        """`durability`: the intent must be on Redis replicas before a binding is sent (state/durability.py)."""
         self.store = store
         self.backend = backend
         self.lock = lock
+        self.durability = durability
 
     def bind(
         self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str = ""
@@ -332,7 +337,9 @@ class BatchBinder:
                 a for a in p.todo if p.records[a.pod_key].state != PodState.BOUND and a.pod_key not in p.refusals
             ]
             to_write_all += p.to_write
-        failures: dict[str, BindFailure] = self.backend.bind(to_write_all, now, commit) if to_write_all else {}
+        failures: dict[str, BindFailure] = self._not_durable(to_write_all)
+        if to_write_all and not failures:
+            failures = self.backend.bind(to_write_all, now, commit)
         bound: list[Assignment] = []
         for p in live:
             failures.update((a.pod_key, p.refusals[a.pod_key]) for a in p.after)
@@ -368,6 +375,16 @@ class BatchBinder:
             if p.final is None:
                 p.final = [p.results[a.pod_key] for a in p.assignments]
         return [p.final or [] for p in plans]
+
+    def _not_durable(self, to_write: list[Assignment]) -> dict[str, BindFailure]:
+        """Every pod of `to_write`, retryable (stays `binding`, sent later), when the intent (this call's or an
+        earlier one's) is not on enough replicas to survive a failover; else nothing."""
+        if not to_write or self.durability is None:
+            return {}
+        durable = self.durability.confirm()
+        if durable.ok:
+            return {}
+        return {a.pod_key: BindFailure(durable.reason(), retryable=True) for a in to_write}
 
     def finish_interrupted(self, now: float) -> list[BindResult]:
         """Rolls forward every binding that started and was not recorded (a binder that crashed or was

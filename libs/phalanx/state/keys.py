@@ -22,6 +22,8 @@ Gang keys are written only through typed operations (`phalanx.gang.ops`, written
 |                            |      | Redis was emptied, so the scheduler rebuilds it from the API server   |
 | P:bind:lock                | str  | holder token of the binder mutex (with a lease)                      |
 | P:bind:fence               | str  | fencing counter, incremented at every lock acquisition               |
+| P:bind:durable             | str  | counter the binder increments just before Redis WAIT, so that WAIT   |
+|                            |      | covers its bind intent (state/durability.py); its value means nothing |
 | P:leader:term              | str  | the leading scheduler replica's fencing term (its Lease's             |
 |                            |      | leaseTransitions when it took over): only raised, never lowered; a   |
 |                            |      | scheduler commit carrying a lower term is refused (FencedOut)        |
@@ -144,6 +146,10 @@ class Keys:
     @property
     def bind_fence(self) -> str:
         return f"{self.base}:bind:fence"
+
+    @property
+    def bind_durable(self) -> str:
+        return f"{self.base}:bind:durable"
 
     @property
     def leader_term(self) -> str:
