@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: bench-starvation bench-preemption setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: bench-starvation bench-preemption setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -121,6 +121,16 @@ chaos: $(STAMP) tools
 	  queue:$(CHAOS_TRIALS) scheduler:$(CHAOS_TRIALS) binder:$(CHAOS_TRIALS) redis:$(CHAOS_TRIALS) \
 	  redis-empty:10 binder.between_pods:$(CHAOS_POINT_TRIALS) binder.before_commit:$(CHAOS_POINT_TRIALS) \
 	  scheduler.after_commit:$(CHAOS_POINT_TRIALS) none:5
+
+## Redis as a primary, 2 replicas and 3 Sentinels: the primary SIGKILLed, frozen (SIGSTOP, a partition)
+## and SIGKILLed with the scheduler leader, at random moments of the gang workload; the time from the kill
+## to the next binding, and the WAIT's cost per bind; results in bench/sentinel-failover.{json,txt}.
+SENTINEL_TRIALS ?= 30
+SENTINEL_LEADER_TRIALS ?= 10
+chaos-sentinel: $(STAMP) tools
+	$(VENV)/bin/phalanx chaos --seed $(CHAOS_SEED) --gangs $(CHAOS_GANGS) --output bench/sentinel-failover.json \
+	  --targets sentinel-primary:$(SENTINEL_TRIALS) sentinel-freeze:$(SENTINEL_TRIALS) \
+	  sentinel-primary+scheduler:$(SENTINEL_LEADER_TRIALS)
 
 ## No kills: gangs arriving and ending for SOAK_DURATION; pending gangs that fit (must be 0), RSS and
 ## Redis keys over time (flat is the goal); results in bench/soak.json and bench/soak.txt.

@@ -21,13 +21,13 @@ from phalanx.backends.base import BindFailure
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, PENDING, BatchBinder
 from phalanx.binding.lock import FencedLock
+from phalanx.model.binding import Assignment
 from phalanx.state.connection import connect, parse_sentinels
 from phalanx.state.durability import ReplicaWait
 from phalanx.state.keys import Keys, rel_gang_assumed
 from phalanx.state.store import StateStore
 from phalanx.state.txn import Txn
 from phalanx.testing.redis_sentinel import MASTER_NAME, SentinelCluster
-from phalanx.v1 import binder_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -145,13 +145,13 @@ GANG = "default/train"
 NAMES = ["w0", "w1"]
 
 
-def reserve_gang(store: StateStore) -> list[binder_pb2.Assignment]:
+def reserve_gang(store: StateStore) -> list[Assignment]:
     store.put_nodes([model_node("n1", cpu=4)])
     pods = [model_pod(n, "train", requests={"cpu": 500}) for n in NAMES]
     txn = Txn(reserve=[StateStore.reserve_entry(p, "n1") for p in pods])
     txn.cmd("SADD", rel_gang_assumed(GANG), *[p.key for p in pods])
     store.must_apply(txn)
-    return [binder_pb2.Assignment(pod_key=p.key, uid=p.name, node="n1", gang=GANG) for p in pods]
+    return [Assignment(pod_key=p.key, uid=p.name, node="n1", gang=GANG) for p in pods]
 
 
 def bind_on_deposed_primary(cluster: SentinelCluster, durable: bool) -> tuple[RecordingApi, Any, int]:

@@ -20,7 +20,7 @@ DEFAULT_SOAK_OUTPUT = Path("bench/soak.json")
 
 
 def add_chaos_command(sub: argparse._SubParsersAction) -> None:
-    from phalanx.chaos.trials import TARGETS
+    from phalanx.chaos.trials import SENTINEL_TARGETS, TARGETS
 
     p = sub.add_parser(
         "chaos",
@@ -35,7 +35,9 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         metavar="TARGET[:N]",
         default=list(TARGETS),
-        help=f"what to kill, optionally with its own trial count (default: all of {', '.join(TARGETS)})",
+        help=f"what to kill, optionally with its own trial count (default: all of {', '.join(TARGETS)}; also "
+        f"{', '.join(SENTINEL_TARGETS)}: Redis as a primary, 2 replicas and 3 Sentinels, its primary killed or "
+        "frozen)",
     )
     p.add_argument("--trials-per-target", type=int, default=25, metavar="N", help="trials per target (default 25)")
     p.add_argument("--seed", type=int, default=1, help="seed of the run: every trial's seed derives from it")
@@ -68,13 +70,13 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_targets(specs: list[str], default_count: int) -> list[tuple[str, int]]:
-    from phalanx.chaos.trials import TARGETS
+    from phalanx.chaos.trials import ALL_TARGETS
 
     out = []
     for spec in specs:
         name, _, count = spec.partition(":")
-        if name not in TARGETS:
-            raise ValueError(f"unknown target {name!r} (one of {', '.join(TARGETS)})")
+        if name not in ALL_TARGETS:
+            raise ValueError(f"unknown target {name!r} (one of {', '.join(ALL_TARGETS)})")
         if count and (not count.isdigit() or int(count) < 1):
             raise ValueError(f"{spec!r}: the count after ':' must be a positive number")
         out.append((name, int(count) if count else default_count))
@@ -139,7 +141,7 @@ def _run_trials(args: argparse.Namespace, targets: list[tuple[str, int]], run_ro
     from phalanx.chaos import invariants as inv
     from phalanx.chaos.cluster import start_apiserver
     from phalanx.chaos.report import progress_line, write
-    from phalanx.chaos.trials import TrialOptions, TrialResult, run_trial
+    from phalanx.chaos.trials import SENTINEL_TARGETS, TrialOptions, TrialResult, run_trial
     from phalanx.chaos.workload import WorkloadShape
 
     order = trial_order(targets)
@@ -149,6 +151,19 @@ def _run_trials(args: argparse.Namespace, targets: list[tuple[str, int]], run_ro
     )
     json_path, text_path = _paths(args, DEFAULT_OUTPUT)
     header = _header(args, targets=dict(targets), options=asdict(options))
+    if any(t in SENTINEL_TARGETS for t, _ in targets):
+        from phalanx.chaos.bind_wait import measure
+
+        cost = measure()  # the binder's WAIT on the same machine, before the trials load it
+        print(f"phalanx chaos: {cost.text()}", file=sys.stderr, flush=True)
+        header["bind_wait_cost"] = cost.as_dict()
+        header["notes"] = [
+            cost.text(),
+            "kill to binding: from the SIGKILL or SIGSTOP of the Redis primary to the first binding seen after it "
+            "(reads every 0.5 s); Sentinel down-after-milliseconds 1000, failover-timeout 3000; the services' "
+            "--redis-socket-timeout 2; the old primary comes back (restarted as a replica, or thawed) once a "
+            "replica is promoted.",
+        ]
     print(
         f"phalanx chaos: {len(order)} trials ({', '.join(f'{t} x{n}' for t, n in targets)}); logs in {run_root}",
         file=sys.stderr,

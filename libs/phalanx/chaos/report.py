@@ -20,6 +20,7 @@ HEADERS = (
     "gangs bound",
     "recover p50 s",
     "recover p99 s",
+    "kill to binding p50 / p99 s",
     "unplanned exits",
     "hit time limit",
 )
@@ -40,6 +41,9 @@ def summarize(results: Sequence[TrialResult]) -> list[dict[str, Any]]:
                 kinds[kind] = kinds.get(kind, 0) + n
         recover = [r.recover_seconds for r in mine if r.recover_seconds is not None]
         p50, p99 = percentile(recover, 50), percentile(recover, 99)
+        # From the kill (not the restart) to the next binding: what a failover costs (Sentinel targets).
+        outage = [r.kill_to_binding_seconds for r in mine if r.kill_to_binding_seconds is not None]
+        k50, k99 = percentile(outage, 50), percentile(outage, 99)
         rows.append(
             {
                 "target": target,
@@ -51,6 +55,8 @@ def summarize(results: Sequence[TrialResult]) -> list[dict[str, Any]]:
                 "gangs_total": sum(r.gangs_total for r in mine),
                 "recover_p50_s": None if p50 is None else round(p50, 2),
                 "recover_p99_s": None if p99 is None else round(p99, 2),
+                "kill_to_binding_p50_s": None if k50 is None else round(k50, 2),
+                "kill_to_binding_p99_s": None if k99 is None else round(k99, 2),
                 "unplanned_exits": sum(len(r.unplanned_exits) for r in mine),
                 "time_limit_trials": sum(1 for r in mine if not r.finished),
             }
@@ -70,6 +76,9 @@ def _cells(row: dict[str, Any]) -> list[str]:
         f"{row['gangs_bound']}/{row['gangs_total']}",
         fmt(row["recover_p50_s"]),
         fmt(row["recover_p99_s"]),
+        "-"
+        if row.get("kill_to_binding_p50_s") is None
+        else f"{fmt(row['kill_to_binding_p50_s'])} / {fmt(row['kill_to_binding_p99_s'])}",
         str(row["unplanned_exits"]),
         str(row["time_limit_trials"]),
     ]
@@ -111,6 +120,8 @@ def progress_line(done: int, total: int, r: TrialResult) -> str:
     if r.restarted_at is not None:
         kill += f" back {r.restarted_at:.1f}s"
     recover = "" if r.recover_seconds is None else f" recover {r.recover_seconds:.2f}s"
+    if r.kill_to_binding_seconds is not None:
+        recover += f" kill-to-binding {r.kill_to_binding_seconds:.2f}s"
     if not r.finished and r.last_binding_at is not None:
         recover += f" last binding {r.last_binding_at:.1f}s"
     extra = f" unplanned exits: {'; '.join(r.unplanned_exits)}" if r.unplanned_exits else ""
@@ -125,7 +136,8 @@ def progress_line(done: int, total: int, r: TrialResult) -> str:
 def write(results: Sequence[TrialResult], header: dict[str, Any], json_path: Path, text_path: Path) -> str:
     """Writes the JSON (machine, options, summary, every trial) and the text table; returns the text."""
     rows = summarize(results)
-    text = "\n".join([table(rows), "", *examples(results)]) + "\n"
+    extra = [str(line) for line in header.get("notes", [])]
+    text = "\n".join([table(rows), "", *extra, *([""] if extra else []), *examples(results)]) + "\n"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(
         json.dumps({**header, "summary": rows, "trials": [asdict(r) for r in results]}, indent=2, default=str) + "\n"

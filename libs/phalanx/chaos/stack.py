@@ -20,6 +20,7 @@ from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import SERVICE_IDENTITIES
 from phalanx.testing.ports import free_ports
+from phalanx.testing.redis_sentinel import MASTER_NAME, SentinelCluster
 from phalanx.testing.redis_server import RedisServer
 from phalanx.testing.services import ServiceProcess
 
@@ -35,6 +36,9 @@ class StackConfig:
     run_dir: Path
     log_level: str = "INFO"
     default_wait: float = 600.0
+    # Redis as a primary, 2 replicas and 3 Sentinels (the chart's Sentinel shape) instead of one server:
+    # REDIS then means "the current primary" (killed, frozen, or restarted as a replica).
+    sentinel: bool = False
 
 
 @dataclass
@@ -45,6 +49,9 @@ class ChaosStack:
     config: StackConfig
     redis: RedisServer
     services: dict[str, ServiceProcess] = field(default_factory=dict)
+    sentinel: SentinelCluster | None = None  # with config.sentinel; `redis` is then not started
+    down: int | None = None  # the data node killed or frozen (Sentinel mode)
+    frozen: bool = False
 
     @classmethod
     def create(cls, config: StackConfig) -> ChaosStack:
@@ -66,6 +73,21 @@ class ChaosStack:
             "--redis-prefix",
             config.redis_prefix,
         ]
+        sentinel = None
+        if config.sentinel:
+            sentinel = SentinelCluster(password=redis.password, root=config.run_dir / "redis")
+            state = [
+                "--redis-sentinels",
+                sentinel.sentinel_addresses,
+                "--redis-master-name",
+                MASTER_NAME,
+                "--redis-socket-timeout",
+                "2",
+                "--redis-password-file",
+                str(sentinel.password_file()),
+                "--redis-prefix",
+                config.redis_prefix,
+            ]
         kube = ["--backend", "kubernetes", "--kubeconfig", config.kubeconfig]
         argv = {
             "queue": [*common],
@@ -101,12 +123,15 @@ class ChaosStack:
             )
             for name in SERVICES
         }
-        return cls(config, redis, services)
+        return cls(config, redis, services, sentinel)
 
     def start(self, faults: dict[str, str] | None = None, timeout: float = 60.0) -> None:
         """Starts everything; `faults`: service -> PHALANX_FAULT for its first incarnation."""
         faults = faults or {}
-        self.redis.start()
+        if self.sentinel is not None:
+            self.sentinel.start()
+        else:
+            self.redis.start()
         for name in SERVICES:  # the scheduler waits for the other two itself
             self.services[name].start(wait=False, fault=faults.get(name, ""))
         for name in SERVICES:
@@ -119,24 +144,55 @@ class ChaosStack:
         return (REDIS, *SERVICES)
 
     def alive(self, name: str) -> bool:
+        if name == REDIS and self.sentinel is not None:
+            return self.down is None
         return self.redis.alive() if name == REDIS else self.services[name].alive()
 
     def kill(self, name: str) -> None:
-        """SIGKILL, as a crashed container (Redis keeps its data dir)."""
-        if name == REDIS:
+        """SIGKILL, as a crashed container (Redis keeps its data dir); with Sentinel, of the current primary."""
+        if name == REDIS and self.sentinel is not None:
+            self.down = self.sentinel.primary_index()
+            self.sentinel.kill(self.down)
+        elif name == REDIS:
             self.redis.kill()
         else:
             self.services[name].kill()
 
+    def freeze(self, name: str) -> None:
+        """SIGSTOP of the current primary (Sentinel mode): a partition, as its peers see it."""
+        if name != REDIS or self.sentinel is None:
+            raise ValueError("only the Redis primary of a Sentinel stack is frozen")
+        self.down = self.sentinel.primary_index()
+        self.sentinel.freeze(self.down)
+        self.frozen = True
+
+    def ready_to_restart(self, name: str) -> bool:
+        """With Sentinel, a primary killed or frozen comes back only once the Sentinels have promoted a
+        replica: the failover is what is under test (a lost machine), not a quick restart in place."""
+        if name != REDIS or self.sentinel is None or self.down is None:
+            return True
+        port = self.sentinel.primary_port()
+        return port is not None and port != self.sentinel.nodes[self.down].port
+
     def restart(self, name: str, keep_data: bool = True) -> None:
-        """Starts `name` again with its original command line (no fault); keep_data only for Redis."""
-        if name == REDIS:
+        """Starts `name` again with its original command line (no fault); keep_data only for Redis. With
+        Sentinel: a frozen primary is thawed, a killed one restarted as a replica of the new primary."""
+        if name == REDIS and self.sentinel is not None:
+            if self.down is not None:
+                if self.frozen:
+                    self.sentinel.thaw(self.down)
+                else:
+                    self.sentinel.restart(self.down)
+            self.down, self.frozen = None, False
+        elif name == REDIS:
             self.redis.restart(keep_data=keep_data)
         else:
             self.services[name].kill()
             self.services[name].start(wait=False, fault="")
 
     def exit_code(self, name: str) -> int | None:
+        if name == REDIS and self.sentinel is not None:
+            return None  # the trial restarts what it killed; Sentinel handles the rest
         if name == REDIS:
             return None if self.redis.proc is None else self.redis.proc.poll()
         return self.services[name].exit_code()
@@ -147,7 +203,7 @@ class ChaosStack:
             import redis
 
             try:
-                client = redis.Redis.from_url(self.redis.url, socket_timeout=timeout)
+                client = redis.Redis.from_url(self.state_url(), socket_timeout=timeout)
                 try:
                     return bool(client.ping())
                 finally:
@@ -161,9 +217,19 @@ class ChaosStack:
                 return False
             return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
 
+    def state_url(self) -> str:
+        """A URL (password included) of the Redis holding the state now: with Sentinel, the primary."""
+        if self.sentinel is not None:
+            return self.sentinel.url(self.sentinel.primary_index())
+        return self.redis.url
+
     def pids(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        if self.redis.proc is not None and self.redis.proc.poll() is None:
+        if self.sentinel is not None:
+            node = self.sentinel.nodes[self.sentinel.primary_index()]
+            if node.proc is not None and node.proc.poll() is None:
+                out[REDIS] = node.proc.pid
+        elif self.redis.proc is not None and self.redis.proc.poll() is None:
             out[REDIS] = self.redis.proc.pid
         for name, svc in self.services.items():
             if svc.proc is not None and svc.proc.poll() is None:
@@ -186,4 +252,6 @@ class ChaosStack:
     def stop(self) -> None:
         for name in reversed(SERVICES):
             self.services[name].stop()
+        if self.sentinel is not None:
+            self.sentinel.stop(remove=False)  # its logs stay in the run directory
         self.redis.stop()

@@ -31,6 +31,11 @@ from phalanx.testing.apiserver import LocalApiServer
 PROCESS_TARGETS = ("queue", "scheduler", "binder", "redis", "redis-empty")
 KILL_POINTS = ("binder.between_pods", "binder.before_commit", "scheduler.after_commit")
 TARGETS = (*PROCESS_TARGETS, "none", *KILL_POINTS)
+# Redis as a primary, 2 replicas and 3 Sentinels: the primary SIGKILLed (it comes back as a replica once a
+# replica is promoted), frozen with SIGSTOP (a partition: thawed once a replica is promoted, it runs as a
+# deposed primary until the Sentinels demote it), or SIGKILLed together with the scheduler (the leader).
+SENTINEL_TARGETS = ("sentinel-primary", "sentinel-freeze", "sentinel-primary+scheduler")
+ALL_TARGETS = (*TARGETS, *SENTINEL_TARGETS)
 
 
 def target_process(target: str) -> str | None:
@@ -39,7 +44,7 @@ def target_process(target: str) -> str | None:
         return None
     if target in KILL_POINTS:
         return target.split(".", 1)[0]
-    return REDIS if target.startswith("redis") else target
+    return REDIS if target.startswith(("redis", "sentinel")) else target
 
 
 @dataclass
@@ -47,6 +52,9 @@ class TrialOptions:
     shape: WorkloadShape = field(default_factory=WorkloadShape)
     time_limit: float = 120.0  # seconds from the first pod's creation
     kill_window: tuple[float, float] = (1.0, 10.0)  # seconds after the first pod is created
+    # Sentinel targets: within the busy phase, so that bindings are still due after the kill (what is
+    # measured is the time from the kill to the next one).
+    sentinel_kill_window: tuple[float, float] = (1.0, 5.0)
     restart_delay: tuple[float, float] = (0.2, 3.0)
     fault_occurrence: tuple[int, int] = (1, 30)  # the n of PHALANX_FAULT=<point>:<n>
     grace_seconds: float = 10.0
@@ -69,6 +77,7 @@ class TrialResult:
     killed_at: float | None = None  # seconds into the trial
     restarted_at: float | None = None
     recover_seconds: float | None = None  # restart -> first binding after it
+    kill_to_binding_seconds: float | None = None  # kill -> first binding after it (Sentinel targets)
     last_binding_at: float | None = None  # seconds into the trial: tells a stuck stack from a slow one
     fault: str = ""
     unplanned_exits: list[str] = field(default_factory=list)
@@ -100,11 +109,18 @@ class _Chaos:
 
     def schedule(self, first_created: float) -> None:
         if self.kill_at is None and self.process is not None and self.target not in KILL_POINTS:
-            self.kill_at = first_created + self.rng.uniform(*self.options.kill_window)
+            window = self.options.sentinel_kill_window if self.target in SENTINEL_TARGETS else self.options.kill_window
+            self.kill_at = first_created + self.rng.uniform(*window)
 
     def tick(self, now: float, t0: float) -> None:
         if self.kill_at is not None and self.killed_at is None and now >= self.kill_at and self.process:
-            self.stack.kill(self.process)
+            if self.target == "sentinel-freeze":
+                self.stack.freeze(self.process)
+            else:
+                self.stack.kill(self.process)
+            if self.target == "sentinel-primary+scheduler":  # the leader dies at the same moment
+                self.stack.kill("scheduler")
+                self.restart_due["scheduler"] = now + self.rng.uniform(*self.options.restart_delay)
             self.killed_at = now
             self.restart_due[self.process] = now + self.rng.uniform(*self.options.restart_delay)
         for name in self.stack.names():
@@ -120,7 +136,7 @@ class _Chaos:
                 self.unplanned.append(f"{name} exited with {code} at {now - t0:.1f}s")
             self.restart_due[name] = now + self.rng.uniform(*self.options.restart_delay)
         for name, due in list(self.restart_due.items()):
-            if now >= due:
+            if now >= due and self.stack.ready_to_restart(name):
                 del self.restart_due[name]
                 self.stack.restart(name, keep_data=self.target != "redis-empty")
                 self.last_restart = time.monotonic()
@@ -150,7 +166,14 @@ def run_trial(
     create_namespaces(core, workload)
     create_nodes(core, workload)
     stack = ChaosStack.create(
-        StackConfig(str(server.kubeconfig_path), workload.scheduler_name, f"chaos-{tid}", run_dir, options.log_level)
+        StackConfig(
+            str(server.kubeconfig_path),
+            workload.scheduler_name,
+            f"chaos-{tid}",
+            run_dir,
+            options.log_level,
+            sentinel=target in SENTINEL_TARGETS,
+        )
     )
     faults = trial_fault(target, rng, options)
     try:
@@ -185,6 +208,7 @@ def _drive(
     finished = False
     snap: Snapshot | None = None
     baseline: float | None = None  # the first read after the restart
+    after_kill: float | None = None  # the first read after the kill
     try:
         while True:
             now = time.monotonic()
@@ -206,6 +230,8 @@ def _drive(
             writer.submit(kubelet.observe(snap))
             if chaos.restarted_at is not None and baseline is None:
                 baseline = snap.at  # what this read shows bound may have happened while the process was down
+            if chaos.killed_at is not None and after_kill is None and snap.at > chaos.killed_at:
+                after_kill = snap.at  # what it shows bound may have been bound before the kill
             found = watch.observe(snap, chaos.calm_since()) + inv.check_capacity(snap)
             violations += _stamped(inv.dedupe(seen, found), t0)
             done = finished_gangs(snap, workload.gangs.values(), creator.created_keys())
@@ -230,6 +256,10 @@ def _drive(
     if chaos.restarted_at is not None and baseline is not None:
         first = watch.first_binding_after(baseline)
         recover = None if first is None else first - chaos.restarted_at
+    kill_to_binding = None
+    if chaos.killed_at is not None and after_kill is not None:
+        first_after_kill = watch.first_binding_after(after_kill)
+        kill_to_binding = None if first_after_kill is None else first_after_kill - chaos.killed_at
     return TrialResult(
         trial=workload.trial,
         target=target,
@@ -243,6 +273,7 @@ def _drive(
         killed_at=None if chaos.killed_at is None else chaos.killed_at - t0,
         restarted_at=None if chaos.restarted_at is None else chaos.restarted_at - t0,
         recover_seconds=recover,
+        kill_to_binding_seconds=kill_to_binding,
         last_binding_at=max(watch.bound_at.values(), default=t0) - t0,
         fault=",".join(faults.values()),
         unplanned_exits=chaos.unplanned,
@@ -308,7 +339,7 @@ def _redis_converged(core: Any, workload: Workload, stack: ChaosStack, seconds: 
     API server was read."""
     from phalanx.state.store import StateStore
 
-    store = StateStore.from_url(stack.redis.url, stack.config.redis_prefix)
+    store = StateStore.from_url(stack.state_url(), stack.config.redis_prefix)
     deadline = time.monotonic() + seconds
     found: list[Violation] = []
     try:

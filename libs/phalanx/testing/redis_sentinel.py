@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -207,7 +208,7 @@ class SentinelCluster:
 
     def _sentinels_see_all(self) -> bool:
         for i in range(len(self.watchers)):
-            state = self.sentinel_client(i).sentinel_master(self.master_name)
+            state: Any = self.sentinel_client(i).sentinel_master(self.master_name)
             if int(state["num-slaves"]) < self.replicas or int(state["num-other-sentinels"]) < self.sentinels - 1:
                 return False
         return True
@@ -219,7 +220,7 @@ class SentinelCluster:
             if sentinel is not None and i != sentinel:
                 continue
             try:
-                host_port = self.sentinel_client(i).sentinel_get_master_addr_by_name(self.master_name)
+                host_port: Any = self.sentinel_client(i).sentinel_get_master_addr_by_name(self.master_name)
             except redis.RedisError:
                 continue
             if host_port:
