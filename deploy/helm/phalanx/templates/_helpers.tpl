@@ -163,11 +163,53 @@ helm
 {{- end -}}
 {{- end -}}
 
-{{/* PHALANX_REDIS_URL, PHALANX_REDIS_PREFIX, PHALANX_REDIS_PASSWORD_FILE and PHALANX_REDIS_CA_FILE. */}}
+{{/* Redis with Sentinel: "bundled", "external" or "" (one Redis at a URL). */}}
+{{- define "phalanx.redisSentinelMode" -}}
+{{- $s := .Values.redis.sentinel -}}
+{{- if and .Values.redis.enabled $s.enabled -}}
+{{- if .Values.redis.tls.enabled }}{{ fail "redis.sentinel.enabled: the bundled Sentinel shape has no TLS yet; set redis.tls.enabled=false, or use an external Sentinel deployment (redis.sentinel.external) with TLS" }}{{ end -}}
+{{- if gt (int $s.quorum) (int $s.sentinels) }}{{ fail "redis.sentinel.quorum cannot exceed redis.sentinel.sentinels" }}{{ end -}}
+bundled
+{{- else if and (not .Values.redis.enabled) $s.external -}}
+external
+{{- end -}}
+{{- end -}}
+
+{{/* Stable DNS names of the bundled data nodes / Sentinels: (dict "ctx" $ "component" "redis"|"redis-sentinel" "count" n). */}}
+{{- define "phalanx.redisPodHosts" -}}
+{{- $name := include "phalanx.componentName" (dict "ctx" .ctx "component" .component) -}}
+{{- $hosts := list -}}
+{{- range $i := until (int .count) -}}
+{{- $hosts = append $hosts (printf "%s-%d.%s-headless.%s.svc" $name $i $name $.ctx.Release.Namespace) -}}
+{{- end -}}
+{{- join " " $hosts -}}
+{{- end -}}
+
+{{/* PHALANX_REDIS_SENTINELS's value for the bundled Sentinels. */}}
+{{- define "phalanx.redisSentinelAddresses" -}}
+{{- $port := .Values.redis.sentinel.port -}}
+{{- $out := list -}}
+{{- range $h := splitList " " (include "phalanx.redisPodHosts" (dict "ctx" . "component" "redis-sentinel" "count" .Values.redis.sentinel.sentinels)) -}}
+{{- $out = append $out (printf "%s:%d" $h (int $port)) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
+{{/* PHALANX_REDIS_URL (or PHALANX_REDIS_SENTINELS and PHALANX_REDIS_MASTER_NAME), PHALANX_REDIS_PREFIX,
+PHALANX_REDIS_PASSWORD_FILE and PHALANX_REDIS_CA_FILE. */}}
 {{- define "phalanx.redisEnv" -}}
 {{- $r := .Values.redis -}}
+{{- $mode := include "phalanx.redisSentinelMode" . -}}
+{{- if $mode }}
+- name: PHALANX_REDIS_SENTINELS
+  value: {{ ternary (include "phalanx.redisSentinelAddresses" .) $r.sentinel.external (eq $mode "bundled") | quote }}
+- name: PHALANX_REDIS_MASTER_NAME
+  value: {{ $r.sentinel.masterName | quote }}
+{{- else }}
 - name: PHALANX_REDIS_URL
-{{- if $r.existingSecret.name }}
+{{- end }}
+{{- if $mode }}
+{{- else if $r.existingSecret.name }}
   valueFrom:
     secretKeyRef:
       name: {{ $r.existingSecret.name }}
@@ -479,4 +521,16 @@ spec:
       protocol: TCP
       appProtocol: http
     {{- end }}
+{{- end -}}
+
+{{/* podAntiAffinity of the bundled Redis data nodes or Sentinels: (dict "ctx" $ "component" ...). */}}
+{{- define "phalanx.redisAntiAffinity" -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "phalanx.selectorLabels" . | fromYaml)) -}}
+{{- if eq .ctx.Values.redis.sentinel.antiAffinity "required" -}}
+requiredDuringSchedulingIgnoredDuringExecution:
+  {{- toYaml (list $term) | nindent 2 }}
+{{- else -}}
+preferredDuringSchedulingIgnoredDuringExecution:
+  {{- toYaml (list (dict "weight" 100 "podAffinityTerm" $term)) | nindent 2 }}
+{{- end -}}
 {{- end -}}
