@@ -5,9 +5,10 @@ no cascades, the nominated place kept while the victims terminate."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-from builders import gang_spec, model_node, model_pod
+from builders import GPU, gang_spec, model_node, model_pod
 from local_scheduler import LocalScheduler
 
 from phalanx.metrics.catalog import PREEMPTION_VICTIMS
@@ -110,6 +111,56 @@ def test_one_low_priority_gang_is_preempted_when_one_suffices_and_the_gang_binds
     assert {h.bound()[k] for k in high} == cheap_nodes
     assert "default/sneak" not in h.bound()
     assert all(k in h.bound() for k in dear) and len(_preempted(h)) == 2
+
+
+def _high_gang_with_min_resources(h: LocalScheduler, n: int, gpus: int, min_gpus: int, t: float) -> list[str]:
+    """As Kubeflow's training-operator declares a job: a PodGroup with minResources (GPUs here)."""
+    h.sched.upsert_gangs([replace(gang_spec("high", n, wait=1000), min_resources={GPU: min_gpus * 1000})])
+    pods = [_pod(f"high-{i}", "high", gpus=gpus, priority=HIGH) for i in range(n)]
+    h.queue.add(pods, t)
+    h.sched.step(t)
+    return [p.key for p in pods]
+
+
+def test_a_gang_declaring_min_resources_preempts_and_binds_whole(h: LocalScheduler) -> None:
+    """minResources (8 GPUs) exceed what is free (0): the gate used to refuse before preemption was asked.
+    The planner frees both minResources and a place for the gang, and the gang binds whole once the victims
+    are gone."""
+    h.sched.upsert_nodes([model_node("n1", gpus=4), model_node("n2", gpus=4)])
+    low = _running_gang(h, "low", 2, gpus=4, priority=1)
+    high = _high_gang_with_min_resources(h, 2, 4, min_gpus=8, t=1)
+    assert sorted(_preempted(h)) == sorted(low)
+    said = h.conditions()[high[0]]
+    assert "minResources needs 8 nvidia.com/gpu, the cluster has 0 free" in said
+    assert "preempting 2 lower-priority pod(s): gang default/low (2 pods)" in said
+    nominated = h.store.redis.hgetall(h.store.keys.sim_nominated)
+    assert {nominated[k] for k in high} == {"n1", "n2"}
+    assert not any(k in high for k in h.bound())
+
+    h.queue.queue.move_all(3)
+    h.sched.step(3)  # the victims have not gone yet: it waits, evicting nothing more
+    assert "waiting for 2 evicted pod(s) to terminate" in h.conditions()[high[0]]
+    assert len(_preempted(h)) == 2
+    _terminate(h, 5)
+    h.sched.step(5)
+    assert all(k in h.bound() for k in high)
+    assert not h.store.load_nominations()
+
+
+def test_min_resources_no_eviction_could_free_do_not_preempt_and_say_why(h: LocalScheduler) -> None:
+    """Evicting `low` would make room for the gang's one pod, but its minResources (8 GPUs) would still
+    exceed what is free (4, `peer` being as high as the gang): nothing is evicted."""
+    h.sched.upsert_nodes([model_node("n1", gpus=4), model_node("n2", gpus=4)])
+    _running_gang(h, "low", 1, gpus=4, priority=1)
+    _running_gang(h, "peer", 1, gpus=4, priority=HIGH)
+    high = _high_gang_with_min_resources(h, 1, 4, min_gpus=8, t=1)
+    assert _preempted(h) == []
+    said = h.conditions()[high[0]]
+    assert "minResources needs 8 nvidia.com/gpu, the cluster has 0 free" in said
+    assert (
+        "not preempting: evicting every lower-priority pod would not free its minResources "
+        "(it needs 8 nvidia.com/gpu, at most 4 could be free)" in said
+    )
 
 
 def test_fewest_pods_lost_among_equal_priorities(h: LocalScheduler) -> None:

@@ -99,6 +99,27 @@ def test_gang_that_fits(cluster, phalanx) -> None:
     wait_for(lambda: not any(k.startswith(f"{ns}/") for k in phalanx.reserved()), 5, "reservations released")
 
 
+def test_a_gang_assembling_is_not_marked_unschedulable(cluster, phalanx) -> None:
+    """Its first pod is placed and waits for the second: PodScheduled=False with reason GangWaiting (which
+    cluster-autoscaler does not read as unschedulable) and no Warning Event, on any pod. (Declared by its
+    pods' annotations: a PodGroup could reach the scheduler after its pod, which is refused until it does.)"""
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    first = cluster.koord_pods(ns, "train", 1, min_available=2)
+    condition = wait_for(
+        lambda: (c := cluster.condition(ns, first[0])).get("message") and c, BIND, f"{first[0]} told why it waits"
+    )
+    assert (condition["status"], condition["reason"]) == ("False", "GangWaiting")
+    assert condition["message"] == f"gang {ns}/train: 1/2 pods placed; waiting for the rest of the gang"
+    names = first + cluster.koord_pods(ns, "train", 1, min_available=2, start=1)
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
+    for name in names:
+        wait_for(lambda: "Scheduled" in cluster.reasons(ns, name), 5, f"a Scheduled event on {name}")
+    events = [e for name in names for e in cluster.events(ns, name)]
+    assert not [e for e in events if e["type"] != "Normal"], events
+    assert "FailedScheduling" not in {e["reason"] for e in events}
+
+
 def test_gang_that_never_fits_times_out(cluster, phalanx) -> None:
     ns = cluster.namespace()
     cluster.node("n1", gpus=2)
@@ -155,6 +176,9 @@ def test_gang_group_across_namespaces(cluster, phalanx) -> None:
         "ga's pods told why they wait",
     )
     assert all(cluster.node_of(ns_a, n) == "" for n in pods_a)  # ga has its minimum but waits for gb
+    # Waiting for the rest of its group is not being unschedulable: no reason Unschedulable, no Warning.
+    assert all(cluster.condition(ns_a, n).get("reason") in (None, "GangWaiting") for n in pods_a)
+    assert not any(e["type"] == "Warning" for n in pods_a for e in cluster.events(ns_a, n))
     pods_b = cluster.koord_pods(ns_b, "gb", 2, min_available=2, groups=group)
     wait_for(lambda: cluster.all_bound(ns_a, pods_a) and cluster.all_bound(ns_b, pods_b), BIND, "the group bound")
 

@@ -298,16 +298,17 @@ class KubernetesBackend:
                 self._nominate(pod, p.nominated_node)
         if p.unschedulable_message:
             pod = pod or self._read_pod(namespace, name)
+            reason = p.condition_reason  # GangWaiting for a pod placed and waiting: not read as unschedulable
             for _ in range(3):
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     return  # gone, or bound since: the report is stale
                 if not self.view.ours(pod):
                     return  # recreated since the check, by someone else's scheduler
-                if _scheduled_condition(pod) == ("False", "Unschedulable", p.unschedulable_message):
+                if _scheduled_condition(pod) == ("False", reason, p.unschedulable_message):
                     if not annotations:
                         return  # nothing new to say: no second condition write, no second Event
                     break
-                if self._set_unschedulable(pod, p.unschedulable_message):
+                if self._set_not_scheduled(pod, reason, p.unschedulable_message):
                     break
                 pod = self._read_pod(namespace, name)  # it changed meanwhile (bound, perhaps): look again
         if p.event_reason and event_reason_allowed(p.event_reason, f"pod {p.pod_key}"):
@@ -521,8 +522,8 @@ class KubernetesBackend:
             )
         )
 
-    def _set_unschedulable(self, pod: dict[str, Any], message: str) -> bool:
-        """PodScheduled=False on the pod as it was read; False when it changed since (409).
+    def _set_not_scheduled(self, pod: dict[str, Any], reason: str, message: str) -> bool:
+        """PodScheduled=False (with `reason`) on the pod as it was read; False when it changed since (409).
 
         The resourceVersion is a precondition: the binder binds pods concurrently with reporting, and an
         unschedulable condition written just after a binding would overwrite the PodScheduled=True the
@@ -533,7 +534,7 @@ class KubernetesBackend:
         condition = {
             "type": "PodScheduled",
             "status": "False",
-            "reason": "Unschedulable",
+            "reason": reason,
             "message": message,
             "lastProbeTime": None,
             "lastTransitionTime": podgroups.rfc3339(time.time()),

@@ -6,7 +6,12 @@ For a gang with pending pods this finds, with the scheduler's own filters and sc
   amounts;
 - who holds that capacity (grouped by gang, else by controller), and which of them would have to finish
   before the gang fits: holders are released in the order they are expected to finish (unknown last)
-  until the gang fits, then the ones not needed are dropped again.
+  until the gang fits, then the ones not needed are dropped again. The gang's own bound pods are never
+  among them: they finish only after it runs;
+- whether it is deadlocked: it waits for a gang that waits, in turn (directly or around a longer cycle),
+  for it, each holding bound pods with no known end that the other needs (seed-003's two jobs bound pod
+  by pod, each holding 4 of the 8 GPUs and wanting a fifth). None of them can run until one gives its
+  pods up.
 Nothing here plans a preemption itself: what the scheduler said about preempting (whom, where, or why it
 could not) is read from its reason message into `preemption`.
 """
@@ -111,6 +116,8 @@ class GangExplanation:
     capacity_note: str  # why there is no capacity analysis, or what limits it
     verdict: str  # the answer in one sentence
     preemption: str = ""  # what the scheduler said about preempting for it ("" when it said nothing)
+    # The gangs of its deadlock, itself first, each waiting for the next (the last for it); [] when none.
+    deadlock: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -167,14 +174,15 @@ def select(state: ClusterState, wanted: str | None, namespace: str | None) -> li
 
 def explain(state: ClusterState, gangs: Sequence[GangState], framework: Framework) -> Explanation:
     capacity = _capacity(state, framework) if state.nodes is not None else None
+    explained = [_explain_gang(state, g, capacity) for g in gangs]
+    if capacity is not None:
+        waits = _WaitsFor(state, capacity, explained)
+        for g, e in zip(gangs, explained):
+            e.deadlock = waits.cycle(e.key)
+            if e.deadlock:
+                e.verdict = _verdict(e, g)
     return Explanation(
-        state.clock,
-        state.now,
-        state.source,
-        state.scheduler_name,
-        [_explain_gang(state, g, capacity) for g in gangs],
-        list(state.errors),
-        list(state.notes),
+        state.clock, state.now, state.source, state.scheduler_name, explained, list(state.errors), list(state.notes)
     )
 
 
@@ -295,6 +303,8 @@ def _capacity_report(
     best = rooms[: len(pods)]
     best_names = {room.node for room in best}
     holders = _holders(state, cap, set(eligibility.nodes), set(resources))
+    # Its own bound pods hold room too, but it cannot wait for them: they end only once it has run.
+    others = [(h, members) for h, members in holders if h != Holder("gang", g.key)]
     held_by = [
         _group(holder, [p for p in members if p.node in best_names], set(resources))
         for holder, members in holders
@@ -322,7 +332,7 @@ def _capacity_report(
             r: (v, everywhere.get(r, 0)) for r, v in g.spec.min_resources.items() if everywhere.get(r, 0) < v
         }
     if fit_now < len(pods):
-        report.runs_after, report.fit_when_emptied = _release_plan(cap, pods, holders, set(resources))
+        report.runs_after, report.fit_when_emptied = _release_plan(cap, pods, others, set(resources))
         if report.runs_after:
             ends = [h.ends_at for h in report.runs_after]
             report.runs_at = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
@@ -413,6 +423,73 @@ def _release_plan(
     return [_group(h, members, resources) for h, members in needed], len(pods)
 
 
+# --- deadlocks -------------------------------------------------------------------------------------------
+
+
+class _WaitsFor:
+    """Which gangs each gang waits for and that cannot finish first: gangs in its runs_after that are not
+    running themselves (they wait too) and hold pods with no known end. A cycle among them is a deadlock.
+    A gang not explained (only one was asked for) is analysed when a cycle passes through it."""
+
+    def __init__(self, state: ClusterState, cap: Capacity, explained: list[GangExplanation]) -> None:
+        self.state = state
+        self.cap = cap
+        self.reports: dict[str, CapacityReport | None] = {e.key: e.capacity for e in explained}
+        self.edges: dict[str, list[str]] = {}
+
+    def of(self, key: str) -> list[str]:
+        if key not in self.edges:
+            report = self.reports[key] if key in self.reports else self._report(key)
+            after = report.runs_after if report is not None else None
+            self.edges[key] = [
+                h.key for h in after or () if h.kind == "gang" and h.ends_at is None and self._stuck(h.key)
+            ]
+        return self.edges[key]
+
+    def cycle(self, start: str) -> list[str]:
+        """The shortest cycle of waits from `start` back to it, `start` first; [] when there is none."""
+        parent: dict[str, str] = {}
+        frontier = [start]
+        while frontier:
+            following: list[str] = []
+            for key in frontier:
+                for nxt in self.of(key):
+                    if nxt == start:
+                        path = [key]
+                        while path[-1] != start:
+                            path.append(parent[path[-1]])
+                        return path[::-1]
+                    if nxt not in parent:
+                        parent[nxt] = key
+                        following.append(nxt)
+            frontier = following
+        return []
+
+    def _stuck(self, key: str) -> bool:
+        g = self.state.gangs.get(key)
+        return g is not None and gang_state(g) in (Standing.WAITING, Standing.TIMED_OUT) and bool(g.pending_pods)
+
+    def _report(self, key: str) -> CapacityReport | None:
+        g = self.state.gangs.get(key)
+        if g is None or not self._stuck(key):
+            return None
+        return _capacity_report(self.state, g, sorted(g.pending_pods, key=lambda p: p.name), self.cap)[0]
+
+
+def deadlock_sentence(cycle: Sequence[str]) -> str:
+    """Names every gang of the deadlock; `cycle[0]` is the one explained."""
+    if len(cycle) == 2:
+        return (
+            f"deadlock: gangs {cycle[0]} and {cycle[1]} each hold capacity the other needs, and neither can run "
+            "until the other finishes; one of them must give its pods up"
+        )
+    chain = " -> ".join([*cycle, cycle[0]])
+    return (
+        f"deadlock: gangs {', '.join(cycle[:-1])} and {cycle[-1]} each wait for the next to finish, which holds "
+        f"capacity it needs ({chain}); one of them must give its pods up"
+    )
+
+
 # --- the one-sentence answer ------------------------------------------------------------------------------
 
 
@@ -440,6 +517,8 @@ def _verdict(e: GangExplanation, g: GangState) -> str:
         return prefix + (e.reason.message if e.reason is not None else "no reason reported yet")
     if c.min_resources_short:
         return prefix + "its minResources exceed what the cluster has free"
+    if e.deadlock:
+        return prefix + deadlock_sentence(e.deadlock)
     if c.runs_after is None:
         return (
             prefix + f"it cannot fit as the cluster stands: even with its {len(c.eligible_nodes)} eligible "

@@ -25,6 +25,8 @@ a report); `...InSeconds` / `waitingSeconds` are relative to `now`.
              preemption         what the scheduler said about preempting for it: "preempting N lower-priority
                                 pod(s): ...; nominated node(s) ...", "preempting: waiting for ...", or
                                 "not preempting: <why>"; "" when it said nothing
+             deadlock           [gang keys]: the gangs it is deadlocked with, itself first, each waiting
+                                for the next to finish (the last for it); [] when it is not
              capacityNote       why `capacity` is null, when it is
              capacity:
                podsToPlace, fitNow      pods that must be placed together, and how many would be now
@@ -35,8 +37,9 @@ a report); `...InSeconds` / `waitingSeconds` are relative to `now`.
                freeOnEligible           free amounts summed over the eligible nodes
                bestNodes: [{node, free, podsFit}]   the eligible nodes closest to fitting it, best first
                heldBy:    [holder]      what runs on the best nodes
-               runsAfter: [holder]      who must finish before it fits; [] when it fits now; null when it
-                                        would not fit even with every eligible node emptied
+               runsAfter: [holder]      who must finish before it fits (never the gang itself: its own
+                                        bound pods stay); [] when it fits now; null when it would not fit
+                                        even with every eligible node but its own pods emptied
                runsAt, runsInSeconds    when the last of runsAfter ends (null if unknown)
                fitWhenEmptied           pods that would fit with every holder on the eligible nodes gone
                                         (null when it fits now)
@@ -118,6 +121,7 @@ def _gang(g: GangExplanation, now: float) -> dict[str, Any]:
         "reason": reason,
         "podGroup": podgroup,
         "preemption": g.preemption,
+        "deadlock": g.deadlock,
         "capacityNote": g.capacity_note,
         "capacity": _capacity(g.capacity, now) if g.capacity is not None else None,
     }

@@ -92,7 +92,7 @@ def _gang(g: GangExplanation, e: Explanation) -> list[str]:
     if g.podgroup is not None:
         out.append(_row("podgroup", _podgroup(g)))
     if g.capacity is not None:
-        out.extend(_capacity(g.capacity, e))
+        out.extend(_capacity(g.capacity, e, g))
     elif g.capacity_note:
         out.append(_row("capacity", g.capacity_note))
     return out
@@ -107,7 +107,7 @@ def _podgroup(g: GangExplanation) -> str:
     return f"{pg.api_group}: " + "; ".join(parts)
 
 
-def _capacity(c: CapacityReport, e: Explanation) -> list[str]:
+def _capacity(c: CapacityReport, e: Explanation, g: GangExplanation) -> list[str]:
     each = "" if c.uniform else " (the largest pod)"
     out = [
         _row(
@@ -142,8 +142,9 @@ def _capacity(c: CapacityReport, e: Explanation) -> list[str]:
     for x in c.exclusions:
         out.append(_row("excluded", _exclusion(x)))
     for h in c.held_by:
-        out.append(_row("held by", _holder(h, e)))
-    out.append(_row("runs", _runs(c, e)))
+        own = h.kind == "gang" and h.key == g.key
+        out.append(_row("held by", ("its own pods, " if own else "") + _holder(h, e)))
+    out.append(_row("runs", _runs(c, e, g)))
     return out
 
 
@@ -178,7 +179,7 @@ def _holder(h: HolderGroup, e: Explanation) -> str:
     return f"{h.kind} {h.key}: {pods} on {nodes} hold {quantities(h.holds)}; {ends}{basis}"
 
 
-def _runs(c: CapacityReport, e: Explanation) -> str:
+def _runs(c: CapacityReport, e: Explanation, g: GangExplanation) -> str:
     if c.fit_now >= c.pods_to_place:
         return "now: it fits as the cluster stands"
     if c.runs_after is None:
@@ -187,5 +188,8 @@ def _runs(c: CapacityReport, e: Explanation) -> str:
             f"of {c.pods_to_place} fit"
         )
     who = ", ".join(f"{h.kind} {h.key}" for h in c.runs_after)
+    if g.deadlock:
+        waits = " and ".join(f"{a} for {b}" for a, b in zip(g.deadlock[1:], [*g.deadlock[2:], g.deadlock[0]]))
+        return f"never as things stand: it waits for {who} to finish, and {waits} in turn (a deadlock)"
     when = "at an unknown time" if c.runs_at is None else moment(c.runs_at, e.now, e.clock)
     return f"once {who} finish{'es' if len(c.runs_after) == 1 else ''}: {when}"

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from phalanx.model.status import ScheduledReason
+
 
 class BindStatus(StrEnum):
     BOUND = "bound"
@@ -39,10 +41,17 @@ class PodReport:
 
     pod_key: str
     annotations: dict[str, str] = field(default_factory=dict)
-    unschedulable_message: str = ""  # PodScheduled=False/Unschedulable with this message, when set
+    # PodScheduled=False with this message, when set: reason Unschedulable, or GangWaiting when `waiting`.
+    unschedulable_message: str = ""
     event_reason: str = ""
     event_message: str = ""
     nominated_node: str = ""  # preemption: status.nominatedNodeName to set while its victims terminate
+    # Placed, waiting for the rest of its gang (or GangGroup): not unschedulable (see ScheduledReason).
+    waiting: bool = False
+
+    @property
+    def condition_reason(self) -> ScheduledReason:
+        return ScheduledReason.GANG_WAITING if self.waiting else ScheduledReason.UNSCHEDULABLE
 
 
 class EvictStatus(StrEnum):

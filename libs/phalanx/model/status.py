@@ -49,6 +49,18 @@ _NORMAL = frozenset(
 )
 
 
+class ScheduledReason(StrEnum):
+    """The reasons of the PodScheduled=False condition Phalanx writes on a pod it has not bound.
+
+    Cluster-autoscaler (and Karpenter) scale up for pods whose PodScheduled is False with reason
+    Unschedulable, exactly that reason (cluster-autoscaler's UnschedulablePodLister). A pod placed and waiting
+    for the rest of its gang is not short of room, as a pod kube-scheduler holds in Permit is not: it gets
+    GangWaiting, which they do not read, and no Event (its gang's Normal GangWaiting Event says it once)."""
+
+    UNSCHEDULABLE = "Unschedulable"  # its gang cannot be placed now (kube-scheduler's v1.PodReasonUnschedulable)
+    GANG_WAITING = "GangWaiting"  # placed (reserved), waiting for its gang's other pods or other gangs
+
+
 class PodPhase(StrEnum):
     """Kubernetes' pod status.phase."""
 

@@ -9,6 +9,11 @@ kept just because it came first.
 
 PodDisruptionBudgets are never broken: a unit whose eviction would take a budget below its allowance is
 skipped, whatever it would have freed.
+
+A gang declaring minResources (scheduler-plugins' PodGroup, which Kubeflow's training-operator always
+writes) fits only when the cluster's free total also covers them once the victims are gone: the scheduler's
+gate asks that before placing, so a plan that placed the pods but left minResources short would free
+capacity the gang still could not use.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import PodInfo, Resources
+from phalanx.model.quantity import format_milli
 from phalanx.preemption.budgets import BudgetLedger
 from phalanx.preemption.victims import RunningPod, VictimUnit, victim_pods
 
@@ -52,13 +58,17 @@ class PreemptionSearch:
         units: list[VictimUnit],
         quota: dict[str, int],
         ledger: BudgetLedger,
+        min_resources: Resources | None = None,
     ) -> None:
+        """`min_resources`: the gang's minResources, when its gate still applies (nothing of it placed yet)."""
         self.framework = framework
         self.snap = snap
         self.pods = list(pods)
         self.units = units
         self.quota = quota
         self.ledger = ledger
+        self.min_resources = dict(min_resources or {})
+        self.min_resources_short = ""  # what minResources lacked with every candidate evicted, for the message
         self.blocked_by = ""  # a budget that kept a unit out, for the message when nothing fits
         self.checks = 0  # fit checks made (each places the gang once)
 
@@ -68,6 +78,8 @@ class PreemptionSearch:
         everything = self._effective(self.units)
         if self._fits(everything) is None:
             why = "evicting every lower-priority pod would not make room for the gang"
+            if self.min_resources_short:
+                why = f"evicting every lower-priority pod would not free its minResources ({self.min_resources_short})"
             if self.blocked_by:
                 why += f" (PodDisruptionBudget {self.blocked_by} protects some of them)"
             return NoPlan(why)
@@ -128,6 +140,8 @@ class PreemptionSearch:
                 if i is not None:
                     snap.reserve(i, v.held, sign=-1, pod=v.pod)
                     removed.append((i, v))
+            if not self._covers_min_resources():
+                return None
             for pod in self.pods:
                 res = self.framework.place(pod, snap)
                 if res.node_index is None:
@@ -140,3 +154,16 @@ class PreemptionSearch:
                 snap.reserve(i, held, sign=-1, pod=pod)
             for i, v in reversed(removed):
                 snap.reserve(i, v.held, pod=v.pod)
+
+    def _covers_min_resources(self) -> bool:
+        """Whether the cluster's free total, as the snapshot stands, covers the gang's minResources."""
+        if not self.min_resources:
+            return True
+        free = self.snap.free_total()
+        short = [
+            f"it needs {format_milli(r, need)} {r}, at most {format_milli(r, free.get(r, 0))} could be free"
+            for r, need in sorted(self.min_resources.items())
+            if free.get(r, 0) < need
+        ]
+        self.min_resources_short = "; ".join(short)
+        return not short

@@ -212,12 +212,19 @@ def pod_report_to_pb(r: PodReport) -> binder_pb2.PodReport:
         event_reason=r.event_reason,
         event_message=r.event_message,
         nominated_node=r.nominated_node,
+        waiting=r.waiting,
     )
 
 
 def pod_report_from_pb(m: binder_pb2.PodReport) -> PodReport:
     return PodReport(
-        m.pod_key, dict(m.annotations), m.unschedulable_message, m.event_reason, m.event_message, m.nominated_node
+        m.pod_key,
+        dict(m.annotations),
+        m.unschedulable_message,
+        m.event_reason,
+        m.event_message,
+        m.nominated_node,
+        m.waiting,
     )
 
 

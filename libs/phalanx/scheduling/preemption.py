@@ -141,7 +141,8 @@ class Preemptions:
 
     # -- deciding --------------------------------------------------------------------------------
     def consider(self, gang: str, pods: list[PodInfo], now: float) -> Decision:
-        """`gang` does not fit; `pods`: those it still needs placed, in the order they are tried."""
+        """`gang` does not fit, or its minResources exceed what the cluster has free; `pods`: those it still
+        needs placed, in the order they are tried. A plan makes room for both."""
         if not self.settings.enabled or not pods:
             return Decision()
         spec = self.cache.gangs.specs.get(gang)
@@ -178,8 +179,10 @@ class Preemptions:
         reclaim = ReclaimRule.of(pods[0], self.cache.snapshot.tenant_shares())
         units, quota = candidate_units(running, priority, self._minimum_of, reclaim.may_take)
         ledger = BudgetLedger(self.budgets.values(), [r.pod for r in all_running])
+        # minResources is checked (by the scheduler's gate) only while nothing of the gang is placed: so here.
+        floor = spec.min_resources if spec is not None and self.cache.gangs.placed_count(gang) == 0 else None
         PREEMPTION_ATTEMPTS.inc()
-        result = PreemptionSearch(self.framework, self.cache.snapshot, pods, units, quota, ledger).run()
+        result = PreemptionSearch(self.framework, self.cache.snapshot, pods, units, quota, ledger, floor).run()
         if isinstance(result, NoPlan):
             why = f"not preempting: {result.reason}"
             if any(not reclaim.may_take(r.pod) for r in running):

@@ -3,6 +3,11 @@
 Reports are collected during a step and sent to the binder's report path in one message at its end.
 Each pod's last message and each gang's last (phase, message) are remembered, so an unchanged verdict
 does not write the same condition and Event again on every retry.
+
+A pod is told it is unschedulable (PodScheduled=False, reason Unschedulable, and a Warning Event) only when
+its gang cannot be placed now. A pod placed and waiting for the rest of its gang is told so with reason
+GangWaiting and no Event: cluster-autoscaler scales up for reason Unschedulable, and job operators repeat a
+pod's Events on their job, for what is only a gang assembling (see phalanx.model.status.ScheduledReason).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ class StatusReports:
     def __init__(self) -> None:
         self._pods: list[PodReport] = []
         self._gangs: list[GangReport] = []
-        self._pod_last: dict[str, str] = {}  # pod key -> last message sent
+        self._pod_last: dict[str, tuple[str, bool]] = {}  # pod key -> last (message, waiting) sent
         self._gang_last: dict[str, tuple[GangPhase, str]] = {}  # gang key -> last (phase, message) sent
         self._first_attempt: dict[str, float] = {}  # gang key -> when the scheduler first reported it
 
@@ -35,18 +40,36 @@ class StatusReports:
         event: EventReason = EventReason.FAILED_SCHEDULING,
         nominated_node: str = "",
     ) -> None:
-        """A pod's condition and Event (and, when preempting, the node nominated for it)."""
-        if not annotations and not nominated_node and self._pod_last.get(pod_key) == message:
+        """A pod that cannot be placed now: its condition (reason Unschedulable) and Event (and, when
+        preempting, the node nominated for it)."""
+        self._pod(pod_key, message, annotations, event, nominated_node, waiting=False)
+
+    def waiting(self, pod_key: str, message: str) -> None:
+        """A pod placed (reserved) that waits for the rest of its gang or group: its condition says so, with
+        reason GangWaiting, and no Event."""
+        self._pod(pod_key, message, None, None, "", waiting=True)
+
+    def _pod(
+        self,
+        pod_key: str,
+        message: str,
+        annotations: dict[str, str] | None,
+        event: EventReason | None,
+        nominated_node: str,
+        waiting: bool,
+    ) -> None:
+        if not annotations and not nominated_node and self._pod_last.get(pod_key) == (message, waiting):
             return
-        self._pod_last[pod_key] = message
+        self._pod_last[pod_key] = (message, waiting)
         self._pods.append(
             PodReport(
                 pod_key=pod_key,
                 annotations=annotations or {},
                 unschedulable_message=message,
-                event_reason=event,
-                event_message=message,
+                event_reason=event or "",
+                event_message=message if event else "",
                 nominated_node=nominated_node,
+                waiting=waiting,
             )
         )
 

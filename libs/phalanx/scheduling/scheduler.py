@@ -403,14 +403,8 @@ class GangScheduler:
         ) as span:
             shortfall = self._min_resources_shortfall(spec)
             if shortfall:
-                msg = f"{self.gangs.describe(gang)}; {shortfall}"
                 span.set_attribute("phalanx.result", "min-resources")
-                self.timeouts.last_failure[gang] = shortfall
-                short = [r for r, need in spec.min_resources.items() if self.snapshot.free_total().get(r, 0) < need]
-                state.reject(unit, Outcome.UNSCHEDULABLE, msg, self.reports, shortfall_hint(short))
-                self._report_gang(
-                    gang, GangPhase.PENDING, EventReason.FAILED_SCHEDULING, msg, state.now, unschedulable=True
-                )
+                self._reject_min_resources(gang, unit, spec, shortfall, state)
                 return
             for attempt in range(2):
                 if self._try_gang_unit(gang, unit, state, span):
@@ -501,7 +495,7 @@ class GangScheduler:
             if len(self.gangs.group_of(gang)) > 1 and self.gangs.reached_minimum(gang):
                 waiting = f"{self.gangs.describe(gang)}; waiting for the other gangs of its group"
             for item, _, _ in placed:
-                self.reports.pod(item.pod.key, waiting)
+                self.reports.waiting(item.pod.key, waiting)  # not Unschedulable: see StatusReports
             self._report_gang(gang, GangPhase.SCHEDULING, EventReason.GANG_WAITING, waiting, state.now)
         return True
 
@@ -581,6 +575,28 @@ class GangScheduler:
             else:
                 out.append(item)
         return out
+
+    def _reject_min_resources(
+        self, gang: str, unit: list[Popped], spec: GangSpec, shortfall: str, state: RoundState
+    ) -> None:
+        """The gang's minResources exceed what the cluster has free. Lower-priority pods may hold what it
+        lacks: the planner looks for victims freeing both minResources and a place for the gang's pods
+        (Kubeflow's training-operator always declares minResources, so without this such jobs never preempt),
+        and the gang passes this gate once they are gone."""
+        decision = self.preemption.consider(gang, [item.pod for item in unit], state.now)
+        msg = f"{self.gangs.describe(gang)}; {shortfall}"
+        if decision.message:
+            msg = f"{msg}; {decision.message}"
+            if decision.nominated:
+                self.preemption.evict_pending(self.binder, state.now, force=True)
+        self.timeouts.last_failure[gang] = shortfall
+        free = self.snapshot.free_total()
+        hint = shortfall_hint(r for r, need in spec.min_resources.items() if free.get(r, 0) < need)
+        for item in unit:
+            state.verdicts.append(Verdict(item, Outcome.UNSCHEDULABLE, msg, hint))
+            self.reports.pod(item.pod.key, msg, nominated_node=decision.nominated.get(item.pod.key, ""))
+        reason = EventReason.PREEMPTING if decision.nominated else EventReason.FAILED_SCHEDULING
+        self._report_gang(gang, GangPhase.PENDING, reason, msg, state.now, unschedulable=True)
 
     def _min_resources_shortfall(self, spec: GangSpec) -> str:
         if not spec.min_resources or self.gangs.placed_count(spec.key) > 0:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17phalanx/v1/binder.proto\x12\nphalanx.v1\"F\n\nAssignment\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0c\n\x04gang\x18\x04 \x01(\t\"u\n\x0b\x42indRequest\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.Assignment\x12\x16\n\x0e\x61ll_or_nothing\x18\x02 \x01(\x08\x12\x0b\n\x03now\x18\x03 \x01(\x01\x12\x14\n\x0ctrace_parent\x18\x04 \x01(\t\"V\n\nBindResult\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.phalanx.v1.BindStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\"F\n\x0c\x42indResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.BindResult\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x03\"\xf1\x01\n\tPodReport\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.phalanx.v1.PodReport.AnnotationsEntry\x12\x1d\n\x15unschedulable_message\x18\x03 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x04 \x01(\t\x12\x15\n\revent_message\x18\x05 \x01(\t\x12\x16\n\x0enominated_node\x18\x06 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x02\n\nGangReport\x12\x10\n\x08gang_key\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x11\n\tscheduled\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x06 \x01(\t\x12\x15\n\runschedulable\x18\x07 \x01(\x08\x12\x1b\n\x13schedule_start_time\x18\x08 \x01(\x01\x12\x0f\n\x07pod_key\x18\t \x01(\t\x12\x12\n\nhas_counts\x18\n \x01(\x08\x12\x0f\n\x07running\x18\x0b \x01(\x05\x12\x11\n\tsucceeded\x18\x0c \x01(\x05\x12\x0e\n\x06\x66\x61iled\x18\r \x01(\x05\"h\n\rReportRequest\x12#\n\x04pods\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodReport\x12%\n\x05gangs\x18\x02 \x03(\x0b\x32\x16.phalanx.v1.GangReport\x12\x0b\n\x03now\x18\x03 \x01(\x01\"\x10\n\x0eReportResponse\"f\n\tBindBatch\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.Assignment\x12\x16\n\x0e\x61ll_or_nothing\x18\x02 \x01(\x08\x12\x14\n\x0ctrace_parent\x18\x03 \x01(\t\"F\n\x0f\x42indManyRequest\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.BindBatch\x12\x0b\n\x03now\x18\x02 \x01(\x01\"=\n\x10\x42indManyResponse\x12)\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x18.phalanx.v1.BindResponse\"X\n\x06Victim\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x11\n\tpreemptor\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"V\n\x0c\x45victRequest\x12#\n\x07victims\x18\x01 \x03(\x0b\x32\x12.phalanx.v1.Victim\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0ctrace_parent\x18\x03 \x01(\t\"X\n\x0b\x45victResult\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.phalanx.v1.EvictStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\"9\n\rEvictResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.phalanx.v1.EvictResult*\xa4\x01\n\nBindStatus\x12\x1b\n\x17\x42IND_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42IND_STATUS_BOUND\x10\x01\x12\x16\n\x12\x42IND_STATUS_FAILED\x10\x02\x12\x1b\n\x17\x42IND_STATUS_ROLLED_BACK\x10\x03\x12\x14\n\x10\x42IND_STATUS_GONE\x10\x04\x12\x17\n\x13\x42IND_STATUS_PENDING\x10\x05*\x8e\x01\n\x0b\x45victStatus\x12\x1c\n\x18\x45VICT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45VICT_STATUS_EVICTED\x10\x01\x12\x15\n\x11\x45VICT_STATUS_GONE\x10\x02\x12\x18\n\x14\x45VICT_STATUS_REFUSED\x10\x03\x12\x16\n\x12\x45VICT_STATUS_RETRY\x10\x04\x32\xd8\x02\n\x06\x42inder\x12\x39\n\x04\x42ind\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse\x12?\n\x06Report\x12\x19.phalanx.v1.ReportRequest\x1a\x1a.phalanx.v1.ReportResponse\x12\x43\n\nBindStream\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse(\x01\x30\x01\x12O\n\x0e\x42indManyStream\x12\x1b.phalanx.v1.BindManyRequest\x1a\x1c.phalanx.v1.BindManyResponse(\x01\x30\x01\x12<\n\x05\x45vict\x12\x18.phalanx.v1.EvictRequest\x1a\x19.phalanx.v1.EvictResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17phalanx/v1/binder.proto\x12\nphalanx.v1\"F\n\nAssignment\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0c\n\x04gang\x18\x04 \x01(\t\"u\n\x0b\x42indRequest\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.Assignment\x12\x16\n\x0e\x61ll_or_nothing\x18\x02 \x01(\x08\x12\x0b\n\x03now\x18\x03 \x01(\x01\x12\x14\n\x0ctrace_parent\x18\x04 \x01(\t\"V\n\nBindResult\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.phalanx.v1.BindStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\"F\n\x0c\x42indResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.BindResult\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x03\"\x82\x02\n\tPodReport\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.phalanx.v1.PodReport.AnnotationsEntry\x12\x1d\n\x15unschedulable_message\x18\x03 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x04 \x01(\t\x12\x15\n\revent_message\x18\x05 \x01(\t\x12\x16\n\x0enominated_node\x18\x06 \x01(\t\x12\x0f\n\x07waiting\x18\x07 \x01(\x08\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x02\n\nGangReport\x12\x10\n\x08gang_key\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x11\n\tscheduled\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x14\n\x0c\x65vent_reason\x18\x06 \x01(\t\x12\x15\n\runschedulable\x18\x07 \x01(\x08\x12\x1b\n\x13schedule_start_time\x18\x08 \x01(\x01\x12\x0f\n\x07pod_key\x18\t \x01(\t\x12\x12\n\nhas_counts\x18\n \x01(\x08\x12\x0f\n\x07running\x18\x0b \x01(\x05\x12\x11\n\tsucceeded\x18\x0c \x01(\x05\x12\x0e\n\x06\x66\x61iled\x18\r \x01(\x05\"h\n\rReportRequest\x12#\n\x04pods\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.PodReport\x12%\n\x05gangs\x18\x02 \x03(\x0b\x32\x16.phalanx.v1.GangReport\x12\x0b\n\x03now\x18\x03 \x01(\x01\"\x10\n\x0eReportResponse\"f\n\tBindBatch\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.phalanx.v1.Assignment\x12\x16\n\x0e\x61ll_or_nothing\x18\x02 \x01(\x08\x12\x14\n\x0ctrace_parent\x18\x03 \x01(\t\"F\n\x0f\x42indManyRequest\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.phalanx.v1.BindBatch\x12\x0b\n\x03now\x18\x02 \x01(\x01\"=\n\x10\x42indManyResponse\x12)\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x18.phalanx.v1.BindResponse\"X\n\x06Victim\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x11\n\tpreemptor\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"V\n\x0c\x45victRequest\x12#\n\x07victims\x18\x01 \x03(\x0b\x32\x12.phalanx.v1.Victim\x12\x0b\n\x03now\x18\x02 \x01(\x01\x12\x14\n\x0ctrace_parent\x18\x03 \x01(\t\"X\n\x0b\x45victResult\x12\x0f\n\x07pod_key\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.phalanx.v1.EvictStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\"9\n\rEvictResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.phalanx.v1.EvictResult*\xa4\x01\n\nBindStatus\x12\x1b\n\x17\x42IND_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42IND_STATUS_BOUND\x10\x01\x12\x16\n\x12\x42IND_STATUS_FAILED\x10\x02\x12\x1b\n\x17\x42IND_STATUS_ROLLED_BACK\x10\x03\x12\x14\n\x10\x42IND_STATUS_GONE\x10\x04\x12\x17\n\x13\x42IND_STATUS_PENDING\x10\x05*\x8e\x01\n\x0b\x45victStatus\x12\x1c\n\x18\x45VICT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45VICT_STATUS_EVICTED\x10\x01\x12\x15\n\x11\x45VICT_STATUS_GONE\x10\x02\x12\x18\n\x14\x45VICT_STATUS_REFUSED\x10\x03\x12\x16\n\x12\x45VICT_STATUS_RETRY\x10\x04\x32\xd8\x02\n\x06\x42inder\x12\x39\n\x04\x42ind\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse\x12?\n\x06Report\x12\x19.phalanx.v1.ReportRequest\x1a\x1a.phalanx.v1.ReportResponse\x12\x43\n\nBindStream\x12\x17.phalanx.v1.BindRequest\x1a\x18.phalanx.v1.BindResponse(\x01\x30\x01\x12O\n\x0e\x42indManyStream\x12\x1b.phalanx.v1.BindManyRequest\x1a\x1c.phalanx.v1.BindManyResponse(\x01\x30\x01\x12<\n\x05\x45vict\x12\x18.phalanx.v1.EvictRequest\x1a\x19.phalanx.v1.EvictResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PODREPORT_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_BINDSTATUS']._serialized_start=1588
-  _globals['_BINDSTATUS']._serialized_end=1752
-  _globals['_EVICTSTATUS']._serialized_start=1755
-  _globals['_EVICTSTATUS']._serialized_end=1897
+  _globals['_BINDSTATUS']._serialized_start=1605
+  _globals['_BINDSTATUS']._serialized_end=1769
+  _globals['_EVICTSTATUS']._serialized_start=1772
+  _globals['_EVICTSTATUS']._serialized_end=1914
   _globals['_ASSIGNMENT']._serialized_start=39
   _globals['_ASSIGNMENT']._serialized_end=109
   _globals['_BINDREQUEST']._serialized_start=111
@@ -46,29 +46,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BINDRESPONSE']._serialized_start=318
   _globals['_BINDRESPONSE']._serialized_end=388
   _globals['_PODREPORT']._serialized_start=391
-  _globals['_PODREPORT']._serialized_end=632
-  _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_start=582
-  _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_end=632
-  _globals['_GANGREPORT']._serialized_start=635
-  _globals['_GANGREPORT']._serialized_end=895
-  _globals['_REPORTREQUEST']._serialized_start=897
-  _globals['_REPORTREQUEST']._serialized_end=1001
-  _globals['_REPORTRESPONSE']._serialized_start=1003
-  _globals['_REPORTRESPONSE']._serialized_end=1019
-  _globals['_BINDBATCH']._serialized_start=1021
-  _globals['_BINDBATCH']._serialized_end=1123
-  _globals['_BINDMANYREQUEST']._serialized_start=1125
-  _globals['_BINDMANYREQUEST']._serialized_end=1195
-  _globals['_BINDMANYRESPONSE']._serialized_start=1197
-  _globals['_BINDMANYRESPONSE']._serialized_end=1258
-  _globals['_VICTIM']._serialized_start=1260
-  _globals['_VICTIM']._serialized_end=1348
-  _globals['_EVICTREQUEST']._serialized_start=1350
-  _globals['_EVICTREQUEST']._serialized_end=1436
-  _globals['_EVICTRESULT']._serialized_start=1438
-  _globals['_EVICTRESULT']._serialized_end=1526
-  _globals['_EVICTRESPONSE']._serialized_start=1528
-  _globals['_EVICTRESPONSE']._serialized_end=1585
-  _globals['_BINDER']._serialized_start=1900
-  _globals['_BINDER']._serialized_end=2244
+  _globals['_PODREPORT']._serialized_end=649
+  _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_start=599
+  _globals['_PODREPORT_ANNOTATIONSENTRY']._serialized_end=649
+  _globals['_GANGREPORT']._serialized_start=652
+  _globals['_GANGREPORT']._serialized_end=912
+  _globals['_REPORTREQUEST']._serialized_start=914
+  _globals['_REPORTREQUEST']._serialized_end=1018
+  _globals['_REPORTRESPONSE']._serialized_start=1020
+  _globals['_REPORTRESPONSE']._serialized_end=1036
+  _globals['_BINDBATCH']._serialized_start=1038
+  _globals['_BINDBATCH']._serialized_end=1140
+  _globals['_BINDMANYREQUEST']._serialized_start=1142
+  _globals['_BINDMANYREQUEST']._serialized_end=1212
+  _globals['_BINDMANYRESPONSE']._serialized_start=1214
+  _globals['_BINDMANYRESPONSE']._serialized_end=1275
+  _globals['_VICTIM']._serialized_start=1277
+  _globals['_VICTIM']._serialized_end=1365
+  _globals['_EVICTREQUEST']._serialized_start=1367
+  _globals['_EVICTREQUEST']._serialized_end=1453
+  _globals['_EVICTRESULT']._serialized_start=1455
+  _globals['_EVICTRESULT']._serialized_end=1543
+  _globals['_EVICTRESPONSE']._serialized_start=1545
+  _globals['_EVICTRESPONSE']._serialized_end=1602
+  _globals['_BINDER']._serialized_start=1917
+  _globals['_BINDER']._serialized_end=2261
 # @@protoc_insertion_point(module_scope)

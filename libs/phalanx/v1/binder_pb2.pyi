@@ -222,14 +222,22 @@ class PodReport(_message.Message):
     EVENT_REASON_FIELD_NUMBER: _builtins.int
     EVENT_MESSAGE_FIELD_NUMBER: _builtins.int
     NOMINATED_NODE_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
     pod_key: _builtins.str
     unschedulable_message: _builtins.str
-    """PodScheduled=False/Unschedulable with this message, when set"""
+    """PodScheduled=False with this message, when set: reason Unschedulable,"""
     event_reason: _builtins.str
-    """e.g. FailedScheduling"""
+    """or GangWaiting with `waiting`
+    e.g. FailedScheduling
+    """
     event_message: _builtins.str
     nominated_node: _builtins.str
     """preemption: status.nominatedNodeName while its victims terminate"""
+    waiting: _builtins.bool
+    """The pod is placed and waits for the rest of its gang (or of its GangGroup): not unschedulable. Its
+    PodScheduled=False condition has reason GangWaiting, which cluster-autoscaler does not count as
+    unschedulable (it reads reason Unschedulable only).
+    """
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """to set on the pod"""
@@ -243,10 +251,11 @@ class PodReport(_message.Message):
         event_reason: _builtins.str = ...,
         event_message: _builtins.str = ...,
         nominated_node: _builtins.str = ...,
+        waiting: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "event_message", b"event_message", "event_reason", b"event_reason", "nominated_node", b"nominated_node", "pod_key", b"pod_key", "unschedulable_message", b"unschedulable_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "event_message", b"event_message", "event_reason", b"event_reason", "nominated_node", b"nominated_node", "pod_key", b"pod_key", "unschedulable_message", b"unschedulable_message", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
