@@ -15,6 +15,8 @@ done
 
 # command -> package; runc rather than crun: crun fails on hosts with hybrid cgroups (hack/podman.sh).
 missing=()
+# redis-server also runs Sentinel (`redis-server <conf> --sentinel`: the Sentinel tests, `make chaos-sentinel`);
+# Debian's redis-sentinel package only adds a system service and its config, so it is not needed.
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "$containers" = 1 ]; then
   command -v podman >/dev/null 2>&1 || missing+=(podman)
