@@ -12,6 +12,8 @@ Points (each placed where a crash hurts most):
 - `scheduler.before_bind`: a gang is ready and committed, the bind call has not been sent.
 - `scheduler.after_nominate`: a preempting gang's nomination (victims included) is in Redis, no eviction
   has been asked for yet.
+- `scheduler.before_unsatisfy`: pods of a satisfied gang were seen gone (evicted, deleted, failed, node
+  lost), leaving it below its minimum; the release that returns it to unsatisfied is not committed yet.
 """
 
 from __future__ import annotations

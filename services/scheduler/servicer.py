@@ -119,6 +119,7 @@ def change_of(ev: scheduler_pb2.ClusterEvents) -> ClusterChange:
         gangs=[gang_from_pb(g) for g in ev.gangs_upserted],
         gangs_removed=list(ev.gangs_removed),
         released=list(ev.pods_finished) + list(ev.pods_deleted),
+        succeeded=list(ev.pods_finished),  # completed their run (the scheduler knows its own evictions apart)
         unqueued=list(ev.pods_deleted),
         bound=[pod_from_pb(p) for p in ev.pods_bound],
     )

@@ -12,6 +12,7 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
+from phalanx.gang.manager import GangStatus
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
 from phalanx.plugins.registry import in_tree_framework
@@ -175,3 +176,76 @@ def test_a_deleted_node_releases_its_pods(h: Harness) -> None:
     h.apply(("nodes", "DELETED", {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"}}))
     assert h.reserved() == {"ns/b": "bound"}
     assert set(h.sched.snapshot.index) == {"n2"}
+
+
+# -- a gang's pods evicted, deleted, finished: its PodGroup and its satisfied mark follow them -----------------
+
+VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
+
+
+def volcano_podgroup(name: str, minimum: int) -> tuple[str, str, dict[str, Any]]:
+    return (
+        VOLCANO_PODGROUPS,
+        "ADDED",
+        {
+            "kind": "PodGroup",
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"minMember": minimum},
+        },
+    )
+
+
+def member(name: str, **kw: Any) -> tuple[str, str, dict[str, Any]]:
+    return pod(name, annotations={VOLCANO_GROUP_NAME: "pg"}, **kw)
+
+
+def running_gang(h: Harness) -> None:
+    """A PodGroup of min 2 whose two pods the scheduler bound and that run."""
+    h.apply(node("n1"), volcano_podgroup("pg", 2), member("w0"), member("w1"))
+    h.sched.step(0.0)
+    assert h.reserved() == {"ns/w0": "bound", "ns/w1": "bound"}
+    assert h.sched.gangs.status("ns/pg") == GangStatus.SATISFIED
+    h.apply(*(member(f"w{i}", node_name="n1", phase="Running", kind="MODIFIED") for i in range(2)))
+    last = h.reports.gangs[-1]
+    assert (last.phase, last.running) == ("Running", 2)
+
+
+def test_a_podgroup_whose_pods_were_all_deleted_goes_back_to_pending(h: Harness) -> None:
+    """The issue's PodGroup said Running with running: 0 after its whole gang was evicted."""
+    running_gang(h)
+    h.apply(*(member(f"w{i}", node_name="n1", phase="Running", kind="DELETED") for i in range(2)))
+    last = h.reports.gangs[-1]
+    assert (last.gang_key, last.phase, last.running, last.scheduled, last.has_counts) == (
+        "ns/pg",
+        "Pending",
+        0,
+        0,
+        True,
+    )
+    # and the gang is no longer satisfied: its recreated pods are placed all-or-nothing
+    assert h.sched.gangs.status("ns/pg") == GangStatus.ACCUMULATING
+    h.apply(member("w0", uid="second-w0"))
+    assert h.reports.gangs[-1].phase == "Pending"  # unchanged: nothing new sent
+    assert len([g for g in h.reports.gangs if g.phase == "Pending"]) == 1
+
+
+def test_an_evicted_pod_that_exits_zero_is_a_loss_not_a_success(h: Harness) -> None:
+    """A worker that exits 0 on SIGTERM ends Succeeded; being deleted, it did not finish its work."""
+    running_gang(h)
+    for i in range(2):
+        w = member(f"w{i}", node_name="n1", phase="Succeeded", kind="MODIFIED")
+        w[2]["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+        h.apply(w)
+    assert h.sched.gangs.status("ns/pg") == GangStatus.ACCUMULATING
+    assert h.sched.gangs.record("ns/pg").succeeded == 0
+
+
+def test_a_finished_podgroup_stays_finished_when_its_pods_are_cleaned_up(h: Harness) -> None:
+    running_gang(h)
+    h.apply(*(member(f"w{i}", node_name="n1", phase="Succeeded", kind="MODIFIED") for i in range(2)))
+    assert h.reports.gangs[-1].phase == "Finished"
+    assert h.sched.gangs.status("ns/pg") == GangStatus.SATISFIED  # a job finishing is not a gang losing pods
+    h.apply(*(member(f"w{i}", node_name="n1", phase="Succeeded", kind="DELETED") for i in range(2)))
+    last = h.reports.gangs[-1]
+    assert (last.phase, last.succeeded) == ("Finished", 0)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from phalanx.kube.podgroups import VOLCANO_READY_REASON, counts_phase, group_of, status_patch
+from phalanx.backends.kube_guard import ClusterView
+from phalanx.kube.podgroups import VOLCANO_READY_REASON, group_of, pods_phase, status_patch
 from phalanx.model.binding import GangReport
-from phalanx.model.keys import GROUP_SIGS, GROUP_VOLCANO, GROUP_X_K8S
+from phalanx.model.keys import GROUP_SIGS, GROUP_VOLCANO, GROUP_X_K8S, LABEL_X_K8S_PODGROUP
 
 
 def test_group_of_source() -> None:
@@ -47,8 +48,69 @@ def test_volcano_status_phases_and_conditions() -> None:
     }
 
 
-def test_counts_phase() -> None:
-    assert counts_phase(4, running=2, succeeded=0, failed=0) == ""
-    assert counts_phase(4, running=3, succeeded=1, failed=0) == "Running"
-    assert counts_phase(4, running=0, succeeded=4, failed=0) == "Finished"
-    assert counts_phase(4, running=3, succeeded=0, failed=1) == "Failed"
+def phase(
+    live: int = 0,
+    placed: int = 0,
+    bound: int = 0,
+    running: int = 0,
+    succeeded: int = 0,
+    failed: int = 0,
+    previous: str = "",
+) -> str:
+    """The phase of a gang of min 4 whose pods are as given."""
+    return pods_phase(
+        4,
+        live=live,
+        placed=placed,
+        bound=bound,
+        running=running,
+        succeeded=succeeded,
+        failed=failed,
+        previous=previous,
+    )
+
+
+def test_pods_phase_follows_the_pods_forward() -> None:
+    """scheduler-plugins' PodGroup controller's rules, in Phalanx's phase words."""
+    assert phase(live=4) == "Pending"  # created, nothing placed
+    assert phase(live=4, placed=2) == "Scheduling"  # some placed, fewer than the minimum
+    assert phase(live=4, placed=4, bound=4) == "Scheduled"  # bound, not running yet
+    assert phase(live=4, placed=4, bound=4, running=3) == "Scheduled"
+    assert phase(live=4, placed=4, bound=4, running=4) == "Running"
+    assert phase(live=3, placed=3, bound=3, running=3, succeeded=1) == "Running"
+    assert phase(succeeded=4) == "Finished"
+    assert phase(live=3, placed=3, bound=3, running=3, failed=1) == "Failed"
+
+
+def test_pods_phase_goes_back_when_pods_disappear() -> None:
+    """The issue's PodGroup: its whole gang evicted, it said Running with running: 0."""
+    assert phase(previous="Running") == "Pending"  # every pod deleted
+    assert phase(live=4, previous="Running") == "Pending"  # recreated, not placed yet
+    assert phase(live=4, placed=2, bound=2, running=2, previous="Running") == "Scheduling"  # 2 of 4 left
+    assert phase(live=2, placed=2, bound=2, running=2, previous="Running") == "Scheduling"
+    for previous in ("", "Pending", "Scheduling", "Scheduled", "Running"):
+        assert phase(live=0, previous=previous) != "Running"
+
+
+def test_a_finished_or_failed_gang_keeps_its_phase_until_pods_return() -> None:
+    assert phase(previous="Finished") == "Finished"  # its pods cleaned up after the job
+    assert phase(failed=0, previous="Failed") == "Failed"
+    assert phase(live=4, previous="Failed") == "Pending"  # recreated after the failure: derived again
+    assert pods_phase(0, live=1, placed=1, bound=1, running=1, succeeded=0, failed=0) == ""
+
+
+def test_the_binder_remembers_a_podgroup_whose_pods_were_all_deleted() -> None:
+    """The report that a gang's pods are gone must reach its PodGroup although no pod names it any more."""
+    view = ClusterView(object(), "phalanx")
+    labels = {"labels": {LABEL_X_K8S_PODGROUP: "train"}}
+    for name in ("a", "b"):
+        meta = {"name": name, "namespace": "ns", "uid": name, **labels}
+        view._sink("binder-pods", "ADDED", {"metadata": meta, "spec": {"schedulerName": "phalanx"}})
+    assert not view.vacated(GROUP_X_K8S, "ns", "train")
+    view._sink("binder-pods", "DELETED", {"metadata": {"name": "a", "namespace": "ns"}})
+    assert not view.vacated(GROUP_X_K8S, "ns", "train")  # b still names it
+    view._sink("binder-pods", "DELETED", {"metadata": {"name": "b", "namespace": "ns"}})
+    assert view.vacated(GROUP_X_K8S, "ns", "train")
+    meta = {"name": "a", "namespace": "ns", "uid": "a2", **labels}
+    view._sink("binder-pods", "ADDED", {"metadata": meta, "spec": {"schedulerName": "phalanx"}})
+    assert not view.vacated(GROUP_X_K8S, "ns", "train")  # named again: ours by its pods

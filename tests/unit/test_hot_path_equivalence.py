@@ -163,6 +163,7 @@ def test_gang_record_copy_matches_deepcopy() -> None:
         "bound",
         "rounds",
         "roles",
+        "succeeded",
     ]
     rec = GangRecord(
         "ns/g",
@@ -176,6 +177,7 @@ def test_gang_record_copy_matches_deepcopy() -> None:
         bound={"ns/b"},
         rounds={"ns/a": 2},
         roles={"ns/a": "worker"},
+        succeeded=4,
     )
     copied = rec.copy()
     assert copied == copy.deepcopy(rec)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +47,7 @@ _PODGROUP_LABELS = ((keys.LABEL_X_K8S_PODGROUP, keys.GROUP_X_K8S), (keys.LABEL_S
 _PODGROUP_ANNOTATIONS = ((keys.VOLCANO_GROUP_NAME, keys.GROUP_VOLCANO),)
 
 _PODS, _NODES = "binder-pods", "binder-nodes"
+VACATED_KEPT = 10_000  # PodGroups remembered as ours after their last pod of ours was deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,9 @@ class ClusterView:
         self._pods: dict[str, PodFacts] = {}
         self._nodes: dict[str, NodeFacts] = {}
         self._podgroups: Counter[tuple[str, str, str]] = Counter()  # (group, namespace, name) -> our pods naming it
+        # PodGroups whose last pods naming them were ours and are deleted (the most recent VACATED_KEPT): a
+        # report that their pods are gone may still be written, so a gang evicted whole is not left Running.
+        self._vacated: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._podgroup_owners: dict[tuple[str, str, str], Counter[str]] = {}  # -> owners of those pods
         self._stop = threading.Event()
         self._watchers: list[Watcher] = []
@@ -230,6 +234,9 @@ class ClusterView:
                 self._podgroups[ref] -= 1
                 if self._podgroups[ref] <= 0:
                     del self._podgroups[ref]
+                    self._vacated[ref] = None
+                    if len(self._vacated) > VACATED_KEPT:
+                        self._vacated.popitem(last=False)
                 owners = self._podgroup_owners.get(ref)
                 if owners is not None and before is not None:
                     owners.subtract(before.owners)
@@ -239,6 +246,8 @@ class ClusterView:
                 facts = PodFacts.of(obj)
                 self._pods[key] = facts
                 self._podgroups.update((g, namespace, n) for g, n in facts.podgroups)
+                for g, n in facts.podgroups:
+                    self._vacated.pop((g, namespace, n), None)
                 for g, n in facts.podgroups if facts.owners else ():
                     self._podgroup_owners.setdefault((g, namespace, n), Counter()).update(facts.owners)
 
@@ -304,6 +313,12 @@ class ClusterView:
         with self._lock:
             owners = +self._podgroup_owners.get((group, namespace, name), Counter())
         return ",".join(sorted(f"{namespace}/{o}" for o in owners))
+
+    def vacated(self, group: str, namespace: str, name: str) -> bool:
+        """Whether the last pods that named the PodGroup were ours, all deleted since (and none named it
+        again): no pod makes it ours, yet its status must still say that its pods are gone."""
+        with self._lock:
+            return (group, namespace, name) in self._vacated
 
     def owns_podgroup(self, group: str, namespace: str, name: str) -> bool:
         """A PodGroup is Phalanx's when at least one pod naming our scheduler names it."""

@@ -432,7 +432,13 @@ class KubernetesBackend:
         namespace, _, name = g.gang_key.partition("/")
         group = podgroups.group_of(g.source)
         target: dict[str, Any] | None = None
-        if group is not None and not self.view.owns_podgroup(group, namespace, name):
+        # Its pods (ours) all deleted, no pod names it any more: only the counters saying so are written.
+        gone = g.has_counts and not (g.running or g.scheduled)
+        if (
+            group is not None
+            and not (gone and self.view.vacated(group, namespace, name))
+            and not self.view.owns_podgroup(group, namespace, name)
+        ):
             log.warning(
                 'report on PodGroup %s (%s) dropped: no pod naming scheduler "%s" names it',
                 g.gang_key,

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.reconcile import Maintenance
@@ -48,7 +48,7 @@ from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.model.policies import with_gang_queue
-from phalanx.model.status import EventReason
+from phalanx.model.status import EventReason, GangPhase
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.scheduling.events import API_SERVER, ClusterChange, ClusterEvents
 from phalanx.scheduling.hints import refresh_freed
@@ -95,6 +95,21 @@ class _Pod:
     queued_as: PodInfo | None = None  # as last handed to the queue (resolved to its gang): what is placed
 
 
+class _Counts(NamedTuple):
+    """What the feed last reported of a PodGroup: its counters, and the phase its pods imply."""
+
+    scheduled: int
+    running: int
+    succeeded: int
+    failed: int
+    phase: str
+
+
+# A gang never reported: a new gang of pending pods is Pending without being told so (the scheduler reports
+# its progress from there), so the first report goes out when a pod is placed, runs or ends.
+_UNREPORTED = _Counts(0, 0, 0, 0, GangPhase.PENDING)
+
+
 @dataclass
 class _QueueOps:
     """Queue calls not yet delivered."""
@@ -119,6 +134,7 @@ class _Batch:
     gangs: dict[str, GangSpec] = field(default_factory=dict)
     changed_gangs: set[str] = field(default_factory=set)  # gang keys whose PodGroup/ConfigMap changed
     released: set[str] = field(default_factory=set)
+    succeeded: set[str] = field(default_factory=set)  # of `released`: finished their work (see _succeeded)
     bound: dict[str, PodInfo] = field(default_factory=dict)
     queue_add: dict[str, PodInfo] = field(default_factory=dict)
     queue_remove: set[str] = field(default_factory=set)
@@ -190,7 +206,7 @@ class ClusterFeed:
         self._pods: dict[str, _Pod] = {}
         self.specs_unsure = False  # set when a batch failed to apply; reconciliation re-sends every spec
         self._reported: dict[str, str] = {}  # pod key -> last message sent
-        self._counts: dict[str, tuple[int, int, int, int]] = {}
+        self._counts: dict[str, _Counts] = {}  # gang -> the PodGroup counters and phase last reported
         self._members: dict[str, set[str]] = {}  # gang key -> our pods resolved to it (for the counters)
         self._queue_ops = _QueueOps()
         self._queue_restarted = threading.Event()
@@ -386,6 +402,8 @@ class ClusterFeed:
         if phase in TERMINAL:
             if not was_finished:  # the kubelet stopped it: its resources are free
                 b.released.add(key)
+                if _succeeded(phase, meta, status):
+                    b.succeeded.add(key)
                 b.bound.pop(key, None)
                 if state.ours and not state.gang:  # first seen finished (a restart): count it in its gang
                     try:
@@ -601,6 +619,7 @@ class ClusterFeed:
             # Any pod that finished or was deleted, whichever scheduler's: only those the scheduler holds cost a
             # release. The queue hears of deleted pods through the feed's own ledger (_QueueOps), below.
             released=sorted(k for k in b.released if k in s.assumed or k in s.bound),
+            succeeded=sorted(b.succeeded),
             bound=[p for _, p in sorted(b.bound.items())],
             forgotten=sorted(b.deleted),
         )
@@ -663,33 +682,46 @@ class ClusterFeed:
 
     # -- reports -----------------------------------------------------------------------------------------
     def _gang_counts(self, gangs: Iterable[str]) -> list[GangReport]:
-        """PodGroup counters from pod phases, for gangs declared by a PodGroup whose counts changed."""
+        """PodGroup counters and phase from the pods, for gangs declared by a PodGroup whose pods changed
+        (deleted ones included: a gang that lost every pod goes back to Pending). Caller holds the lock."""
         reports = []
         for gang in sorted(gangs):
             spec = self.intake.gang(gang)
             if spec is None or podgroups.group_of(spec.source) is None:
                 continue
             members = [p for k in self._members.get(gang, ()) if (p := self._pods.get(k)) is not None]
-            counts = (
-                sum(1 for p in members if p.node),
-                sum(1 for p in members if p.phase == "Running"),
-                sum(1 for p in members if p.phase == "Succeeded"),
-                sum(1 for p in members if p.phase == "Failed"),
+            live = [p for p in members if p.phase not in TERMINAL]
+            bound = sum(1 for p in live if p.node)
+            rec = self.scheduler.gangs.records.get(gang)
+            reserved = len(rec.assumed) if rec is not None else 0  # placed, not bound yet: the scheduler's
+            running = sum(1 for p in members if p.phase == "Running")
+            succeeded = sum(1 for p in members if p.phase == "Succeeded")
+            failed = sum(1 for p in members if p.phase == "Failed")
+            last = self._counts.get(gang, _UNREPORTED)
+            phase = podgroups.pods_phase(
+                spec.min_available,
+                live=len(live),
+                placed=bound + reserved,
+                bound=bound,
+                running=running,
+                succeeded=succeeded,
+                failed=failed,
+                previous=last.phase,
             )
-            if self._counts.get(gang, (0, 0, 0, 0)) == counts:
+            counts = _Counts(sum(1 for p in members if p.node), running, succeeded, failed, phase)
+            if counts == last:
                 continue
             self._counts[gang] = counts
-            scheduled, running, succeeded, failed = counts
             reports.append(
                 GangReport(
                     gang_key=gang,
                     source=spec.source,
-                    scheduled=scheduled,
+                    scheduled=counts.scheduled,
                     has_counts=True,
                     running=running,
                     succeeded=succeeded,
                     failed=failed,
-                    phase=podgroups.counts_phase(spec.min_available, running, succeeded, failed),
+                    phase=phase,
                 )
             )
         return reports
@@ -708,6 +740,17 @@ class ClusterFeed:
             log.warning("cluster feed: reporting %d pods failed: %s", len(pods), exc)
             return
         self._reported.update(fresh)
+
+
+def _succeeded(phase: str, meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a pod that reached a terminal phase finished its work: Succeeded, and not stopped by a
+    deletion or an eviction (a worker that exits 0 on SIGTERM ends Succeeded too; the kubelet marks a
+    disrupted pod with the DisruptionTarget condition). Its gang did not lose it."""
+    if phase != "Succeeded" or meta.get("deletionTimestamp"):
+        return False
+    return not any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
 
 
 def _fingerprint(pod: PodInfo) -> tuple[Any, ...]:

@@ -9,7 +9,11 @@ after Redis accepted the change, and a conflict leaves nothing to restore.
 Which pods count toward a gang's minimum is its match policy (Koordinator's `match-policy`, as its
 coscheduling plugin reads it in Permit, `isGangValidForPermit`):
 - once-satisfied (the default): waiting pods (reserved, not bound yet), and pods found bound; the gang's
-  first bind satisfies it for good (GangStatus.SATISFIED), and its later pods schedule as ordinary pods.
+  first bind satisfies it (GangStatus.SATISFIED), and its later pods schedule as ordinary pods, for as long
+  as its bound pods (running, or finished successfully) make its minimum. When they fall below it (evicted,
+  deleted, preempted, failed, their node lost) it is satisfied no longer (SatisfactionLost, in the
+  transaction that releases them): its recreated pods are placed all-or-nothing again, counted with the
+  pods still bound, with a fresh wait. Pods that succeeded keep counting, so a job finishing is not re-gated.
 - only-waiting: waiting pods only; never satisfied for good: each new batch must reach the minimum alone.
 - waiting-and-running: waiting and bound pods; never satisfied for good either.
 A gang with role minimums (Volcano's minTaskMember, `phalanx.gang.roles`) also needs each role's minimum
@@ -31,6 +35,8 @@ from phalanx.gang.ops import (
     PodsAssumed,
     PodsBound,
     PodsReleased,
+    PodsSucceeded,
+    SatisfactionLost,
     TimedOut,
     TriedInCycle,
     WaitStarted,
@@ -67,6 +73,9 @@ class GangManager:
         self.specs: dict[str, GangSpec] = {}
         self.records: dict[str, GangRecord] = {}
         self.timers_changed = False  # a gang's timer was set or cleared since the flag was last reset
+        # Gangs a bind satisfied while below their minimum (a pod bound alone, decided while its gang was
+        # satisfied, finished after the gang lost its pods; a gang pod deleted mid-bind): `settle` them.
+        self.unsettled: set[str] = set()
 
     # -- declarations ----------------------------------------------------------------------------
     def upsert(self, spec: GangSpec) -> None:
@@ -78,6 +87,7 @@ class GangManager:
     def forget(self, key: str) -> None:
         self.specs.pop(key, None)
         self.records.pop(key, None)
+        self.unsettled.discard(key)
         self.timers_changed = True
 
     def record(self, key: str) -> GangRecord:
@@ -130,6 +140,8 @@ class GangManager:
             op.apply(rec)
             if op.moves_timer or first_bind:  # the binder cleared the timer of a gang it satisfied
                 self.timers_changed = True
+            if first_bind and self.below_minimum(op.gang, rec):
+                self.unsettled.add(op.gang)
 
     # -- Strict cycles ---------------------------------------------------------------------------
     def strict(self, key: str) -> bool:
@@ -196,16 +208,58 @@ class GangManager:
     def released(self, key: str, pods: list[str], stmt: GangStatement) -> None:
         stmt.add(PodsReleased(key, tuple(pods)))
 
+    # -- the satisfied marker follows the pods ---------------------------------------------------
+    def pods_gone(self, key: str, pods: Sequence[str], succeeded: int, stmt: GangStatement) -> None:
+        """Pods of the gang released for good (finished, deleted, evicted, preempted, their node lost);
+        `succeeded` of them finished successfully. A satisfied gang left below its minimum is satisfied no
+        longer (`settle`)."""
+        stmt.add(PodsReleased(key, tuple(pods)))
+        if succeeded:
+            stmt.add(PodsSucceeded(key, succeeded))
+        self.settle(key, stmt)
+
+    def settle(self, key: str, stmt: GangStatement) -> bool:
+        """A gang marked satisfied whose pods are below its minimum loses the mark; whether it did."""
+        rec = stmt.record(key)
+        if rec.satisfied_at is None or not self.below_minimum(key, rec):
+            return False
+        # Pods still waiting (a batch being bound, a later batch of a policy never satisfied for good) keep
+        # their wait; otherwise the next attempt starts afresh, its wait from its first pod placed.
+        stmt.add(SatisfactionLost(key, rec.cycle + 1, fresh=not rec.assumed))
+        return True
+
+    def below_minimum(self, key: str, rec: GangRecord) -> bool:
+        """Whether the pods holding or having held the gang's place fall short of its minimum: bound (and
+        not finished), finished successfully, or reserved (placed, being bound). Role minimums are not asked:
+        a role whose pods finish first (a launcher, a master) must not re-gate a job that is ending. False for
+        a gang not declared (or invalid): there is no minimum to compare with."""
+        spec = self.specs.get(key)
+        if spec is None or spec.invalid:
+            return False
+        return len(rec.bound) + len(rec.assumed) + rec.succeeded < spec.min_available
+
+    def satisfied_below_minimum(self) -> list[str]:
+        """Gangs marked satisfied whose pods fall short of their minimum (what a restart checks)."""
+        return sorted(
+            k for k, rec in self.records.items() if rec.satisfied_at is not None and self.below_minimum(k, rec)
+        )
+
     def timed_out(self, key: str, stmt: GangStatement) -> None:
         stmt.add(TimedOut(key))
 
     def placed_count(self, key: str) -> int:
         """The gang's pods that count toward its minimum by its match policy: the waiting ones, and the bound
-        ones unless it is only-waiting (pods found bound on a restart count as bound ones)."""
+        ones unless it is only-waiting (pods found bound on a restart count as bound ones), and for a
+        once-satisfied gang the ones that finished successfully."""
         rec = self.records.get(key)
         if rec is None:
             return 0
-        return len(rec.assumed) + (0 if self._only_waiting(key) else len(rec.bound))
+        if self._only_waiting(key):
+            return len(rec.assumed)
+        # Pods that finished successfully count for a once-satisfied gang: a gang re-gated after losing pods
+        # is whole again with its recreated ones, though some of its pods are done.
+        done = rec.succeeded if once_satisfied(self.specs.get(key)) else 0
+        return len(rec.assumed) + len(rec.bound) + done
 
     def _only_waiting(self, key: str) -> bool:
         spec = self.specs.get(key)

@@ -119,3 +119,33 @@ class BoundPodsFound(GangOp):
 
     def apply(self, rec: GangRecord) -> None:
         rec.bound.update(self.pods)
+
+
+@dataclass(frozen=True)
+class PodsSucceeded(GangOp):
+    """`count` bound pods of the gang finished successfully (released in the same transaction, so in neither
+    of its sets): they keep counting toward its minimum, so a job finishing is not a gang losing its pods."""
+
+    count: int
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.succeeded += self.count
+
+
+@dataclass(frozen=True)
+class SatisfactionLost(GangOp):
+    """The gang's bound pods (running, or finished successfully) fell below its minimum: evicted, deleted,
+    preempted, failed, their node lost. It is satisfied no longer: its next pods are placed all-or-nothing
+    again. `fresh` (none of its pods waits): the next attempt starts anew, with no wait running (its first
+    pod placed starts one) and a fresh Strict cycle `cycle`, so no pod is turned away by an attempt before."""
+
+    cycle: int
+    fresh: bool = True
+    moves_timer = True
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.satisfied_at = None
+        if self.fresh:
+            rec.first_wait = None
+            rec.cycle = self.cycle
+            rec.valid = True

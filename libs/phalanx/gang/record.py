@@ -22,6 +22,9 @@ class GangRecord:
     # (phalanx.gang.roles) count. A fact about the pods, not a decision: learnt when they are tried, and
     # rebuilt on a restart from the pod records Redis keeps for the reserved and bound ones.
     roles: dict[str, str] = field(default_factory=dict)
+    # Its bound pods that finished successfully (released, so in neither set): they still count toward its
+    # minimum, so a job finishing is not taken for a gang that lost its pods (phalanx.gang.manager).
+    succeeded: int = 0
 
     def copy(self) -> "GangRecord":
         """An independent copy: its containers copied, the rest immutable values (what deepcopy gives;
@@ -38,4 +41,5 @@ class GangRecord:
             set(self.bound),
             dict(self.rounds),
             dict(self.roles),
+            self.succeeded,
         )

@@ -73,17 +73,44 @@ def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def counts_phase(min_available: int, running: int, succeeded: int, failed: int) -> GangPhase | Literal[""]:
-    """The phase pod phases imply once the gang runs (scheduler-plugins' rules); "" when they imply none."""
+def pods_phase(
+    min_available: int,
+    *,
+    live: int,
+    placed: int,
+    bound: int,
+    running: int,
+    succeeded: int,
+    failed: int,
+    previous: str = "",
+) -> GangPhase | Literal[""]:
+    """The phase a gang's pods imply, derived afresh at every change of them, as scheduler-plugins' PodGroup
+    controller derives it (pkg/controllers/podgroup_controller.go), in Phalanx's phase words. `live`: its pods
+    not finished (pending or bound); `placed`: of those, reserved or bound; `bound`: bound; `running`,
+    `succeeded`, `failed`: by pod phase; `previous`: the phase last derived.
+
+    - Finished: `succeeded` reach the minimum; Failed: some failed, and failed, running and succeeded reach it
+      (upstream's final states; here kept only while no pod is live, so a finished job whose pods are
+      cleaned up stays Finished, and a job whose pods are recreated is derived again);
+    - Running: running and succeeded reach the minimum;
+    - Scheduled: bound and succeeded reach it, not running yet (Phalanx's step between the two);
+    - below the minimum it goes back: Scheduling while some pods are placed (upstream: while enough pods
+      exist; Phalanx says Scheduling only for a gang it is placing, as its scheduler's reports do), else
+      Pending. So a gang whose pods were all evicted is Pending, never Running with 0 running.
+    "" only without a minimum."""
     if min_available <= 0:
         return ""
+    if live == 0 and previous in (GangPhase.FINISHED, GangPhase.FAILED):
+        return GangPhase(previous)
     if succeeded >= min_available:
         return GangPhase.FINISHED
     if failed and running + succeeded + failed >= min_available:
         return GangPhase.FAILED
     if running + succeeded >= min_available:
         return GangPhase.RUNNING
-    return ""
+    if bound + succeeded >= min_available:
+        return GangPhase.SCHEDULED
+    return GangPhase.SCHEDULING if placed else GangPhase.PENDING
 
 
 def status_patch(group: str, report: GangReport, now: float, occupied_by: str = "") -> dict[str, Any]:

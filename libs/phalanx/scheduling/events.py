@@ -30,6 +30,8 @@ class ClusterChange:
     gangs: list[GangSpec] = field(default_factory=list)  # declared or changed
     gangs_removed: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)  # pods finished or deleted: their capacity is free
+    # Of `released`, those that finished successfully: they do not cost their gang its minimum.
+    succeeded: list[str] = field(default_factory=list)
     unqueued: list[str] = field(default_factory=list)  # pods to take out of the queue
     bound: list[PodInfo] = field(default_factory=list)  # pods found bound to a node
     forgotten: list[str] = field(default_factory=list)  # pods deleted: what was reported of them is dropped
@@ -82,7 +84,8 @@ class ClusterEvents:
         if change.gangs_removed:
             self.scheduler.remove_gangs(change.gangs_removed)
         if change.released:
-            self.scheduler.release_pods(change.released, carry.freed)  # the pods that capacity may help
+            # the pods that capacity may help
+            self.scheduler.release_pods(change.released, carry.freed, succeeded=change.succeeded)
         carry.remove += change.unqueued
         if change.bound:
             self.bound_pods_found(change.bound, now, carry)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -17,7 +18,7 @@ from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager, GangStatus
-from phalanx.gang.ops import BoundPodsFound, PodsReleased
+from phalanx.gang.ops import BoundPodsFound, GangOp, SatisfactionLost
 from phalanx.gang.statement import GangStatement
 from phalanx.metrics.attempts import AttemptTally
 from phalanx.model.binding import Assignment
@@ -138,6 +139,9 @@ class GangScheduler:
     def recover(self, now: float) -> None:
         """Rebuilds memory from Redis and finishes whatever a previous process left half done."""
         self.resync()
+        # The marker follows the pods: a gang Redis keeps satisfied below its minimum (written before this
+        # rule, or bound alone by a binder since) is returned to all-or-nothing before anything is placed.
+        self.settle_gangs(self.gangs.satisfied_below_minimum())
         released = self.queue.release_in_flight()
         log.info(
             "recovered %d nodes, %d gangs, %d assumed pods; %d in-flight pods returned to the queue",
@@ -180,7 +184,14 @@ class GangScheduler:
         self.snapshot.upsert_nodes(nodes)
 
     def remove_nodes(self, names: list[str], now: float) -> list[PodRecord]:
-        victims = self.store.remove_nodes(names)
+        stmt = self.gangs.begin()
+
+        def lost(victims: list[PodRecord]) -> list[GangOp]:  # in the transaction that releases them
+            self._pods_gone(victims, set(), stmt)
+            return stmt.ops
+
+        victims = self.store.remove_nodes(names, lost)
+        self._gangs_lost_pods(stmt)
         self.snapshot.remove_nodes(names)
         for r in victims:
             self.cache.give_back(r.key)  # the node is gone: only the gang forgets the pod
@@ -216,23 +227,77 @@ class GangScheduler:
         self.reports.forget_pods(keys)
         self.preemption.forget_pods(keys)
 
-    def release_pods(self, keys: list[str], freed: FreedCapacity | None = None) -> int:
+    def release_pods(self, keys: list[str], freed: FreedCapacity | None = None, succeeded: Collection[str] = ()) -> int:
         """Pods that finished or were deleted: their reservations and bindings free capacity (recorded in
-        `freed`, for the queue's hints)."""
+        `freed`, for the queue's hints). `succeeded`: those of them that finished successfully; the others
+        are losses, and a gang they leave below its minimum is satisfied no longer (in the same transaction)."""
         records = self.store.get_pods(keys)
         if not records:
             return 0
         txn = Txn()
         for r in records.values():
             txn.release_pod(r.key, r.gang)
+        stmt = self.gangs.begin()
+        # A victim this scheduler had evicted did not finish its work, whatever its last phase says (a
+        # worker may exit 0 on SIGTERM): its gang lost it.
+        victims = {v.pod_key for n in self.preemption.nominations.values() for v in n.victims} if succeeded else set()
+        txn.gang_ops = self._pods_gone(list(records.values()), set(succeeded) - victims, stmt)
         self.store.must_apply(txn)
+        self._gangs_lost_pods(stmt)  # Redis took them out of their gangs' sets: so does memory
         for r in records.values():
             if self.cache.give_back(r.key, freed) is None:  # bound, not reserved: its capacity still returns
                 self.cache.free_capacity(r, freed)
-                if r.gang:  # Redis took it out of the gang's bound set: so does memory
-                    self.gangs.apply([PodsReleased(r.gang, (r.key,))])
             self.bound.discard(r.key)
         return len(records)
+
+    def _pods_gone(self, records: list[PodRecord], succeeded: set[str], stmt: GangStatement) -> list[GangOp]:
+        """The gang operations of releasing `records` for good (see GangManager.pods_gone)."""
+        by_gang: dict[str, list[PodRecord]] = defaultdict(list)
+        for r in records:
+            if r.gang:
+                by_gang[r.gang].append(r)
+        for gang, rs in sorted(by_gang.items()):
+            done = sum(1 for r in rs if r.key in succeeded and r.state == PodState.BOUND)  # only bound pods ran
+            self.gangs.pods_gone(gang, [r.key for r in rs], done, stmt)
+        if any(isinstance(op, SatisfactionLost) for op in stmt.ops):
+            faults.reached("scheduler.before_unsatisfy")
+        return stmt.ops
+
+    def _gangs_lost_pods(self, stmt: GangStatement) -> None:
+        """Redis accepted the statement of pods gone: memory takes it; gangs it unsatisfied start afresh."""
+        self.gangs.commit(stmt)
+        for op in stmt.ops:
+            if isinstance(op, SatisfactionLost):
+                self._satisfaction_lost(op.gang)
+
+    def _satisfaction_lost(self, gang: str) -> None:
+        rec = self.gangs.record(gang)
+        log.info(
+            "gang %s: %d pods bound, %d succeeded, below its minimum %s: its pods are placed all-or-nothing again",
+            gang,
+            len(rec.bound),
+            rec.succeeded,
+            self.gangs.min_of(gang),
+        )
+        # The next attempt is a new one: its phases and Events are reported afresh, not taken for repeats.
+        self.reports.forget_gang(gang)
+        self.timeouts.forget(gang)
+
+    def settle_gangs(self, keys: Collection[str]) -> None:
+        """Gangs marked satisfied below their minimum (GangManager.unsettled, or found so on a restart) lose
+        the mark, committed to Redis first."""
+        if not keys:
+            return
+        stmt = self.gangs.begin()
+        if not [k for k in sorted(keys) if self.gangs.settle(k, stmt)]:
+            return
+        self.store.must_apply(Txn(gang_ops=stmt.ops))
+        self._gangs_lost_pods(stmt)
+
+    def _settle_unsettled(self) -> None:
+        if self.gangs.unsettled:
+            keys, self.gangs.unsettled = self.gangs.unsettled, set()
+            self.settle_gangs(keys)
 
     def add_bound_pods(self, pods: list[PodInfo]) -> None:
         """Pods found already bound (e.g. on a restart against a real cluster) hold their node's capacity."""
@@ -283,6 +348,7 @@ class GangScheduler:
                 carry.move_all = True  # memory was rebuilt: what the queue's hints say may be stale
             self.timeouts.expire(now, carry)
             self.binds.retry(now, carry)
+            self._settle_unsettled()
             self.preemption.settle()
             self.preemption.evict_pending(self.binder, now)
             while True:
@@ -326,6 +392,7 @@ class GangScheduler:
                 self.attempts.unit(state.ordinary, state.verdicts, mark, perf_counter() - started)
                 faults.reached("scheduler.before_bind")
                 self.binds.bind_ready(state)
+                self._settle_unsettled()
                 # Each round's reports go out with the round, not with the step: a step drains the queue,
                 # and under a burst of 1,000 gangs it lasts as long as the burst (measured: PodGroup status
                 # 6-9 s behind the bindings when it was sent once per step).
@@ -365,7 +432,8 @@ class GangScheduler:
         instant = later.take()
         carry.add = instant.arrivals
         if instant.finished:
-            self.release_pods(instant.finished, carry.freed)  # as any freed capacity does
+            # Pods the simulator ends finished their run: successes (a preemption victim's end is not one).
+            self.release_pods(instant.finished, carry.freed, succeeded=instant.finished)
         self.timeouts.expire(instant.at, carry)
         return instant.at
 
@@ -679,6 +747,7 @@ class GangScheduler:
         for gang, keys in confirmed.items():
             if gang:
                 self.binds.gang_bound(gang, keys, now)
+        self._settle_unsettled()
         log.info("%d pods found bound by the API server while reserved here: recorded as bound", len(txn.set_state))
         return moved
 

@@ -17,6 +17,8 @@ from phalanx.gang.ops import (
     PodsAssumed,
     PodsBound,
     PodsReleased,
+    PodsSucceeded,
+    SatisfactionLost,
     TimedOut,
     TriedInCycle,
     WaitStarted,
@@ -76,6 +78,22 @@ def _bound_pods_found(op: BoundPodsFound) -> list[Command]:
     return [["SADD", rel_gang_bound(op.gang), *op.pods]] if op.pods else []
 
 
+def _pods_succeeded(op: PodsSucceeded) -> list[Command]:
+    return [["HINCRBY", rel_gang(op.gang), "succeeded", str(op.count)]] if op.count else []
+
+
+def _satisfaction_lost(op: SatisfactionLost) -> list[Command]:
+    # In the transaction that releases the pods whose loss it follows: no restart sees one without the other.
+    out = [["HDEL", rel_gang(op.gang), "satisfied_at"]]
+    if op.fresh:
+        out += [
+            ["HDEL", rel_gang(op.gang), "first_wait"],
+            ["HSET", rel_gang(op.gang), "cycle", str(op.cycle), "valid", "1"],
+            ["ZREM", REL_TIMERS, op.gang],
+        ]
+    return out
+
+
 # One writer per operation type (a dict lookup: this runs for every gang operation of every commit).
 _WRITERS: dict[type[GangOp], Callable[[Any], list[Command]]] = {
     TriedInCycle: _tried_in_cycle,
@@ -87,6 +105,8 @@ _WRITERS: dict[type[GangOp], Callable[[Any], list[Command]]] = {
     TimedOut: _timed_out,
     PodsBound: _pods_bound,
     BoundPodsFound: _bound_pods_found,
+    PodsSucceeded: _pods_succeeded,
+    SatisfactionLost: _satisfaction_lost,
 }
 
 

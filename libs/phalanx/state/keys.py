@@ -14,6 +14,8 @@ Gang keys are written only through typed operations (`phalanx.gang.ops`, written
 |                            |      | is recorded; it is rolled forward, never released)                    |
 | P:gangs                    | hash | gang key -> JSON GangSpec                                             |
 | P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, trace             |
+|                            |      | succeeded (bound pods that finished successfully); satisfied_at is   |
+|                            |      | cleared when its bound pods fall below its minimum                   |
 | P:gang:<key>:assumed       | set  | pods reserved for the gang, not bound yet                            |
 | P:gang:<key>:bound         | set  | pods of the gang bound                                               |
 | P:gang:<key>:rounds        | hash | pod -> the Strict cycle it was last tried in                         |

@@ -24,6 +24,7 @@ from typing import Any, cast, overload
 
 import redis
 
+from phalanx.gang.ops import GangOp
 from phalanx.gang.record import GangRecord
 from phalanx.gang.roles import role_in
 from phalanx.metrics.catalog import CONFLICT_REASONS, TXN_CONFLICTS
@@ -379,8 +380,11 @@ class StateStore:
                 )
         self._write(cmds)
 
-    def remove_nodes(self, names: list[str]) -> list[PodRecord]:
-        """Deletes nodes; returns the pods that were reserved or bound on them (now released)."""
+    def remove_nodes(
+        self, names: list[str], gang_ops: Callable[[list[PodRecord]], list[GangOp]] | None = None
+    ) -> list[PodRecord]:
+        """Deletes nodes; returns the pods that were reserved or bound on them (now released). `gang_ops`:
+        the caller's gang operations for losing those pods, written in the same transaction."""
         if not names:
             return []
         gone = set(names)
@@ -391,6 +395,8 @@ class StateStore:
         txn = Txn()
         for r in victims:
             txn.release_pod(r.key, r.gang)
+        if gang_ops is not None:
+            txn.gang_ops = gang_ops(victims)
         for key, fields in ((self.keys.nodes, names), (self.keys.cap, cap_fields), (self.keys.used, used_fields)):
             txn.cmds += _chunked("HDEL", self._rel(key), list(fields))
         self.must_apply(txn)
@@ -498,6 +504,7 @@ class StateStore:
                 assumed=set(assumed),
                 bound=set(bound),
                 rounds={p: int(r) for p, r in rounds.items()},
+                succeeded=int(h.get("succeeded", 0)),
             )
         self._load_roles(out)
         return out
