@@ -14,6 +14,8 @@ Points (each placed where a crash hurts most):
   has been asked for yet.
 - `scheduler.before_unsatisfy`: pods of a satisfied gang were seen gone (evicted, deleted, failed, node
   lost), leaving it below its minimum; the release that returns it to unsatisfied is not committed yet.
+- `scheduler.after_timeout`: a gang's timeout is in Redis (reservations released; a retrying form's retry
+  time set), its pods and PodGroup have not been told.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 from collections.abc import Callable
@@ -88,6 +89,7 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
     state before it leads: no recover() (which would also hand the leader's in-flight pods back to the
     queue); Leadership does it on takeover."""
     framework = framework_of(args.profile)  # a bad profile ends the service before it waits for anything
+    retry_backoff = retry_backoff_of(args.gang_retry_backoff)  # so does a bad backoff
     clock = Clock(args.clock == "virtual")
     security = security_of(args)
     store = StateStore(redis_client(args), Keys(args.redis_prefix))
@@ -101,6 +103,7 @@ def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceSe
         profile=args.scheduler_name,
         starvation_bound_seconds=args.starvation_bound,
         preemption=args.preemption == "on",
+        gang_retry_backoff_seconds=retry_backoff,
     )
     scheduler = GangScheduler(store, queue, binder, framework, settings)
     if args.backend == "kubernetes":  # the API server is the only source of a pod's spec (its feed attaches)
@@ -141,6 +144,21 @@ def framework_of(path: str | None) -> Framework:
         usage_error("scheduler", f"--profile {exc.path}: {exc.where()}")
 
 
+def retry_backoff_of(raw: str) -> float:
+    """--gang-retry-backoff: seconds, 0 or more (0: a timed-out gang is tried again at once); anything else
+    ends the service with one line naming the flag and its variable (exit status 2)."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        usage_error(
+            "scheduler",
+            f"--gang-retry-backoff (env PHALANX_GANG_RETRY_BACKOFF): {raw!r} is not a number of seconds, 0 or more",
+        )
+    return seconds
+
+
 def wait_for(address: str, flag: str, what: str, timeout: float, security: Security, peer: str) -> None:
     """Waits for a service the scheduler needs; ends the scheduler with one line naming it if it never serves."""
     try:
@@ -177,6 +195,15 @@ def parser() -> argparse.ArgumentParser:
         "seconds a gang waits for its minimum when it declares no waiting time",
         parse=float,
         type=float,
+    )
+    env_flag(
+        p,
+        "--gang-retry-backoff",
+        "PHALANX_GANG_RETRY_BACKOFF",
+        "10",
+        "seconds a gang whose wait ran out waits before it is tried again, for the forms that retry "
+        "(scheduler-plugins, Volcano and Workload API PodGroups, lightweight, kube-batch, delayed-binding, "
+        "ConfigMap; Coscheduling's podGroupBackoffSeconds); Koordinator's forms never retry",
     )
     env_flag(
         p,

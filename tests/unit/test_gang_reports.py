@@ -71,8 +71,11 @@ def test_strict_failure_and_timeout_name_the_missing_resource(sched: GangSchedul
     assert len(reports(sched)) == count
     sched.step(5.0)
     timeout = reports(sched)[-1]
-    assert (timeout.phase, timeout.event_reason, timeout.unschedulable) == ("Failed", "GangTimeout", True)
+    # A scheduler-plugins PodGroup is tried again after the backoff: Pending, as its controller shows it, with
+    # the timeout's own Event.
+    assert (timeout.phase, timeout.event_reason, timeout.unschedulable) == ("Pending", "GangTimeout", True)
     assert "timed out after waiting 5s" in timeout.message and "Insufficient nvidia.com/gpu" in timeout.message
+    assert timeout.message.endswith("; retrying after 10s")
 
 
 def test_gangs_without_a_source_still_report(sched: GangScheduler) -> None:

@@ -163,6 +163,8 @@ def test_gang_record_copy_matches_deepcopy() -> None:
         "bound",
         "rounds",
         "roles",
+        "retry_at",
+        "timeouts",
         "succeeded",
     ]
     rec = GangRecord(
@@ -177,6 +179,8 @@ def test_gang_record_copy_matches_deepcopy() -> None:
         bound={"ns/b"},
         rounds={"ns/a": 2},
         roles={"ns/a": "worker"},
+        retry_at=2.0,
+        timeouts=1,
         succeeded=4,
     )
     copied = rec.copy()

@@ -50,6 +50,14 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--default-wait", type=duration_arg, default=600.0, help="wait of gangs that declare none (default 600s)"
     )
+    p.add_argument(
+        "--gang-retry-backoff",
+        type=duration_arg,
+        default=None,
+        metavar="DURATION",
+        help="how long a gang whose wait ran out waits before it is tried again, for the forms that retry "
+        "(all but Koordinator's; default: the scheduler's, 10s)",
+    )
     p.add_argument("--profile", help="scheduling profile YAML (filters, score weights)")
     p.add_argument("--redis-url", help="use this Redis and these running services instead of starting them")
     p.add_argument("--redis-prefix", default="phalanx")
@@ -84,7 +92,13 @@ def _run_simulate(args: argparse.Namespace) -> int:
         print("phalanx simulate: nothing to simulate", file=sys.stderr)
         return 1
     progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    options = SimOptions(mode=args.mode, until=args.until, default_wait=args.default_wait, progress=progress)
+    options = SimOptions(
+        mode=args.mode,
+        until=args.until,
+        default_wait=args.default_wait,
+        gang_retry_backoff=args.gang_retry_backoff,
+        progress=progress,
+    )
     endpoints = Endpoints(args.redis_url, args.queue, args.scheduler, args.redis_prefix) if args.redis_url else None
     report = simulate(workload, options, endpoints, profile=args.profile)
     # Where the nodes and pods came from: `phalanx explain --report` reads them again for capacity.

@@ -21,8 +21,9 @@ kube-scheduler keeps the same set in its cache.
 
 The first batch (everything the initial lists returned) is the rebuild: whatever Redis lacks (a lost or
 stale Redis) is recovered from the API server, and reservations of pods that no longer exist are released,
-so a lost Redis costs time, not correctness. Pods annotated as timed out are never queued again, so the
-timeout survives a lost Redis too.
+so a lost Redis costs time, not correctness. Pods annotated as timed out (Koordinator's forms, whose timeouts
+are final) are never queued again, so the timeout survives a lost Redis too; a retrying form's gang keeps
+its pods in the queue through its backoff (phalanx.scheduling.timeouts).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
+from phalanx.intake.gangs import timeout_mark_holds
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.kube import podgroups
@@ -443,8 +445,8 @@ class ClusterFeed:
 
     def _on_pending(self, key: str, obj: Mapping[str, Any], meta: Mapping[str, Any], state: _Pod, b: _Batch) -> None:
         annotations = meta.get("annotations") or {}
-        if meta.get("deletionTimestamp") or annotations.get(KOORD_TIMEOUT) == "true":
-            # Being deleted, or its gang timed out: not scheduled again (until the user recreates it).
+        if meta.get("deletionTimestamp") or (annotations.get(KOORD_TIMEOUT) == "true" and _timed_out_for_good(obj)):
+            # Being deleted, or its gang timed out for good: not scheduled again (until the user recreates it).
             self._take_back(key, state, b)
             return
         try:
@@ -751,6 +753,15 @@ def _succeeded(phase: str, meta: Mapping[str, Any], status: Mapping[str, Any]) -
     return not any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or ()
     )
+
+
+def _timed_out_for_good(obj: Mapping[str, Any]) -> bool:
+    """A pod marked timed out: whether the mark holds (phalanx.intake.gangs.timeout_mark_holds). One that
+    cannot be read is left alone, as every marked pod was."""
+    try:
+        return timeout_mark_holds(parse_pod(obj))
+    except IntakeError:
+        return True
 
 
 def _fingerprint(pod: PodInfo) -> tuple[Any, ...]:

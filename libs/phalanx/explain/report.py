@@ -58,7 +58,8 @@ def read_report(path: str, workload_paths: list[str], scheduler: str, default_wa
     for group in data["podGroups"]:
         key = f"{group.get('namespace')}/{group.get('name')}"
         gang = state.gang(key)
-        gang.timed_out = bool(group.get("timedOut"))
+        # Timed out for good (phase Failed); a gang backing off to retry (phase Pending) still waits.
+        gang.timed_out = bool(group.get("timedOut")) and group.get("phase") == "Failed"
         if not workload_paths:
             gang.min_member = int(group.get("minMember") or 0) or None
             gang.bound_count = int(group.get("bound") or 0)

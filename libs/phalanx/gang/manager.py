@@ -38,6 +38,7 @@ from phalanx.gang.ops import (
     PodsSucceeded,
     SatisfactionLost,
     TimedOut,
+    TimeoutLifted,
     TriedInCycle,
     WaitStarted,
 )
@@ -244,8 +245,18 @@ class GangManager:
             k for k, rec in self.records.items() if rec.satisfied_at is not None and self.below_minimum(k, rec)
         )
 
-    def timed_out(self, key: str, stmt: GangStatement) -> None:
-        stmt.add(TimedOut(key))
+    def timed_out(self, key: str, stmt: GangStatement, retry_at: float | None = None) -> None:
+        """The gang's wait ran out; `retry_at`: it is tried again from then (None: never)."""
+        stmt.add(TimedOut(key, retry_at))
+
+    def lift_timeout(self, key: str, stmt: GangStatement) -> None:
+        """A retrying gang's backoff ended: it starts over, with a fresh wait and Strict cycle."""
+        stmt.add(TimeoutLifted(key, stmt.record(key).cycle + 1))
+
+    def retry_at(self, key: str) -> float | None:
+        """When a timed-out gang is tried again; None when it is not timed out or never will be."""
+        rec = self.records.get(key)
+        return rec.retry_at if rec is not None and rec.timed_out else None
 
     def placed_count(self, key: str) -> int:
         """The gang's pods that count toward its minimum by its match policy: the waiting ones, and the bound

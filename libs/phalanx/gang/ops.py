@@ -90,11 +90,33 @@ class WaitStarted(GangOp):
 
 @dataclass(frozen=True)
 class TimedOut(GangOp):
+    """The wait ran out and the reservations were given back. `retry_at`: the form retries, and the gang is
+    tried again from then (its timer is set to it); None: given up for good (its timer is cleared)."""
+
+    retry_at: float | None = None
     moves_timer = True
 
     def apply(self, rec: GangRecord) -> None:
         rec.timed_out = True
         rec.assumed.clear()
+        rec.retry_at = self.retry_at
+        rec.timeouts += 1
+
+
+@dataclass(frozen=True)
+class TimeoutLifted(GangOp):
+    """A retrying gang's backoff ended: it is tried again as new, with a fresh wait (none started yet) and a
+    fresh Strict cycle `cycle`, so no pod is turned away by the attempt that timed out."""
+
+    cycle: int
+    moves_timer = True
+
+    def apply(self, rec: GangRecord) -> None:
+        rec.timed_out = False
+        rec.retry_at = None
+        rec.first_wait = None
+        rec.cycle = self.cycle
+        rec.valid = True
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ class GangRecord:
     # (phalanx.gang.roles) count. A fact about the pods, not a decision: learnt when they are tried, and
     # rebuilt on a restart from the pod records Redis keeps for the reserved and bound ones.
     roles: dict[str, str] = field(default_factory=dict)
+    # A timed-out gang of a form that retries (phalanx.intake.gangs.timeout_is_final): when its backoff ends
+    # and it is tried again. None with timed_out: given up for good.
+    retry_at: float | None = None
+    timeouts: int = 0  # how many times its wait ran out
     # Its bound pods that finished successfully (released, so in neither set): they still count toward its
     # minimum, so a job finishing is not taken for a gang that lost its pods (phalanx.gang.manager).
     succeeded: int = 0
@@ -41,5 +45,7 @@ class GangRecord:
             set(self.bound),
             dict(self.rounds),
             dict(self.roles),
+            self.retry_at,
+            self.timeouts,
             self.succeeded,
         )

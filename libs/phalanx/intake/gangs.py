@@ -50,6 +50,38 @@ PODGROUP_GROUPS = (keys.GROUP_SIGS, keys.GROUP_X_K8S, keys.GROUP_VOLCANO, keys.G
 SCHEDULING_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
 MATCH_POLICIES = ("once-satisfied", "only-waiting", "waiting-and-running")
 
+# What a timeout does follows the form that declared the gang. Koordinator (its annotations, and its PodGroup
+# CRD, scheduling.sigs.k8s.io) makes it final: "won't schedule these pods anymore", and the pods are marked
+# gang.scheduling.koordinator.sh/timeout. The others come from schedulers that retry a group whose wait ran
+# out (Coscheduling rejects the waiting pods back to the queue, after podGroupBackoffSeconds; Volcano keeps
+# the PodGroup Pending): their gangs release, back off, and are tried again with a fresh wait.
+RETRYING_FORMS = frozenset(
+    {
+        f"podgroup/{keys.GROUP_X_K8S}",
+        f"podgroup/{keys.GROUP_VOLCANO}",
+        f"podgroup/{keys.GROUP_K8S}",
+        LIGHTWEIGHT,
+        KUBE_BATCH,
+        DELAYED_BINDING,
+        CONFIGMAP,
+    }
+)
+
+
+def timeout_is_final(source: str) -> bool:
+    """Whether a gang declared in form `source` (GangSpec.source) is given up for good when its wait runs
+    out. A form not listed (Koordinator's, or none known) keeps the final rule."""
+    return source not in RETRYING_FORMS
+
+
+def timeout_mark_holds(pod: PodInfo) -> bool:
+    """Whether a pod marked gang.scheduling.koordinator.sh/timeout stays unscheduled: it declares its gang in
+    one of Koordinator's forms (or in none). Only those pods are marked now; a pod of a retrying form marked
+    by an earlier version, which gave up on every gang, is scheduled again."""
+    site = find_link(pod)
+    return site is None or site.form in (KOORDINATOR_ANNOTATIONS, keys.GROUP_SIGS)
+
+
 _POSITIVE_INT = re.compile(r"\+?[0-9]{1,20}")
 _MAX_ROLE = 317  # characters of a role (an annotation value): the wire's limit on a map key (rpc.validation)
 

@@ -30,7 +30,8 @@ PENDING_HELP = (
 )
 GANGS_HELP = (
     "Gangs the scheduler knows, by phase: 'pending' (declared, no pod placed yet), 'waiting' (some "
-    "pods reserved, short of the minimum), 'bound' (reached its minimum and was bound), 'timed_out', "
+    "pods reserved, short of the minimum), 'bound' (reached its minimum and was bound), 'timed_out' (its "
+    "wait ran out: given up, or backing off before it is tried again), "
     "'invalid' (its PodGroup or labels are invalid), 'undeclared' (pods name a gang that no PodGroup "
     "declares). Gangs whose pods are all gone are forgotten and leave the count."
 )

@@ -83,13 +83,15 @@ class StatusReports:
         now: float,
         unschedulable: bool = False,
         pod_key: str = "",
+        occurrence: bool = False,
     ) -> None:
-        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again."""
+        """A gang-level report (PodGroup status, an Event); an unchanged one is not sent again. `occurrence`:
+        something happened (a timeout) that gets its Event even when the phase stays as it was."""
         last = self._gang_last.get(rec.key)
         if last == (phase, message):
             return
         # Progress within a phase ("3/8 placed") updates the status; only a new phase makes an Event.
-        event = "" if last is not None and last[0] == phase else str(reason)
+        event = "" if last is not None and last[0] == phase and not occurrence else str(reason)
         self._gang_last[rec.key] = (phase, message)
         started = rec.first_wait if rec.first_wait is not None else self._first_attempt.setdefault(rec.key, now)
         members = sorted(rec.bound | rec.assumed)

@@ -22,7 +22,7 @@ from phalanx.gang.ops import BoundPodsFound, GangOp, SatisfactionLost
 from phalanx.gang.statement import GangStatement
 from phalanx.metrics.attempts import AttemptTally
 from phalanx.model.binding import Assignment
-from phalanx.model.keys import DEFAULT_SCHEDULER_NAME, KOORD_TIMEOUT
+from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo, Resources
 from phalanx.model.quantity import format_milli
 from phalanx.model.status import EventReason, GangPhase
@@ -38,7 +38,7 @@ from phalanx.scheduling.preemption import Decision, Preemptions, PreemptionSetti
 from phalanx.scheduling.reports import StatusReports
 from phalanx.scheduling.reservation import ReservationPlanner
 from phalanx.scheduling.round import RoundState
-from phalanx.scheduling.timeouts import GangTimeouts
+from phalanx.scheduling.timeouts import DEFAULT_RETRY_BACKOFF, GangTimeouts
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import PodRecord, StateStore
 from phalanx.state.txn import Txn, record_bound
@@ -56,6 +56,9 @@ class SchedulerSettings:
     starvation_bound_seconds: float = 0.0
     # Gang preemption (phalanx.scheduling.preemption): a gang that does not fit evicts lower-priority units.
     preemption: bool = True
+    # Seconds a timed-out gang of a retrying form (scheduler-plugins, Volcano, ...) waits before it is tried
+    # again (phalanx.scheduling.timeouts); Koordinator's forms never are.
+    gang_retry_backoff_seconds: float = DEFAULT_RETRY_BACKOFF
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,9 @@ class GangScheduler:
         self.reports = StatusReports()
         self.attempts = AttemptTally(self.settings.profile)  # scheduler_schedule_attempts_total and latency
         self.binds = BindDispatch(self.cache, binder, self.reports)  # holds the binder (see `binder`)
-        self.timeouts = GangTimeouts(store, self.cache, self.binds, self.reports)
+        self.timeouts = GangTimeouts(
+            store, self.cache, self.binds, self.reports, lambda: self.queue, self.settings.gang_retry_backoff_seconds
+        )
         self.reservation = ReservationPlanner(self.settings.starvation_bound_seconds)
         self.preemption = Preemptions(store, self.cache, framework, PreemptionSettings(self.settings.preemption))
         # Kubernetes mode: popped pods are placed as the API server has them (set by the composition root;
@@ -454,10 +459,8 @@ class GangScheduler:
             state.reject(unit, Outcome.DROPPED, self.gangs.specs[gang].invalid, self.reports)
             return
         if status == GangStatus.TIMED_OUT:
-            said = self.timeouts.said(gang)
-            for item in unit:
-                self.reports.pod(item.pod.key, said, annotations={KOORD_TIMEOUT: "true"})
-            state.reject(unit, Outcome.DROPPED, said, None)
+            if not self.timeouts.turn_away(gang, unit, state):
+                self._schedule_gang_unit(gang, unit, state)  # its backoff is over: tried again, as new
             return
         unit = self._skip_reserved(unit, state)
         if not unit:

@@ -6,6 +6,9 @@ else can happen at the current instant: the scheduler's Step returns only when t
 runnable at `now`, and says when it next needs to be woken. The services read time only from the
 requests, so the same input gives the same output.
 
+A run ends when nothing more can happen: no event left and the scheduler asks for no wake-up, or only gangs
+retrying after their timeouts, in vain (see `_retrying_in_vain`); or at `until`.
+
 A pod's run time (annotation simulation.phalanx.dev/duration) starts when it binds, except for a pod of a
 gang, which starts only once its gang has its minimum bound — as a distributed training job's workers
 wait for each other. That is what turns partial placements into the deadlocks gang scheduling prevents.
@@ -47,6 +50,7 @@ class SimOptions:
     mode: str = "gang"  # gang | pod (pod: gangs ignored, as kube-scheduler alone would)
     until: float | None = None
     default_wait: float = 600.0
+    gang_retry_backoff: float | None = None  # the scheduler's --gang-retry-backoff; None: its default
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     progress: bool = False
 
@@ -164,6 +168,8 @@ class Simulation:
         self._waiting_durations: dict[str, float] = {}  # pods arrived, not started: their run times
         self._finished_early: set[str] = set()  # pods whose finish ran, foreseen, in a run of instants
         self._later_limit = MAX_LATER_INSTANTS
+        # (pods bound, each gang's timeouts) when the timeline last ran dry or something last bound since
+        self._quiet: tuple[int, dict[str, int]] | None = None
 
     # -- event timeline --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -215,7 +221,7 @@ class Simulation:
                 candidates.append(self._events[0][0])
             if step.next_wakeup and step.next_wakeup > now:
                 candidates.append(step.next_wakeup)
-            if not candidates:
+            if not candidates or self._retrying_in_vain():
                 break
             nxt = min(candidates)
             if self.opt.until is not None and nxt > self.opt.until:
@@ -226,6 +232,30 @@ class Simulation:
         if self.opt.progress:
             self._print_progress(now, wall0, final=True)
         return self._result(now, time.monotonic() - wall0, until_reached)
+
+    def _retrying_in_vain(self) -> bool:
+        """Whether the run is over although gangs still have timers: with no workload event left (nothing
+        arrives, nothing finishes), only gangs that retry after their timeouts wake the scheduler, and without
+        a bind nothing they do changes the cluster. Once every gang holding a timer has timed out twice since
+        the timeline ran dry or the last bind (a full wait and backoff each), the run has come back to where
+        it was: nothing more can happen. Read from the gang records in Redis."""
+        if self._events:
+            self._quiet = None
+            return False
+        timers = [str(gang) for gang in self.redis.zrange(self.keys.timers, 0, -1)]  # a decoding client's
+        if not timers:
+            return False
+        pipe = self.redis.pipeline(transaction=False)
+        for gang in timers:
+            pipe.hget(self.keys.gang(gang), "timeouts")
+        counts = {gang: int(n or 0) for gang, n in zip(timers, pipe.execute())}
+        if self._quiet is None or self._quiet[0] != self.bound_count:
+            self._quiet = (self.bound_count, counts)
+            return False
+        since = self._quiet[1]
+        for gang, n in counts.items():
+            since.setdefault(gang, n)  # a gang that took a timer since: counted from now
+        return all(n >= since[gang] + 2 for gang, n in counts.items())
 
     # -- applying events -------------------------------------------------------------------------
     def _collect_due(self, now: float) -> "_Due":

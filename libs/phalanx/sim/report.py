@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from phalanx.intake.gangs import timeout_is_final
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.report import causes
 from phalanx.sim.driver import PodTrack, SimResult
 
 
 def _phase(bound: int, finished: int, minimum: int, timed_out: bool) -> str:
-    """PodGroup phases as scheduler-plugins names them."""
+    """PodGroup phases as scheduler-plugins names them. `timed_out`: for good (Koordinator's forms); a gang
+    backing off to retry is Pending, as scheduler-plugins shows it."""
     if bound >= minimum > 0:
         return "Finished" if finished >= bound else "Running"
     if timed_out:
@@ -96,7 +98,7 @@ def build_report(r: SimResult) -> dict[str, Any]:
         spec = r.gangs.get(key)
         minimum = spec.min_available if spec is not None else 0
         is_timed_out = key in r.timed_out_gangs
-        phase = _phase(bound, finished, minimum, is_timed_out)
+        phase = _phase(bound, finished, minimum, is_timed_out and (spec is None or timeout_is_final(spec.source)))
         ns, name = key.split("/", 1)
         groups_out.append(
             {

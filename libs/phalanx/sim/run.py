@@ -39,7 +39,11 @@ def simulate(
     stack: Stack | None = None
     if endpoints is None:
         stack = Stack.launch(
-            default_wait=options.default_wait, profile=profile, scheduler_env=scheduler_env, log_dir=log_dir
+            default_wait=options.default_wait,
+            profile=profile,
+            scheduler_env=scheduler_env,
+            log_dir=log_dir,
+            gang_retry_backoff=options.gang_retry_backoff,
         )
         endpoints = Endpoints(stack.redis_url, stack.queue.address, stack.scheduler.address, stack.prefix)
     client = redis.Redis.from_url(endpoints.redis_url, decode_responses=True)

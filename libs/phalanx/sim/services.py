@@ -39,6 +39,7 @@ class Stack:
         redis_url: str | None = None,
         prefix: str = "phalanx",
         default_wait: float = 600.0,
+        gang_retry_backoff: float | None = None,
         profile: str | None = None,
         scheduler_env: dict[str, str] | None = None,
         log_dir: Path | None = None,
@@ -101,6 +102,8 @@ class Stack:
             "--default-wait",
             str(default_wait),
         ]
+        if gang_retry_backoff is not None:
+            sched_args += ["--gang-retry-backoff", str(gang_retry_backoff)]
         if profile:
             sched_args += ["--profile", profile]
         scheduler = ServiceProcess("scheduler", "phalanx_scheduler", sched_args, scheduler_port, logs / "scheduler.log")

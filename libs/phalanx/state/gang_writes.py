@@ -20,6 +20,7 @@ from phalanx.gang.ops import (
     PodsSucceeded,
     SatisfactionLost,
     TimedOut,
+    TimeoutLifted,
     TriedInCycle,
     WaitStarted,
 )
@@ -56,10 +57,27 @@ def _wait_started(op: WaitStarted) -> list[Command]:
 
 
 def _timed_out(op: TimedOut) -> list[Command]:
+    if op.retry_at is None:  # final: no timer
+        timer, record = ["ZREM", REL_TIMERS, op.gang], ["HDEL", rel_gang(op.gang), "retry_at"]
+    else:  # the timer now fires when the backoff ends (a restarted scheduler finds it there)
+        timer, record = (
+            ["ZADD", REL_TIMERS, str(op.retry_at), op.gang],
+            ["HSET", rel_gang(op.gang), "retry_at", str(op.retry_at)],
+        )
     return [
         ["HSET", rel_gang(op.gang), "timed_out", "1"],
-        ["ZREM", REL_TIMERS, op.gang],
+        ["HINCRBY", rel_gang(op.gang), "timeouts", "1"],
+        record,
+        timer,
         ["DEL", rel_gang_assumed(op.gang)],
+    ]
+
+
+def _timeout_lifted(op: TimeoutLifted) -> list[Command]:
+    return [
+        ["HSET", rel_gang(op.gang), "timed_out", "0", "cycle", str(op.cycle), "valid", "1"],
+        ["HDEL", rel_gang(op.gang), "retry_at", "first_wait"],
+        ["ZREM", REL_TIMERS, op.gang],
     ]
 
 
@@ -103,6 +121,7 @@ _WRITERS: dict[type[GangOp], Callable[[Any], list[Command]]] = {
     PodsReleased: _pods_released,
     WaitStarted: _wait_started,
     TimedOut: _timed_out,
+    TimeoutLifted: _timeout_lifted,
     PodsBound: _pods_bound,
     BoundPodsFound: _bound_pods_found,
     PodsSucceeded: _pods_succeeded,

@@ -14,12 +14,15 @@ Gang keys are written only through typed operations (`phalanx.gang.ops`, written
 |                            |      | is recorded; it is rolled forward, never released)                    |
 | P:gangs                    | hash | gang key -> JSON GangSpec                                             |
 | P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, trace             |
+|                            |      | retry_at (a timed-out gang of a retrying form: its backoff's end),   |
+|                            |      | timeouts (how many times its wait ran out)                           |
 |                            |      | succeeded (bound pods that finished successfully); satisfied_at is   |
 |                            |      | cleared when its bound pods fall below its minimum                   |
 | P:gang:<key>:assumed       | set  | pods reserved for the gang, not bound yet                            |
 | P:gang:<key>:bound         | set  | pods of the gang bound                                               |
 | P:gang:<key>:rounds        | hash | pod -> the Strict cycle it was last tried in                         |
-| P:timers                   | zset | gang key -> virtual/wall time its wait expires                       |
+| P:timers                   | zset | gang key -> virtual/wall time its wait expires (timed out and        |
+|                            |      | retrying: when its backoff ends)                                     |
 | P:meta                     | hash | epoch: a random id written when the state is first created; gone =   |
 |                            |      | Redis was emptied, so the scheduler rebuilds it from the API server   |
 | P:bind:lock                | str  | holder token of the binder mutex (with a lease)                      |

@@ -505,6 +505,8 @@ class StateStore:
                 bound=set(bound),
                 rounds={p: int(r) for p, r in rounds.items()},
                 succeeded=int(h.get("succeeded", 0)),
+                retry_at=_opt_float(h.get("retry_at")),
+                timeouts=int(h.get("timeouts", 0)),
             )
         self._load_roles(out)
         return out
