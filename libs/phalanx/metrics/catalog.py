@@ -137,10 +137,42 @@ BIND_RESULTS_TOTAL = Counter(
     registry=None,
 )
 
+# -- controller (phalanx-controller, PhalanxJobs) -----------------------------------------------------------
+CONTROLLER_RECONCILES = Counter(
+    "phalanx_controller_reconciles_total",
+    "PhalanxJob reconciles, by result: 'ok'; 'conflict' (the job changed between the read and the status "
+    "write, read again at once); 'error' (the API server failed a call; retried after 2 s).",
+    ["result"],
+    registry=None,
+)
+CONTROLLER_POD_WRITES = Counter(
+    "phalanx_controller_pod_writes_total",
+    "Pods the job controller created or deleted (action: create, delete), counting only calls that succeeded.",
+    ["action"],
+    registry=None,
+)
+CONTROLLER_RESTARTS = Counter(
+    "phalanx_controller_restarts_total",
+    "Restarts of job pods counted against their job's restartLimit: a pod that had been bound was lost "
+    "(failed, evicted, deleted, its node gone) and is recreated.",
+    registry=None,
+)
+CONTROLLER_STAGE_TRANSITIONS = Counter(
+    "phalanx_controller_stage_transitions_total",
+    "Jobs entering a stage (Pending, Starting, Running, Rescheduling, Succeeded, Failed), as this process saw "
+    "them (a restarted controller counts each job's current stage once).",
+    ["stage"],
+    registry=None,
+)
+
 for _result in BIND_RESULTS:  # every series exists from the start, so rate() and absent() work
     BIND_RESULTS_TOTAL.labels(_result)
 for _reason in CONFLICT_REASONS:
     TXN_CONFLICTS.labels(_reason)
+for _result in ("ok", "conflict", "error"):
+    CONTROLLER_RECONCILES.labels(_result)
+for _action in ("create", "delete"):
+    CONTROLLER_POD_WRITES.labels(_action)
 
 SERVICE_METRICS: dict[str, tuple[Collector, ...]] = {
     "queue": (),  # all of the queue's are computed when scraped (collectors.QueueCollector)
@@ -157,6 +189,7 @@ SERVICE_METRICS: dict[str, tuple[Collector, ...]] = {
         TXN_CONFLICTS,
     ),
     "binder": (BIND_DURATION, BIND_RESULTS_TOTAL, TXN_CONFLICTS),
+    "controller": (CONTROLLER_RECONCILES, CONTROLLER_POD_WRITES, CONTROLLER_RESTARTS, CONTROLLER_STAGE_TRANSITIONS),
 }
 
 
@@ -172,7 +205,7 @@ def registry_for(service: str, *extra: Collector) -> CollectorRegistry:
     # "component", not "service": Prometheus Operator targets carry a `service` label of their own.
     build = Info(
         "phalanx_build",
-        "The Phalanx component (queue, scheduler, binder) and version this process runs.",
+        "The Phalanx component (queue, scheduler, binder, controller) and version this process runs.",
         registry=registry,
     )
     build.info({"component": service, "version": package_version()})
