@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: bench-starvation bench-preemption setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: bench-starvation bench-preemption bench-burst setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -101,6 +101,11 @@ bench-replay: $(STAMP)
 ## Large gangs behind a stream of small ones: the starvation bound off and on (bench/starvation.{json,txt}).
 bench-starvation: $(STAMP)
 	$(VENV)/bin/phalanx starvation-bench --out bench
+
+## NVIDIA knavigator's all-or-nothing gang burst (examples/knavigator-gang-burst.yaml) through the services:
+## makespan against its ideal (270 s), gangs started out of turn; under 10 s; bench/burst.txt and .json.
+bench-burst: $(STAMP)
+	$(PY) -m phalanx.bench.burst --out bench
 
 ## Gang preemption on the openb trace with priority classes (multi-GPU gangs high), off and on, through the
 ## services (about 4 minutes); results in bench/preemption.txt and .json.

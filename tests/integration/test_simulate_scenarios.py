@@ -4,6 +4,7 @@ loopback ports, driven by the simulator on a virtual clock."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from builders import make_configmap, make_node, make_pod, make_podgroup
 
+from phalanx.bench.burst import ideal_makespan, out_of_turn
 from phalanx.model.keys import (
     CONFIGMAP_LABEL,
     DELAYED_BIND_POD_NUM,
@@ -121,6 +123,51 @@ def test_demo_pod_mode_deadlocks_gang_mode_runs_both_jobs(tmp_path: Path) -> Non
     for job in ("job-a", "job-b"):
         times = {p["boundAt"] for p in gang_mode["pods"] if p["name"].startswith(job)}
         assert len(times) == 1
+
+
+KNAVIGATOR_BURST = REPO / "examples/knavigator-gang-burst.yaml"
+
+
+def _burst_named_against_arrival(tmp_path: Path) -> Path:
+    """The burst with job-NN created NN x 10 ms in (knavigator's submission order) and named job-(54-NN):
+    the names now sort against the arrival, so only the creation times say whose turn it is."""
+
+    def rename(name: str) -> str:
+        return re.sub(r"^job-(\d\d)", lambda m: f"job-{54 - int(m[1]):02d}", name)
+
+    def restamp(obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if m := re.match(r"job-(\d\d)", meta["name"]):
+            meta["creationTimestamp"] = f"2026-01-01T00:00:00.{10 * int(m[1]):03d}Z"
+            meta["name"] = rename(meta["name"])
+            labels = meta.get("labels") or {}
+            if LABEL_X_K8S_PODGROUP in labels:
+                labels[LABEL_X_K8S_PODGROUP] = rename(labels[LABEL_X_K8S_PODGROUP])
+
+    docs = list(yaml.safe_load_all(KNAVIGATOR_BURST.read_text()))
+    for doc in docs:
+        for obj in doc.get("items", [doc]):
+            restamp(obj)
+    path = tmp_path / "burst-named-against-arrival.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+@pytest.mark.parametrize("names", ["in-arrival-order", "against-arrival-order"])
+def test_knavigator_burst_runs_at_its_ideal_makespan_in_arrival_order(tmp_path: Path, names: str) -> None:
+    # Issue 22: the queue moved a budget of the waiting gangs per freed node, and the gangs it tried and
+    # failed sorted by their failure time behind those it held back: later gangs took the freed capacity
+    # first, and a wave ran part-empty (300 s, 1.11x).
+    path = KNAVIGATOR_BURST if names == "in-arrival-order" else _burst_named_against_arrival(tmp_path)
+    workload = load_workload([path])
+    report = simulate(workload, SimOptions(), log_dir=tmp_path / "logs")
+    assert report["summary"]["gangsBound"] == 53 and report["summary"]["partialGangs"] == 0
+    assert ideal_makespan(workload) == 270.0
+    assert report["summary"]["virtualSeconds"] == 270.0  # 1.00x the ideal: nine full waves of 30 s
+    assert out_of_turn(report, workload) == []  # every gang in its turn: creation time, then name
+    starts = {(p["gang"], p["boundAt"]) for p in report["pods"]}
+    assert len(starts) == 53  # each gang bound at one instant
+    assert sorted({at for _, at in starts}) == [30.0 * wave for wave in range(9)]
 
 
 def test_gang_group_that_cannot_complete_binds_nothing_and_times_out(tmp_path: Path) -> None:

@@ -177,6 +177,34 @@ def test_a_failed_gang_sorts_by_its_failure_time_behind_a_newer_gang() -> None:
     assert pop_units(q, now=12) == [["c"], ["a", "b"]]
 
 
+def test_a_failed_gang_waiting_for_an_event_keeps_its_turn() -> None:
+    # Issue 22: an event moves a budget of the waiting gangs; one tried and failed (here "early", waiting for
+    # capacity) must not fall behind one the queue held back ("late"), or freed capacity goes out of turn.
+    q = make_queue()
+    add(q, "a", gang="early", created=0)
+    add(q, "c", gang="late", created=5)
+    assert names(q.pop(1, 0)) == ["a"]
+    q.done(key("a"), Outcome.UNSCHEDULABLE, now=10)
+    q.gang_failed(key("early"), now=10)
+    q.move_all(now=11)
+    assert pop_units(q, now=11) == [["a"], ["c"]]
+
+
+def test_a_failed_gang_gets_its_turn_back_once_it_waits_for_an_event() -> None:
+    q = make_queue()
+    add(q, "a", gang="early", created=0)
+    assert names(q.pop(1, 0)) == ["a"]
+    add(q, "c", gang="late", created=5, now=5)
+    q.done(key("a"), Outcome.BACKOFF, now=10)
+    q.gang_failed(key("early"), now=10)  # retried on a timer: behind "late"
+    assert pop_units(q, now=12) == [["c"], ["a"]]
+    q.done(key("c"), Outcome.UNSCHEDULABLE, now=12)
+    q.done(key("a"), Outcome.UNSCHEDULABLE, now=12)
+    q.gang_failed(key("early"), now=12)  # now it waits for capacity: its creation time again
+    q.move_all(now=13)
+    assert pop_units(q, now=13) == [["a"], ["c"]]
+
+
 def test_without_a_failure_the_older_gang_keeps_the_head() -> None:
     q = make_queue()
     add(q, "a", gang="old", created=0)

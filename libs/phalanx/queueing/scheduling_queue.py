@@ -1,9 +1,10 @@
 """The scheduling queue: active, backoff and unschedulable sub-queues, ordered so gangs never interleave.
 
-Order of the active sub-queue: higher priority first; then the gang's time (its creation time, or the
-time it last failed, so a failing gang cannot hold the head of the queue), or the pod's own creation time
-for a pod without a gang; then the gang's (or pod's) namespace/name; then the pod's name. Pops hand out
-whole units: every active pod of the head pod's gang comes out together.
+Order of the active sub-queue: higher priority first; then the gang's time (its creation time, or, while a
+failed gang is retried on a timer, the time it last failed, so it cannot take the head at every retry), or
+the pod's own creation time for a pod without a gang; then the gang's (or pod's) namespace/name; then the
+pod's name. Pops hand out whole units: every active pod of the head pod's gang comes out together. A failed
+gang whose pods all wait for an event that may help them keeps its creation time (see gang_failed).
 
 Time is whatever the caller says it is (`now`), so the same queue runs on a wall clock or a virtual one.
 
@@ -145,7 +146,8 @@ class SchedulingQueue:
         self._gang_active: dict[str, set[str]] = {}
         self._by_gang: dict[str, set[str]] = {}  # every entry of a gang, for activate_gang
         self._unschedulable: dict[str, Entry] = {}  # in the order they became unschedulable
-        self._gang_time: dict[str, float] = {}
+        self._gang_time: dict[str, float] = {}  # a gang's creation time, as its first pod here said
+        self._failed_at: dict[str, float] = {}  # a failed gang retried on a timer: when it failed (see gang_failed)
         self._move_seq = 0
         # (seq, event) of recent moves: None (every pod), a tuple of Freed, or a gang name (that gang's pods).
         self._events: deque[tuple[int, Any]] = deque(maxlen=MAX_EVENT_LOG)
@@ -166,7 +168,8 @@ class SchedulingQueue:
         # alone counts as share 0), then age.
         share = self._shares.get(e.tenant, 0.0) if e.tenant else 0.0
         if e.gang:
-            return (-e.priority, share, self._gang_time.get(e.gang, e.gang_created_at), e.gang, e.key)
+            gang_time = self._failed_at.get(e.gang, self._gang_time.get(e.gang, e.gang_created_at))
+            return (-e.priority, share, gang_time, e.gang, e.key)
         return (-e.priority, share, e.created_at, e.key, e.key)
 
     def _tenant(self, tenant: str, queue_policy: str) -> str:
@@ -302,6 +305,7 @@ class SchedulingQueue:
                     # The gang's place in line goes with its last pod: kept, it would grow with every gang ever
                     # seen. A pod of it added later starts from its creation time again.
                     self._gang_time.pop(e.gang, None)
+                    self._failed_at.pop(e.gang, None)
 
     def remove(self, keys: list[str]) -> int:
         removed = 0
@@ -471,8 +475,18 @@ class SchedulingQueue:
                 self._unschedulable[key] = e
 
     def gang_failed(self, gang: str, now: float) -> None:
+        """The gang's attempt failed (its pods' verdicts are in). A gang that comes back on a timer (backoff,
+        or already active) sorts by `now`, behind the others, so it cannot take the head at every retry. A
+        gang whose pods all wait for an event that may help them keeps (or gets back) its creation time: an
+        event moves only a budget of the waiting gangs (see _budgeted), so a failure time would put the gangs
+        tried first behind those held back, which were never tried, and freed capacity would go out of turn
+        (a burst that packs perfectly in arrival order lost a wave to it)."""
         with self._lock:
-            self._gang_time[gang] = now
+            members = [self._entries[k] for k in self._by_gang.get(gang, ())]
+            if members and all(e.where == SubQueue.UNSCHEDULABLE for e in members):
+                self._failed_at.pop(gang, None)
+            else:
+                self._failed_at[gang] = now
             self._resort_gang(gang)
 
     def activate_gang(self, gang: str, now: float) -> int:

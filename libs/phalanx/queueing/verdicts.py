@@ -61,8 +61,9 @@ class PodVerdict:
 def apply_verdicts(
     queue: SchedulingQueue, verdicts: Iterable[PodVerdict], activate: Iterable[str], failed: Iterable[str], now: float
 ) -> None:
-    """Pods first, then the gangs that failed (their time becomes `now`, so they queue behind the others),
-    then the gangs activated (their unschedulable and backoff pods move to active)."""
+    """Pods first, then the gangs that failed (one retried on a timer queues behind the others, one waiting
+    for an event keeps its turn: see SchedulingQueue.gang_failed), then the gangs activated (their
+    unschedulable and backoff pods move to active)."""
     for v in verdicts:
         queue.done(
             v.key,
