@@ -30,7 +30,12 @@ REPORT_ONLY = (
 # psutil is left out: opentelemetry-sdk imports it when it is installed (for process resource attributes) and
 # does without it otherwise, as in the image.
 BENCH_ONLY = ("tabulate",)
-SERVICE_MAINS = ("phalanx_queue.__main__", "phalanx_scheduler.__main__", "phalanx_binder.__main__")
+SERVICE_MAINS = (
+    "phalanx_queue.__main__",
+    "phalanx_scheduler.__main__",
+    "phalanx_binder.__main__",
+    "phalanx_controller.__main__",
+)
 
 
 def loaded_after_import(module: str, run_main_help: bool = False) -> set[str]:

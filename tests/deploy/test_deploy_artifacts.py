@@ -42,6 +42,11 @@ SERVICES = ("queue", "scheduler", "binder")
 PORTS = {"queue": 50051, "scheduler": 50052, "binder": 50053}
 HEALTH_PORTS = {"queue": 50061, "scheduler": 50062, "binder": 50063}
 METRICS_PORTS = {"queue": 9091, "scheduler": 9092, "binder": 9093}  # plain HTTP /metrics, read-only
+# The job controller (PhalanxJobs) serves no gRPC: its only port is /metrics; it talks to the API server only.
+CONTROLLER = "controller"
+CONTROLLER_METRICS_PORT = 9094
+JOB_CRD = "phalanx.dev_phalanxjobs.yaml"
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PriorityClass")
 READ_VERBS = {"get", "list", "watch"}
 TLS_DIR = "/etc/phalanx/tls"
 CERT_MANAGER_API = "cert-manager.io/v1"
@@ -321,14 +326,46 @@ def test_crd_is_sane(group: str) -> None:
 
 
 def test_chart_crd_copies_match_deploy_crds() -> None:
-    ours = sorted(p.name for p in CRD_DIR.glob("*_podgroups.yaml"))
+    ours = sorted(p.name for p in CRD_DIR.glob("*.yaml"))
     copies = sorted(p.name for p in (CHART / "files" / "crds").glob("*.yaml"))
-    assert ours == copies == sorted(f"{g}_podgroups.yaml" for g in CRDS)
+    assert ours == copies == sorted([*(f"{g}_podgroups.yaml" for g in CRDS), JOB_CRD])
     for name in ours:
         assert (CRD_DIR / name).read_bytes() == (CHART / "files" / "crds" / name).read_bytes(), (
             f"deploy/helm/phalanx/files/crds/{name} differs from deploy/crds/{name}: "
-            "cp deploy/crds/*_podgroups.yaml deploy/helm/phalanx/files/crds/"
+            "cp deploy/crds/*.yaml deploy/helm/phalanx/files/crds/"
         )
+
+
+def test_phalanxjob_crd_carries_the_seeds_defaults_minimums_and_enums() -> None:
+    [crd] = load_docs((CRD_DIR / JOB_CRD).read_text())
+    assert crd["metadata"]["name"] == "phalanxjobs.phalanx.dev"
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    [version] = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    schema = version["schema"]["openAPIV3Schema"]
+    assert_structural(schema)
+    spec = schema["properties"]["spec"]
+    assert set(spec["required"]) == {"leader", "workerSets"}
+    props = spec["properties"]
+    assert (props["restartLimit"]["default"], props["minWorkersNum"]["default"], props["terminating"]["default"]) == (
+        3,
+        1,
+        False,
+    )
+    assert (props["priority"]["default"], props["priority"]["minimum"], props["priority"]["maximum"]) == (5, 1, 10)
+    assert props["cleanPodPolicy"]["default"] == "All" and props["cleanPodPolicy"]["enum"] == ["Running", "All", "None"]
+    counts = props["workerSets"]["items"]["properties"]["counts"]
+    assert (counts["default"], counts["minimum"]) == (1, 1)
+    policy = props["schedulerPolicy"]["properties"]
+    assert policy["jobQueuePolicy"]["enum"] == ["Priority", "DRF"]
+    assert set(policy["basicPolicy"]["enum"]) == {
+        "Gang", "BinPack", "LeaderFirst", "MinFragment", "JobAffinity", "JobAntiAffinity"
+    }  # fmt: skip
+    status = schema["properties"]["status"]["properties"]
+    assert status["stage"]["enum"] == ["Pending", "Starting", "Running", "Rescheduling", "Succeeded", "Failed"]
+    assert set(status["scheduleState"]["enum"]) == {
+        "Unscheduled", "ScheduledSucceed", "ScheduledFailed", "ScheduledPartly"
+    }  # fmt: skip
 
 
 # --- RBAC: structure (the exact rights: test_rbac_allowlist.py) ------------------------------------------
@@ -337,8 +374,8 @@ def test_chart_crd_copies_match_deploy_crds() -> None:
 def check_rbac(docs: list[dict[str, Any]]) -> None:
     roles = {component(r): r for r in of_kind(docs, "ClusterRole")}
     # The queue never talks to the API server: no role, no binding, no token.
-    assert set(roles) == {"scheduler", "binder"}, (
-        f"ClusterRoles of the scheduler and the binder only, got {sorted(roles)}"
+    assert set(roles) == {"scheduler", "binder", CONTROLLER}, (
+        f"ClusterRoles of the scheduler, the binder and the job controller only, got {sorted(roles)}"
     )
     check_lease_role(docs)
     accounts = {}
@@ -352,7 +389,7 @@ def check_rbac(docs: list[dict[str, Any]]) -> None:
         [subject] = b["subjects"]
         assert subject["kind"] == "ServiceAccount"
         accounts[svc] = (subject["namespace"], subject["name"])
-    assert set(accounts) == {"scheduler", "binder"}
+    assert set(accounts) == {"scheduler", "binder", CONTROLLER}
     deployments = {component(d): d for d in of_kind(docs, "Deployment")}
     for svc, account in accounts.items():
         d = deployments[svc]
@@ -363,7 +400,7 @@ def check_rbac(docs: list[dict[str, Any]]) -> None:
     sas = {sa["metadata"]["name"]: sa for sa in of_kind(docs, "ServiceAccount")}
     if queue_pod["serviceAccountName"] in sas:
         assert sas[queue_pod["serviceAccountName"]].get("automountServiceAccountToken") is False
-    assert len(set(accounts.values())) == 2, "each service has its own ServiceAccount"
+    assert len(set(accounts.values())) == 3, "each service has its own ServiceAccount"
 
 
 def scheduler_env(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -434,8 +471,8 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
         psc = pod["securityContext"]
         assert psc["runAsNonRoot"] is True and psc["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod.get("enableServiceLinks") is False, f"{name}: service links would inject *_PORT variables"
-        # API tokens only where the API server is used: the scheduler and the binder.
-        assert pod.get("automountServiceAccountToken") is (name in ("scheduler", "binder")), name
+        # API tokens only where the API server is used: the scheduler, the binder and the job controller.
+        assert pod.get("automountServiceAccountToken") is (name in ("scheduler", "binder", CONTROLLER)), name
         for c in pod["containers"]:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False, name
@@ -448,6 +485,8 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
             assert not any("subPath" in m or "subPathExpr" in m for m in c.get("volumeMounts", [])), name
         if name == "redis":
             check_redis_container(pod)
+        if name == CONTROLLER:
+            check_controller(d, services.get(name))
         if name not in SERVICES:
             continue
         assert psc["runAsUser"] == 65532
@@ -520,6 +559,35 @@ def check_workloads(docs: list[dict[str, Any]], namespace: str = "phalanx-system
         assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "grpc"), (metrics, "metrics")]
 
 
+def check_controller(d: dict[str, Any], svc: dict[str, Any] | None) -> None:
+    """The job controller: one replica replaced with Recreate, no gRPC, no Redis, /metrics as its probe."""
+    pod = d["spec"]["template"]["spec"]
+    assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
+    assert pod["securityContext"]["runAsUser"] == 65532
+    [c] = pod["containers"]
+    assert c["command"] == ["phalanx-controller"]
+    env = env_of(c)
+    assert not any(k.startswith("PHALANX_REDIS") or k in ("PHALANX_LISTEN", "PHALANX_TLS_DIR") for k in env)
+    assert env["PHALANX_SCHEDULER_NAME"]["value"] == "phalanx"
+    assert env["OTEL_SERVICE_NAME"]["value"] == "phalanx-controller"
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    if env["PHALANX_METRICS_LISTEN"]["value"] == "off":
+        assert not ports and "livenessProbe" not in c
+        return
+    assert names_before(env, "POD_IP", "PHALANX_METRICS_LISTEN")
+    assert env["PHALANX_METRICS_LISTEN"]["value"] == f"$(POD_IP):{CONTROLLER_METRICS_PORT}"
+    assert ports == {"metrics": CONTROLLER_METRICS_PORT}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert svc is not None and [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
+        (CONTROLLER_METRICS_PORT, "metrics")
+    ]
+
+
+def names_before(env: dict[str, dict[str, Any]], first: str, then: str) -> bool:
+    names = list(env)
+    return names.index(first) < names.index(then)
+
+
 def check_redis_container(pod: dict[str, Any]) -> None:
     """The bundled Redis: requirepass from the mounted Secret through a config file, protected mode on, the
     password on no command line, probes that authenticate."""
@@ -559,6 +627,8 @@ def reachability(docs: list[dict[str, Any]], redis_port: int = 6379) -> dict[tup
     pods = {component(d): d["spec"]["template"]["metadata"]["labels"] for d in of_kind(docs, "Deployment")}
     policies = of_kind(docs, "NetworkPolicy")
     ports = {(svc, p[svc]) for svc in SERVICES for p in (PORTS, HEALTH_PORTS, METRICS_PORTS)}
+    if CONTROLLER in pods:
+        ports.add((CONTROLLER, CONTROLLER_METRICS_PORT))
     if "redis" in pods:
         ports.add(("redis", redis_port))
     out: dict[tuple[str, int], set[str]] = {}
@@ -610,6 +680,8 @@ def check_network_policies(docs: list[dict[str, Any]], metrics_from: set[str] | 
     want = dict(EXPECTED_REACHABILITY)
     for svc in SERVICES:
         want[(svc, METRICS_PORTS[svc])] = metrics_from if metrics_from is not None else {ANYWHERE}
+    if any(component(d) == CONTROLLER for d in of_kind(docs, "Deployment")):
+        want[(CONTROLLER, CONTROLLER_METRICS_PORT)] = metrics_from if metrics_from is not None else {ANYWHERE}
     if any(component(d) == "redis" for d in of_kind(docs, "Deployment")):
         want[("redis", 6379)] = {"scheduler", "binder"}
     assert got == want
@@ -725,7 +797,7 @@ def test_manifests_workloads() -> None:
     assert ns["metadata"]["name"] == "phalanx-system"
     assert sorted(p.name for p in MANIFESTS.glob("*.yaml"))[0].startswith("00-"), "namespace applies first"
     for d in docs:
-        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] not in CLUSTER_SCOPED:
             assert d["metadata"]["namespace"] == "phalanx-system", f"{d['kind']} {d['metadata']['name']}"
     assert scheduler_env(docs)["PHALANX_LEADER_ELECT_LEASE_NAME"]["value"] == "phalanx-scheduler"
     env = {
@@ -771,23 +843,24 @@ def test_helm_rbac_least_privilege(rendered: list[dict[str, Any]]) -> None:
 def test_helm_workloads(rendered: list[dict[str, Any]]) -> None:
     check_workloads(rendered)
     for d in rendered:
-        if d["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] not in CLUSTER_SCOPED:
             assert d["metadata"]["namespace"] == "phalanx-system", f"{d['kind']} {d['metadata']['name']}"
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "phalanx"
 
 
 def test_helm_crds_rendered_from_copies(rendered: list[dict[str, Any]]) -> None:
     crds = {c["metadata"]["name"]: c for c in of_kind(rendered, "CustomResourceDefinition")}
-    assert set(crds) == {f"podgroups.{g}" for g in CRDS}
+    assert set(crds) == {f"podgroups.{g}" for g in CRDS} | {"phalanxjobs.phalanx.dev"}
     for g in CRDS:
         assert crds[f"podgroups.{g}"] == load_docs(crd_file(g).read_text())[0]
+    assert crds["phalanxjobs.phalanx.dev"] == load_docs((CRD_DIR / JOB_CRD).read_text())[0]
 
 
 @needs_helm
 def test_helm_default_values(tmp_path: Path) -> None:
     docs = helm_template(tmp_path)
     deployments = {component(d): d for d in of_kind(docs, "Deployment")}
-    assert set(deployments) == {*SERVICES, "redis"}
+    assert set(deployments) == {*SERVICES, CONTROLLER, "redis"}
     redis_svc = next(s for s in of_kind(docs, "Service") if component(s) == "redis")
     [auth] = [s for s in of_kind(docs, "Secret") if s.get("type") == "Opaque"]
     password = base64.b64decode(auth["data"]["password"]).decode()
@@ -814,7 +887,7 @@ def test_helm_default_values(tmp_path: Path) -> None:
 def test_helm_second_values(tmp_path: Path) -> None:
     docs = helm_template(tmp_path, SECOND_VALUES)
     deployments = {component(d): d for d in of_kind(docs, "Deployment")}
-    assert set(deployments) == set(SERVICES), "no bundled Redis with an external one"
+    assert set(deployments) == {*SERVICES, CONTROLLER}, "no bundled Redis with an external one"
     assert deployments["binder"]["spec"]["replicas"] == 2
     assert deployments["binder"]["spec"]["strategy"]["type"] == "RollingUpdate"
     [pdb] = of_kind(docs, "PodDisruptionBudget")
@@ -934,11 +1007,26 @@ def test_helm_toggles_and_errors(tmp_path: Path) -> None:
     helm = find_helm() or "helm"
     docs = helm_template(tmp_path, None, "--set", "crds.install=false")
     assert not of_kind(docs, "CustomResourceDefinition")
+    assert not of_kind(docs, "PriorityClass"), "cluster-wide, like the CRDs: a second release must not claim them"
     docs = helm_template(tmp_path, None, "--set", "crds.groups.schedulingVolcanoSh=false")
     assert {c["spec"]["group"] for c in of_kind(docs, "CustomResourceDefinition")} == {
         "scheduling.x-k8s.io",
         "scheduling.sigs.k8s.io",
+        "phalanx.dev",
     }
+    docs = helm_template(tmp_path, None, "--set", "controller.crd=false", "--set", "controller.priorityClasses=false")
+    assert "phalanx.dev" not in {c["spec"]["group"] for c in of_kind(docs, "CustomResourceDefinition")}
+    assert not of_kind(docs, "PriorityClass") and CONTROLLER in {component(d) for d in of_kind(docs, "Deployment")}
+    docs = helm_template(tmp_path, None, "--set", "controller.enabled=false")
+    assert not any(component(d) == CONTROLLER for d in docs)
+    assert not of_kind(docs, "PriorityClass")
+    assert "phalanx.dev" not in {c["spec"]["group"] for c in of_kind(docs, "CustomResourceDefinition")}
+    docs = helm_template(tmp_path)
+    classes = {p["metadata"]["name"]: p["value"] for p in of_kind(docs, "PriorityClass")}
+    shipped = {
+        p["metadata"]["name"]: p["value"] for p in load_docs((MANIFESTS / "15-job-priorityclasses.yaml").read_text())
+    }
+    assert classes == shipped == {f"phalanx-job-priority-{n}": n for n in range(1, 11)}
     docs = helm_template(tmp_path, {"redis": {"enabled": False, "existingSecret": {"name": "phalanx-redis-url"}}})
     binder_env = env_of(
         next(d for d in of_kind(docs, "Deployment") if component(d) == "binder")["spec"]["template"]["spec"][
@@ -1067,7 +1155,7 @@ def test_helm_metrics(tmp_path: Path) -> None:
     assert monitor["spec"]["endpoints"] == [
         {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "15s", "scrapeTimeout": "10s"}
     ]
-    # It selects exactly the three services' Services, and each has the port it names.
+    # It selects exactly the services' Services and the job controller's, and each has the port it names.
     selector = monitor["spec"]["selector"]
     picked = []
     for svc in of_kind(docs, "Service"):
@@ -1077,7 +1165,10 @@ def test_helm_metrics(tmp_path: Path) -> None:
         ):
             picked.append(component(svc))
             assert "metrics" in {p["name"] for p in svc["spec"]["ports"]}
-    assert sorted(picked) == sorted(SERVICES)
+    assert sorted(picked) == sorted([*SERVICES, CONTROLLER])
+    [controller] = [d for d in of_kind(docs, "Deployment") if component(d) == CONTROLLER]
+    annotations = controller["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(CONTROLLER_METRICS_PORT)
 
     docs = helm_template(tmp_path, {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}})
     assert not of_kind(docs, "ServiceMonitor")

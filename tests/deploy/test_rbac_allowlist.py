@@ -19,6 +19,11 @@ Where each right comes from:
   not a ClusterRole): get and update by name (resourceNames: the Lease it is configured with), create
   (which RBAC cannot restrict by name). Its only write.
 - queue: nothing (it never calls the API server).
+- controller (libs/phalanx/jobs/controller.py), PhalanxJobs only: get/list/watch phalanxjobs and patch
+  phalanxjobs/status (phalanx.dev); list/watch pods by the job label, create a job's pods and delete them
+  (a lost pod before its replacement, and cleanPodPolicy; always with the uid as a precondition); get and
+  create Services (a job's headless Service) and Volcano PodGroups (a job's gang). It never binds; it is the
+  one component allowed to delete, and only pods.
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ PODGROUP_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.
 WORKLOAD_API = "scheduling.k8s.io"
 READ = ("get", "list", "watch")
 
+CONTROLLER = (
+    [("controller", "phalanx.dev", "phalanxjobs", verb) for verb in READ]
+    + [("controller", "phalanx.dev", "phalanxjobs/status", "patch")]
+    + [("controller", "", "pods", verb) for verb in ("list", "watch", "create", "delete")]
+    + [("controller", "", "services", verb) for verb in ("get", "create")]
+    + [("controller", "scheduling.volcano.sh", "podgroups", verb) for verb in ("get", "create")]
+)
 ALLOWLIST: frozenset[tuple[str, str, str, str]] = frozenset(
     [("scheduler", "", resource, verb) for resource in ("nodes", "pods", "configmaps") for verb in READ]
     + [("scheduler", group, "podgroups", verb) for group in (*PODGROUP_GROUPS, WORKLOAD_API) for verb in READ]
@@ -56,6 +68,7 @@ ALLOWLIST: frozenset[tuple[str, str, str, str]] = frozenset(
         ("binder", "", "events", "create"),
     ]
     + [("binder", group, "podgroups/status", "patch") for group in PODGROUP_GROUPS]
+    + CONTROLLER
 )
 BINDER_PATCH_PODS = ("binder", "", "pods", "patch")
 # Namespaced rights (Roles): (role, apiGroup, resource, verb, resourceName or "" for any).
@@ -143,7 +156,7 @@ def check(
     )
     check_lease_role(docs)  # the Lease named is the one the scheduler uses, in its namespace
     accounts = bindings(docs)
-    assert set(accounts) == {"scheduler", "binder"}, "the queue has no binding"
+    assert set(accounts) == {"scheduler", "binder", "controller"}, "the queue has no binding"
     pods = {component(d): d["spec"]["template"]["spec"] for d in of_kind(docs, "Deployment")}
     for role, (namespace, account) in accounts.items():
         assert pods[role]["serviceAccountName"] == account
@@ -155,9 +168,10 @@ def test_allowlist_itself() -> None:
     # Never any of these, whatever the allow-list grows into.
     for role, group, resource, verb in ALLOWLIST:
         assert "*" not in (group, resource, verb)
-        assert verb not in {"escalate", "bind", "impersonate", "delete", "deletecollection", "update"}
+        assert verb not in {"escalate", "bind", "impersonate", "deletecollection", "update"}
+        assert verb != "delete" or (role, group, resource) == ("controller", "", "pods"), "only job pods are deleted"
         assert resource not in {"secrets", "serviceaccounts/token", "clusterroles", "clusterrolebindings"}
-        assert role == "binder" or verb in READ, "only the binder writes"
+        assert role in ("binder", "controller") or verb in READ, "the binder and the job controller write"
     assert {r for r in ALLOWLIST if r[2] == "pods/binding"} == {("binder", "", "pods/binding", "create")}
     # The scheduler's one write: its own Lease, in its namespace; existing Leases only by name.
     for role, group, resource, verb, name in NAMESPACED_ALLOWLIST:

@@ -30,6 +30,7 @@ def registries() -> dict[str, CollectorRegistry]:
         "queue": registry_for("queue", QueueCollector(SchedulingQueue())),
         "scheduler": registry_for("scheduler", GangCollector(lambda: gangs)),
         "binder": registry_for("binder"),
+        "controller": registry_for("controller"),
     }
 
 
@@ -37,7 +38,7 @@ def families(registry: CollectorRegistry) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
 
 
-@pytest.mark.parametrize("service", ["queue", "scheduler", "binder"])
+@pytest.mark.parametrize("service", ["queue", "scheduler", "binder", "controller"])
 def test_every_metric_has_help(service: str) -> None:
     for metric in registries()[service].collect():
         assert metric.documentation.strip(), f"{service}: {metric.name} has no HELP"
