@@ -16,6 +16,10 @@ Points (each placed where a crash hurts most):
   lost), leaving it below its minimum; the release that returns it to unsatisfied is not committed yet.
 - `scheduler.after_timeout`: a gang's timeout is in Redis (reservations released; a retrying form's retry
   time set), its pods and PodGroup have not been told.
+- `controller.between_pods`: the job controller has created one more of a job's pods (the leader first);
+  the rest are not created yet.
+- `controller.mid_restart`: a lost job pod's restart is counted in the job's status and the failed pod
+  deleted; its replacement is not created yet.
 """
 
 from __future__ import annotations
