@@ -26,12 +26,14 @@ demo: $(STAMP)
 	@echo
 	$(VENV)/bin/phalanx compare $(OUT)/demo-pod.json $(OUT)/demo-gang.json --labels "pod by pod" "gang"
 
-## Real etcd + kube-apiserver, helm and (when docker has no compose plugin) Docker Compose for the
-## API-server, chart and compose tests, built from Go modules into a
-## cache outside the work tree (minutes on a new machine, instant afterwards). Without Go, make test stops here.
+## Real etcd + kube-apiserver, Kubeflow's training-operator and kwok (the job-controller tests), helm and (when
+## docker has no compose plugin) Docker Compose for the API-server, chart and compose tests, built from Go
+## modules into a cache outside the work tree (minutes on a new machine, instant afterwards). Without Go,
+## make test stops here.
 tools:
-	@command -v go >/dev/null 2>&1 || { echo "Go is missing: it builds kube-apiserver, etcd, helm and Compose for the tests (https://go.dev/dl/)" >&2; exit 1; }
-	@bash hack/build-k8s-binaries.sh >/dev/null && bash hack/build-helm.sh >/dev/null \
+	@command -v go >/dev/null 2>&1 || { echo "Go is missing: it builds kube-apiserver, etcd, training-operator, kwok, helm and Compose for the tests (https://go.dev/dl/)" >&2; exit 1; }
+	@bash hack/build-k8s-binaries.sh >/dev/null && bash hack/build-job-controllers.sh >/dev/null \
+	  && bash hack/build-helm.sh >/dev/null \
 	  && { docker compose version >/dev/null 2>&1 || bash hack/build-compose.sh >/dev/null; }
 
 ## podman, runc, debootstrap (scripts/ensure-system-deps.sh --containers) and the Debian 12 base image
