@@ -29,6 +29,7 @@ import yaml
 from waiting import wait_for
 
 from phalanx import faults
+from phalanx.cli.main import main
 from phalanx.jobs import api
 from phalanx.jobs.controller import BETWEEN_PODS, MID_RESTART, JobController
 from phalanx.jobs.objects import ENV_LEADER_ADDRESS, JOB_LABEL, RESTARTS_ANNOTATION
@@ -438,6 +439,39 @@ def together(phalanx: Any) -> Iterator[None]:
     yield
     phalanx.restart_queue()
     phalanx.start_scheduler()
+
+
+# --- phalanx explain ------------------------------------------------------------------------------------------
+
+
+def test_explain_shows_a_waiting_jobs_stage_and_why(
+    cluster: Any, jobs: Jobs, apiserver: LocalApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job of 1 + 2 pods of 2 GPUs on a node of 4 waits Pending; explain says so next to its gang's shortfall,
+    and names a job the controller refused."""
+    ns = cluster.namespace()
+    jobs.node("n0", gpus=4)
+    name = jobs.create(ns, job_body("rl", {"actor": 2}, gpus=2, minWorkersNum=2))
+    bad = job_body("bad", {"learner": 1})  # a worker set named as the leader
+    jobs.create(ns, bad)
+    wait_for(lambda: len(jobs.pods(ns, name)) == 3, TIMEOUT, "the job's pods created")
+    wait_for(lambda: cluster.judged(ns, [f"{name}-learner", f"{name}-actor-0"]), TIMEOUT, "the pods judged")
+    wait_for(lambda: jobs.condition(ns, "bad", "Valid").get("status") == "False", TIMEOUT, "the bad job refused")
+    args = ["explain", "--kubeconfig", str(apiserver.kubeconfig_path), "--scheduler-name", cluster.scheduler_name]
+    args += ["-n", ns, "-o", "json"]
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0, err
+    doc = json.loads(out)
+    [gang] = [g for g in doc["gangs"] if g["name"] == name]
+    assert gang["job"] == {"stage": "Pending", "scheduleState": "Unscheduled", "restarts": 0, "message": ""}
+    assert gang["minMember"] == 3 and gang["capacity"]["short"], gang
+    assert any("PhalanxJob " + f"{ns}/bad is not run: spec.workerSets[0].name" in n for n in doc["notes"]), doc["notes"]
+    with pytest.raises(SystemExit):
+        main(args[:-2])
+    text = capsys.readouterr().out
+    assert "job         PhalanxJob Pending (Unscheduled, 0 restarts)" in text, text
 
 
 # --- the controller SIGKILLed --------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from phalanx.explain.capacity import Capacity, Exclusion, needs_of
-from phalanx.explain.view import ClusterState, Condition, GangState, Holder, PodGroupStatus, PodState
+from phalanx.explain.view import ClusterState, Condition, GangState, Holder, JobStatus, PodGroupStatus, PodState
 from phalanx.framework.framework import Framework
 from phalanx.model.gpu import GPU
 from phalanx.model.objects import GangMode, PodInfo
@@ -118,6 +118,7 @@ class GangExplanation:
     preemption: str = ""  # what the scheduler said about preempting for it ("" when it said nothing)
     # The gangs of its deadlock, itself first, each waiting for the next (the last for it); [] when none.
     deadlock: list[str] = field(default_factory=list)
+    job: JobStatus | None = None  # the PhalanxJob it is the gang of
 
     @property
     def key(self) -> str:
@@ -237,6 +238,7 @@ def _explain_gang(state: ClusterState, g: GangState, cap: Capacity | None) -> Ga
         reason=reason,
         reason_pod=reason_pod,
         podgroup=g.podgroup,
+        job=g.job,
         capacity=report,
         capacity_note=note,
         verdict="",

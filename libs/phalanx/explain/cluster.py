@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from phalanx.explain.view import ClusterState, Condition, Holder, PodGroupStatus, PodState, SourceError
+from phalanx.explain.view import ClusterState, Condition, Holder, JobStatus, PodGroupStatus, PodState, SourceError
 from phalanx.intake.errors import IntakeError, Subject
 from phalanx.intake.fields import timestamp
 from phalanx.intake.gangs import find_link
@@ -121,7 +121,40 @@ def read_cluster(
         raw = groups.get((group, gang.namespace, gang.name)) if group else None
         if raw is not None:
             gang.podgroup = _podgroup_status(group or "", raw)
+    _read_jobs(reader, custom, namespace, state)
     return state
+
+
+def _read_jobs(reader: _Reader, custom: Any, namespace: str | None, state: ClusterState) -> None:
+    """PhalanxJobs (phalanx-controller's): each one's stage goes with its gang, the Volcano PodGroup of its
+    name; a job the controller refused (no pods, so no gang) is said in the notes."""
+    from phalanx.jobs import api as jobs
+
+    def call() -> Any:
+        if namespace:
+            return custom.list_namespaced_custom_object(jobs.GROUP, jobs.VERSION, namespace, jobs.PLURAL, **_RAW)
+        return custom.list_cluster_custom_object(jobs.GROUP, jobs.VERSION, jobs.PLURAL, **_RAW)
+
+    items = reader.items(jobs.PLURAL, call, kind=jobs.KIND, api_version=jobs.API_VERSION, missing_ok=True)
+    for obj in items or []:
+        meta, status = _meta(obj), obj.get("status") or {}
+        key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        stage = str(status.get("stage") or jobs.Stage.PENDING.value)
+        valid = conditions.get("Valid") or {}
+        if valid.get("status") == "False":
+            state.notes.append(f"PhalanxJob {key} is not run: {valid.get('message')}")
+            continue
+        gang = state.gangs.get(key)
+        if gang is None:
+            continue
+        current = conditions.get(stage) or {}
+        gang.job = JobStatus(
+            stage=stage,
+            schedule_state=str(status.get("scheduleState") or ""),
+            restarts=int(status.get("restarts") or 0),
+            message=str(current.get("message") or "") if current.get("status") == "True" else "",
+        )
 
 
 class _Reader:

@@ -22,6 +22,8 @@ a report); `...InSeconds` / `waitingSeconds` are relative to `now`.
              reason:   {message, reason, at, pod}   the newest PodScheduled=False condition of its pods
              podGroup: {apiGroup, phase, conditions: [{type, status, reason, message}], scheduleStartTime,
                         scheduled, running}
+             job:      {stage, scheduleState, restarts, message}   the PhalanxJob it is the gang of, as the
+                        job's status says (null for a gang of pods no PhalanxJob made)
              preemption         what the scheduler said about preempting for it: "preempting N lower-priority
                                 pod(s): ...; nominated node(s) ...", "preempting: waiting for ...", or
                                 "not preempting: <why>"; "" when it said nothing
@@ -120,6 +122,14 @@ def _gang(g: GangExplanation, now: float) -> dict[str, Any]:
         "timeoutAt": g.timeout_at,
         "reason": reason,
         "podGroup": podgroup,
+        "job": None
+        if g.job is None
+        else {
+            "stage": g.job.stage,
+            "scheduleState": g.job.schedule_state,
+            "restarts": g.job.restarts,
+            "message": g.job.message,
+        },
         "preemption": g.preemption,
         "deadlock": g.deadlock,
         "capacityNote": g.capacity_note,

@@ -91,6 +91,14 @@ def _gang(g: GangExplanation, e: Explanation) -> list[str]:
         out.append(_row("preemption", g.preemption))
     if g.podgroup is not None:
         out.append(_row("podgroup", _podgroup(g)))
+    if g.job is not None:
+        j = g.job
+        restarts = f", {j.restarts} restart{'s' if j.restarts != 1 else ''}"
+        out.append(
+            _row(
+                "job", f"PhalanxJob {j.stage} ({j.schedule_state}{restarts})" + (f": {j.message}" if j.message else "")
+            )
+        )
     if g.capacity is not None:
         out.extend(_capacity(g.capacity, e, g))
     elif g.capacity_note:

@@ -81,6 +81,17 @@ class PodGroupStatus:
     running: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """The PhalanxJob whose gang this is (phalanx-controller's: the Volcano PodGroup of the job's name), as
+    its status says."""
+
+    stage: str
+    schedule_state: str
+    restarts: int
+    message: str  # the condition of its stage (why it is there), else ""
+
+
 @dataclass(slots=True)
 class GangState:
     namespace: str
@@ -94,6 +105,7 @@ class GangState:
     bound_count: int | None = None
     timed_out: bool = False
     podgroup: PodGroupStatus | None = None
+    job: JobStatus | None = None
 
     @property
     def key(self) -> str:
