@@ -63,7 +63,7 @@ def test_a_workload_with_mis_shaped_fields_reports_them_and_loads_the_rest(tmp_p
     assert w.errors == [
         f"{path}#1: Pod default/a: metadata.annotations: expected a mapping, got str; skipped",
         f"{path}#2: Pod default/b: spec: expected a mapping, got list; skipped",
-        f"{path}#3: kind a list is not simulated (expected one of ConfigMap, Node, Pod, PodGroup); skipped",
+        f"{path}#3: kind a list is not simulated (expected one of ConfigMap, Node, PhalanxJob, Pod, PodGroup); skipped",
     ]
     # Labels are read by the intake only, which names them; the pod stays, to be reported with that reason.
     assert [o.name for o in w.objects] == ["d", "e"]

@@ -16,13 +16,15 @@ from typing import Any, Callable
 import yaml
 
 from phalanx.intake.errors import quoted
+from phalanx.jobs.api import JobSpecError
+from phalanx.sim.jobs import SimJob, expand
 
 try:  # the C loader is several times faster on large traces
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _Loader
 
-KINDS = {"Node", "Pod", "PodGroup", "ConfigMap"}
+KINDS = {"Node", "Pod", "PodGroup", "ConfigMap", "PhalanxJob"}  # a PhalanxJob becomes its pods (sim/jobs.py)
 # Fields of a pod the simulator reads itself, before the intake: their shape is checked here, so a
 # `metadata: {annotations: "foo"}` is reported like any bad input instead of crashing the run.
 _POD_MAPPINGS = (("metadata", "annotations"), ("spec",))
@@ -55,6 +57,7 @@ class Workload:
     objects: list[WorkloadObject] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     epoch: float = 0.0  # the unix time that virtual time 0 stands for
+    jobs: list[SimJob] = field(default_factory=list)  # the PhalanxJobs read, whose pods are among `objects`
 
 
 def _timestamp(value: Any) -> float | None:
@@ -79,6 +82,24 @@ def _shape_error(wo: WorkloadObject) -> str:
         if value is not None and not isinstance(value, dict):
             return f"{'.'.join(path)}: expected a mapping, got {type(value).__name__}"
     return ""
+
+
+def _job_objects(w: Workload, item: dict[str, Any], origin: str) -> list[tuple[WorkloadObject, float | None]]:
+    """A PhalanxJob's PodGroup and pods, as phalanx-controller creates them; a job it would refuse is an
+    error naming the field."""
+    name = f"PhalanxJob {(item.get('metadata') or {}).get('namespace') or 'default'}/{(item.get('metadata') or {}).get('name')}"
+    try:
+        job, created = expand(item)
+    except JobSpecError as exc:
+        w.errors.append(f"{origin}: {name}: {exc}; skipped")
+        return []
+    try:
+        ts = _timestamp((item.get("metadata") or {}).get("creationTimestamp"))
+    except ValueError:
+        w.errors.append(f"{origin}: {name}: metadata.creationTimestamp is not an RFC 3339 time; it appears at 0")
+        ts = None
+    w.jobs.append(job)
+    return [(WorkloadObject(str(o["kind"]), o, 0.0, origin), ts) for o in created]
 
 
 def _documents(text: str) -> list[str]:
@@ -141,6 +162,9 @@ def load_workload(paths: list[str | Path]) -> Workload:
                 if not isinstance(meta, dict) or not meta.get("name"):
                     w.errors.append(f"{origin}: {kind} without metadata.name; skipped")
                     continue
+                if kind == "PhalanxJob":
+                    stamped.extend(_job_objects(w, item, origin))
+                    continue
                 wo = WorkloadObject(kind, item, 0.0, origin)
                 shape = _shape_error(wo)
                 if shape:
@@ -160,6 +184,9 @@ def load_workload(paths: list[str | Path]) -> Workload:
     for wo, ts in stamped:
         wo.at = 0.0 if ts is None else round(ts - w.epoch, 6)
         w.objects.append(wo)
+    arrivals = {(o.namespace, o.name): o.at for o in w.objects if o.kind == "PodGroup"}
+    for job in w.jobs:
+        job.arrival = arrivals.get((job.namespace, job.name), 0.0)
     # Stable order: by time, then nodes and gang objects before pods, then file order.
     rank = {"Node": 0, "PodGroup": 1, "ConfigMap": 1, "Pod": 2}
     w.objects.sort(key=lambda o: (o.at, rank[o.kind]))
