@@ -1,8 +1,8 @@
 """Phalanx under real job controllers on the real kube-apiserver: Kubeflow's training-operator creates
 PyTorchJobs' pods and scheduler-plugins PodGroups (minMember and minResources, as it always writes them) and
 recreates evicted pods; kwok runs the pods of fake GPU nodes and finishes them (phalanx.testing.job_controllers).
-The gangs are 1 master + 3 workers. Pods are polled every 0.1 s and a gang with 0 < bound < 4 at any poll
-fails the test where it is seen.
+The gangs are 1 master + 3 workers. Pods are polled every 0.1 s and a gang seen with 0 < bound < 4 for
+longer than a whole gang's bind calls take (PARTIAL_GRACE) fails the test where it is seen.
 
 Both controllers and the API server are started once for the module; each test has its own Phalanx (its
 own schedulerName, which the jobs' pod templates name, so the operator's "phalanx" default is overridden
@@ -300,7 +300,8 @@ def test_a_preempted_job_recreated_by_the_operator_binds_whole_again(cluster, jo
     """A high-priority gang evicts the running low-priority job; the operator recreates the low job's pods at
     once, under the same names, while the preemptor holds the GPUs; the preemptor's pods finish one after
     another (2 GPUs freed each time), and the recreated job must wait for all four places, not take them
-    one at a time: the gang's earlier "satisfied" must not carry over to its new pods."""
+    one at a time: the gang's earlier "satisfied" must not carry over to its new pods. The preemptor is a
+    gang of plain pods, so this test does not depend on a PyTorchJob preempting (the next test)."""
     ns = cluster.namespace()
     jobs.node("n0", gpus=4)
     jobs.node("n1", gpus=4)
