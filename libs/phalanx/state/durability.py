@@ -64,8 +64,10 @@ class ReplicaWait:
         pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
         try:
             _, acknowledged = pipe.execute()
-        except redis.ResponseError as exc:  # NOREPLICAS (min-replicas-to-write) or READONLY: not durable here
-            log.warning("bind intent durability check refused by Redis: %s", exc)
+        except redis.RedisError as exc:
+            # NOREPLICAS (min-replicas-to-write; through Sentinel it arrives as a dropped connection), READONLY,
+            # or no answer: nothing says the intent is on a replica, so not durable (the pods stay `binding`).
+            log.warning("bind intent durability check failed: %s", exc)
             acknowledged = 0
         result = Durable(int(acknowledged), self.replicas, time.perf_counter() - started)
         if not result.ok:
