@@ -26,6 +26,10 @@ from typing import Any
 
 import pytest
 import yaml
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from waiting import wait_for
 
 from phalanx import faults
@@ -257,8 +261,22 @@ class Watch:
             time.sleep(POLL)
 
 
+@pytest.fixture(scope="module")
+def spans() -> InMemorySpanExporter:
+    """The spans of this process (the in-process controller's among them)."""
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
 @pytest.fixture
-def jobs(cluster: Any, phalanx: Any, kwok: Kwok, apiserver: LocalApiServer) -> Iterator[Jobs]:
+def jobs(
+    cluster: Any, phalanx: Any, kwok: Kwok, apiserver: LocalApiServer, spans: InMemorySpanExporter
+) -> Iterator[Jobs]:
     controller = JobController(apiserver.api_client(), scheduler_name=cluster.scheduler_name, resync=5).start()
     assert controller.wait_synced(20)
     jobs = Jobs(cluster)
@@ -270,7 +288,9 @@ def jobs(cluster: Any, phalanx: Any, kwok: Kwok, apiserver: LocalApiServer) -> I
 # --- a job's life ----------------------------------------------------------------------------------------
 
 
-def test_a_job_of_a_leader_and_two_worker_sets_runs_whole_and_succeeds(cluster: Any, jobs: Jobs) -> None:
+def test_a_job_of_a_leader_and_two_worker_sets_runs_whole_and_succeeds(
+    cluster: Any, jobs: Jobs, spans: InMemorySpanExporter
+) -> None:
     ns = cluster.namespace()
     jobs.node("n0", gpus=4)
     jobs.node("n1", gpus=4)
@@ -300,6 +320,13 @@ def test_a_job_of_a_leader_and_two_worker_sets_runs_whole_and_succeeds(cluster: 
     assert watch.stages[name][-1] == "Succeeded" and "Running" in watch.stages[name], watch.stages
     status = jobs.status(ns, name)
     assert status["startTime"] <= status["completionTime"] and status["restarts"] == 0
+    # Each reconcile is a span naming the job and the stage it left it in.
+    traced = {
+        s.attributes.get("phalanx.job.stage")
+        for s in spans.get_finished_spans()
+        if s.name == "controller.reconcile" and s.attributes and s.attributes.get("phalanx.job") == f"{ns}/{name}"
+    }
+    assert {"Running", "Succeeded"} <= traced, traced
 
 
 def test_two_jobs_on_capacity_for_one_run_one_after_the_other(cluster: Any, jobs: Jobs) -> None:
