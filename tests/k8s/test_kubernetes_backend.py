@@ -100,17 +100,21 @@ def test_gang_that_fits(cluster, phalanx) -> None:
 
 
 def test_a_gang_assembling_is_not_marked_unschedulable(cluster, phalanx) -> None:
-    """Its first pod is placed and waits for the second: PodScheduled=False with reason GangWaiting (which
-    cluster-autoscaler does not read as unschedulable) and no Warning Event, on any pod. (Declared by its
-    pods' annotations: a PodGroup could reach the scheduler after its pod, which is refused until it does.)"""
+    """Its first pod is placed and waits for the second: as kube-scheduler in Permit, Phalanx writes nothing
+    on it (no PodScheduled=False of any reason, which cluster-autoscaler or a job operator would act on, and
+    no Event); the gang's Normal GangWaiting Event says it. (Declared by its pods' annotations: a PodGroup
+    could reach the scheduler after its pod, which is refused until it does.)"""
     ns = cluster.namespace()
     cluster.node("n1", gpus=4)
     first = cluster.koord_pods(ns, "train", 1, min_available=2)
-    condition = wait_for(
-        lambda: (c := cluster.condition(ns, first[0])).get("message") and c, BIND, f"{first[0]} told why it waits"
+    wait_for(
+        lambda: any(k == f"{ns}/{first[0]}" and s == "assumed" for k, (_, s) in phalanx.reserved().items()),
+        BIND,
+        f"{first[0]} placed",
     )
-    assert (condition["status"], condition["reason"]) == ("False", "GangWaiting")
-    assert condition["message"] == f"gang {ns}/train: 1/2 pods placed; waiting for the rest of the gang"
+    wait_for(lambda: "GangWaiting" in cluster.reasons(ns, first[0]), 5, "the gang's GangWaiting Event")
+    cluster.canary()  # the binder's report lanes have run past the first pod's report
+    assert cluster.condition(ns, first[0]) == {}
     names = first + cluster.koord_pods(ns, "train", 1, min_available=2, start=1)
     wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang bound")
     for name in names:
@@ -168,16 +172,10 @@ def test_gang_group_across_namespaces(cluster, phalanx) -> None:
         BIND,
         "ga's pods reserved",
     )
-    wait_for(
-        lambda: any(
-            "waiting for the other gangs of its group" in cluster.condition(ns_a, n).get("message", "") for n in pods_a
-        ),
-        5,
-        "ga's pods told why they wait",
-    )
+    cluster.canary()  # the binder's report lanes have run past ga's reports
     assert all(cluster.node_of(ns_a, n) == "" for n in pods_a)  # ga has its minimum but waits for gb
-    # Waiting for the rest of its group is not being unschedulable: no reason Unschedulable, no Warning.
-    assert all(cluster.condition(ns_a, n).get("reason") in (None, "GangWaiting") for n in pods_a)
+    # Waiting for the rest of its group is not being unschedulable: nothing written on its pods.
+    assert all(cluster.condition(ns_a, n) == {} for n in pods_a)
     assert not any(e["type"] == "Warning" for n in pods_a for e in cluster.events(ns_a, n))
     pods_b = cluster.koord_pods(ns_b, "gb", 2, min_available=2, groups=group)
     wait_for(lambda: cluster.all_bound(ns_a, pods_a) and cluster.all_bound(ns_b, pods_b), BIND, "the group bound")

@@ -128,7 +128,7 @@ class FakeCore:
 
     def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> Resp:
         self.patches.append(body)
-        self.pod["status"]["conditions"] = body["status"]["conditions"]
+        self.pod["status"].update(body["status"])
         return Resp(self.pod)
 
     def create_namespaced_event(self, namespace: str, body: dict[str, Any], **kw: Any) -> Resp:
@@ -148,15 +148,23 @@ def _write(reports: list[PodReport]) -> FakeCore:
     return core
 
 
-def test_the_binder_writes_gang_waiting_and_no_event_for_a_waiting_pod() -> None:
+def test_the_binder_writes_nothing_on_a_pod_waiting_for_its_gang() -> None:
+    # As kube-scheduler in Permit: no condition of any reason (the training-operator repeats a False one as a
+    # Warning on its job), no Event.
     core = _write([PodReport("ns/p", unschedulable_message="gang ns/g: 1/2 pods placed; waiting", waiting=True)])
-    ((condition,),) = [p["status"]["conditions"] for p in core.patches]
-    assert (condition["type"], condition["status"], condition["reason"]) == ("PodScheduled", "False", "GangWaiting")
-    assert condition["message"] == "gang ns/g: 1/2 pods placed; waiting"
+    assert core.patches == [] and core.events == []
+
+
+def test_a_waiting_pod_with_a_nominated_node_says_gang_waiting_not_unschedulable() -> None:
+    core = _write(
+        [PodReport("ns/p", unschedulable_message="gang ns/g: 1/2 pods placed", waiting=True, nominated_node="n1")]
+    )
+    conditions = [c for p in core.patches for c in (p.get("status") or {}).get("conditions") or []]
+    assert [c["reason"] for c in conditions] == ["GangWaiting"]
     assert core.events == []
 
 
-def test_the_binder_replaces_unschedulable_once_the_pod_waits_and_warns_only_for_unschedulable() -> None:
+def test_the_binder_warns_only_for_unschedulable() -> None:
     failed = PodReport(
         "ns/p",
         unschedulable_message="gang ns/g: 0/2 pods placed; Insufficient nvidia.com/gpu",
@@ -164,5 +172,5 @@ def test_the_binder_replaces_unschedulable_once_the_pod_waits_and_warns_only_for
         event_message="gang ns/g: 0/2 pods placed; Insufficient nvidia.com/gpu",
     )
     core = _write([failed, PodReport("ns/p", unschedulable_message="gang ns/g: 1/2 pods placed", waiting=True)])
-    assert [p["status"]["conditions"][0]["reason"] for p in core.patches] == ["Unschedulable", "GangWaiting"]
+    assert [p["status"]["conditions"][0]["reason"] for p in core.patches] == ["Unschedulable"]
     assert [(e["reason"], e["type"]) for e in core.events] == [("FailedScheduling", "Warning")]

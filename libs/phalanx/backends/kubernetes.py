@@ -273,6 +273,12 @@ class KubernetesBackend:
             log.warning("reporting on gang %s failed: %s", g.gang_key, exc)
 
     def _report_pod(self, p: PodReport) -> None:
+        if p.waiting and not p.annotations and not p.nominated_node:
+            # Placed, waiting for the rest of its gang: kube-scheduler writes nothing on a pod it holds in
+            # Permit, and neither does Phalanx. Any False PodScheduled condition, whatever its reason, is
+            # repeated by Kubeflow's training-operator as a Warning Event on the job (pkg/core/job.go, v1.8.1),
+            # and the gang's own GangWaiting Event and PodGroup status already say it. One API write less, too.
+            return
         namespace, name = p.pod_key.split("/", 1)
         facts = self.view.pod(p.pod_key)
         if facts is None:
@@ -298,7 +304,7 @@ class KubernetesBackend:
                 self._nominate(pod, p.nominated_node)
         if p.unschedulable_message:
             pod = pod or self._read_pod(namespace, name)
-            reason = p.condition_reason  # GangWaiting for a pod placed and waiting: not read as unschedulable
+            reason = p.condition_reason
             for _ in range(3):
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     return  # gone, or bound since: the report is stale

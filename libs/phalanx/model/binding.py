@@ -46,7 +46,8 @@ class PodReport:
     event_reason: str = ""
     event_message: str = ""
     nominated_node: str = ""  # preemption: status.nominatedNodeName to set while its victims terminate
-    # Placed, waiting for the rest of its gang (or GangGroup): not unschedulable (see ScheduledReason).
+    # Placed, waiting for the rest of its gang (or GangGroup): not unschedulable; a real cluster's backend
+    # writes nothing for it (see ScheduledReason).
     waiting: bool = False
 
     @property

@@ -54,8 +54,9 @@ class ScheduledReason(StrEnum):
 
     Cluster-autoscaler (and Karpenter) scale up for pods whose PodScheduled is False with reason
     Unschedulable, exactly that reason (cluster-autoscaler's UnschedulablePodLister). A pod placed and waiting
-    for the rest of its gang is not short of room, as a pod kube-scheduler holds in Permit is not: it gets
-    GangWaiting, which they do not read, and no Event (its gang's Normal GangWaiting Event says it once)."""
+    for the rest of its gang is not short of room, as a pod kube-scheduler holds in Permit is not: on a real
+    cluster nothing is written on it (see phalanx.backends.kubernetes), and where a report must touch it
+    anyway (a nominated node) its condition says GangWaiting, which the autoscalers do not read."""
 
     UNSCHEDULABLE = "Unschedulable"  # its gang cannot be placed now (kube-scheduler's v1.PodReasonUnschedulable)
     GANG_WAITING = "GangWaiting"  # placed (reserved), waiting for its gang's other pods or other gangs

@@ -5,9 +5,11 @@ Each pod's last message and each gang's last (phase, message) are remembered, so
 does not write the same condition and Event again on every retry.
 
 A pod is told it is unschedulable (PodScheduled=False, reason Unschedulable, and a Warning Event) only when
-its gang cannot be placed now. A pod placed and waiting for the rest of its gang is told so with reason
-GangWaiting and no Event: cluster-autoscaler scales up for reason Unschedulable, and job operators repeat a
-pod's Events on their job, for what is only a gang assembling (see phalanx.model.status.ScheduledReason).
+its gang cannot be placed now. A pod placed and waiting for the rest of its gang is reported as waiting,
+with no Event: the embedded cluster records it for explain, and the Kubernetes backend writes nothing on
+the pod, as kube-scheduler writes nothing on a pod in Permit (cluster-autoscaler scales up for reason
+Unschedulable, and Kubeflow's training-operator repeats any False PodScheduled condition as a Warning on
+its job; see phalanx.model.status.ScheduledReason).
 """
 
 from __future__ import annotations
