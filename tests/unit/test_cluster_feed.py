@@ -249,3 +249,18 @@ def test_a_finished_podgroup_stays_finished_when_its_pods_are_cleaned_up(h: Harn
     h.apply(*(member(f"w{i}", node_name="n1", phase="Succeeded", kind="DELETED") for i in range(2)))
     last = h.reports.gangs[-1]
     assert (last.phase, last.succeeded) == ("Finished", 0)
+
+
+def test_nodes_repaired_by_reconciliation_give_unschedulable_pods_another_try(h: Harness) -> None:
+    # A Sentinel failover lost the scheduler's write of the node (the replica had not received it): the feed
+    # knows the node, the scheduler's view does not, and a pod judged meanwhile found an empty cluster.
+    h.apply(node("n1"))
+    h.sched.remove_nodes(["n1"], 0.0)
+    h.apply(pod("w0", annotations=koord("g", "1")))
+    h.sched.step(1.0)
+    assert h.reserved() == {}
+    assert h.queue.queue.pop(10, 2.0) == []  # unschedulable: waits for an event that may help it
+    # Reconciliation finds the node missing and repairs it: that is such an event.
+    assert h.feed.maintenance.reconcile()["node"] == 1
+    h.sched.step(3.0)
+    assert h.reserved() == {"ns/w0": "bound"}

@@ -564,6 +564,14 @@ class ClusterFeed:
         p = self._pods.get(key)
         return p is not None and p.phase not in TERMINAL
 
+    def retry_unschedulable(self) -> None:
+        """Reconciliation repaired what scheduling reads (nodes, usage, reservations, memory) without a watch
+        event: every unschedulable pod is given another try, as a node event gives it. A pod judged while the
+        repair was pending (no nodes known, Redis down mid-rebuild) would otherwise wait for an unrelated
+        event or the queue's flush interval. Caller holds the lock."""
+        self._queue_ops.move_all = True
+        self._flush_queue(self.now())
+
     def resend_gangs(self) -> None:
         """After Redis was emptied: the scheduler learns every gang in use again."""
         self.intake.forget_sent()

@@ -55,6 +55,7 @@ class Maintenance:
         self._fast_passes = 0
         self._suspects: set[tuple[str, ...]] = set()  # release findings of the previous pass
         self._memory_suspect = False  # the previous pass found memory and Redis apart
+        self._retry_after_restart = False  # Redis restarted or was emptied: the next pass retries everything
         self.totals: Counter[str] = Counter()
 
     def request_reconcile(self) -> None:
@@ -89,6 +90,7 @@ class Maintenance:
             self.feed.scheduler.resync()
             self.feed.resend_gangs()  # a restarted Redis may have lost the newest specs, an emptied one all
         self._suspects.clear()
+        self._retry_after_restart = True  # verdicts given while Redis was away may have been on an empty view
         self._fast_passes = FAST_PASSES_AFTER_RESTART
         self.request_reconcile()
 
@@ -175,6 +177,9 @@ class Maintenance:
             self._memory_suspect = bool(differs)
 
             feed.requeue_missing()
+            if repairs or self._retry_after_restart:
+                feed.retry_unschedulable()
+                self._retry_after_restart = False
         if repairs:
             self.totals.update(repairs)
             for kind, n in repairs.items():
