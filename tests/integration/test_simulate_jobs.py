@@ -12,6 +12,7 @@ import yaml
 from builders import make_node
 
 from phalanx.model.keys import SIM_DURATION
+from phalanx.report.summary import summary_lines
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import simulate
 from phalanx.sim.workload import load_workload
@@ -63,6 +64,8 @@ def test_two_jobs_on_capacity_for_one_run_one_after_the_other(tmp_path: Path) ->
     assert [s["stage"] for s in jobs["a"]["stages"]] == ["Pending", "Running", "Succeeded"]
     assert jobs["a"]["waitSeconds"] == 0 and jobs["a"]["runSeconds"] == 100
     assert jobs["b"]["stage"] == "Succeeded" and jobs["b"]["waitSeconds"] == 99 and jobs["b"]["runSeconds"] == 50
+    lines = summary_lines(report)
+    assert "  job rl/b: Pending at 1 s, Running at 1m 40s, Succeeded at 2m 30s; waited 1m 39s, ran 50 s" in lines, lines
     pods = {p["name"]: p for p in report["pods"]}
     assert {p["gang"] for p in report["pods"]} == {"rl/a", "rl/b"}
     assert all(pods[f"b-{n}"]["boundAt"] >= 100 for n in ("learner", "actor-0", "actor-1", "actor-2"))

@@ -7,6 +7,7 @@ from typing import Any
 from phalanx.report import causes, units
 
 TEXT_CAUSES = 3  # causes of unbound pods printed under the one-line summary
+TEXT_JOBS = 10  # PhalanxJobs printed, one line each
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
@@ -25,6 +26,17 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         )
     if len(found) > TEXT_CAUSES:
         lines.append(f"  not bound: {len(found) - TEXT_CAUSES} more causes (see the report's pods)")
+    jobs = report.get("jobs") or []
+    for j in jobs[:TEXT_JOBS]:
+        stages = ", ".join(f"{st['stage']} at {units.fmt_duration(st['at'])}" for st in j["stages"])
+        times = [
+            f"{what} {units.fmt_duration(j[key])}"
+            for what, key in (("waited", "waitSeconds"), ("ran", "runSeconds"))
+            if j.get(key) is not None
+        ]
+        lines.append(f"  job {j['namespace']}/{j['name']}: {stages}" + (f"; {', '.join(times)}" if times else ""))
+    if len(jobs) > TEXT_JOBS:
+        lines.append(f"  job: {len(jobs) - TEXT_JOBS} more (see the report's jobs)")
     for e in s["errors"]:
         lines.append(f"  error: {e}")
     return lines
