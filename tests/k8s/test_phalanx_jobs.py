@@ -285,6 +285,29 @@ def jobs(
     controller.close()
 
 
+# --- the CRD ------------------------------------------------------------------------------------------------
+
+
+def test_the_crd_fills_the_seeds_defaults_and_refuses_out_of_range_fields(cluster: Any, kwok: Kwok) -> None:
+    from kubernetes.client.rest import ApiException
+
+    ns = cluster.namespace()
+    jobs = Jobs(cluster)
+    body = job_body("rl", {"actor": 1})
+    del body["spec"]["workerSets"][0]["counts"]
+    jobs.create(ns, body)
+    spec = jobs.get(ns, "rl")["spec"]
+    assert (spec["restartLimit"], spec["minWorkersNum"], spec["priority"]) == (3, 1, 5)
+    assert (spec["cleanPodPolicy"], spec["terminating"], spec["workerSets"][0]["counts"]) == ("All", False, 1)
+    for field, value in (("priority", 11), ("priority", 0), ("cleanPodPolicy", "Some"), ("restartLimit", -1)):
+        with pytest.raises(ApiException) as refused:
+            jobs.create(ns, job_body(f"bad-{field.lower()}", {"actor": 1}, **{field: value}))
+        assert refused.value.status == 422 and f"spec.{field}" in str(refused.value.body), refused.value.body
+    with pytest.raises(ApiException) as refused:
+        jobs.create(ns, job_body("bad-policy", {"actor": 1}, schedulerPolicy={"basicPolicy": "Binpak"}))
+    assert "spec.schedulerPolicy.basicPolicy" in str(refused.value.body)
+
+
 # --- a job's life ----------------------------------------------------------------------------------------
 
 
