@@ -215,3 +215,13 @@ def test_an_unchanged_cluster_writes_the_same_status() -> None:
     pods = running(*PODS)
     first = step(j, pods).status
     assert step(j, pods).status == first  # no status write when nothing changed
+
+
+def test_a_worker_set_shrunk_while_running_loses_its_extra_pods() -> None:
+    j = job(minWorkersNum=1)
+    pods = running(*PODS)
+    step(j, pods)
+    j["spec"]["workerSets"][0]["counts"] = 1
+    plan = step(j, pods)
+    assert plan.delete == [("rl-actor-1", "uid-rl-actor-1")] and not plan.create and not plan.counted
+    assert [w["name"] for w in plan.status["workers"]] == ["rl-actor-0"] and plan.status["stage"] == "Running"

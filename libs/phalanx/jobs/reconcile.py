@@ -153,6 +153,9 @@ def reconcile(
     gone = {n for n, _, _ in places if n not in pods or pods[n].phase == "Failed"}
     # A worker that succeeded keeps its place; a pod being deleted is recreated once it is gone.
     plan.create = [(n, int(entries[n].get("restarts") or 0)) for n, _, _ in places if n not in pods]
+    # A pod whose place the spec no longer has (its worker set shrank or went) is deleted.
+    names = {n for n, _, _ in places}
+    plan.delete += [(n, p.uid) for n, p in sorted(pods.items()) if n not in names and not p.deleting]
 
     live = {n: p for n, p in pods.items() if not p.deleting and p.phase != "Failed"}
     bound = [n for n, _, _ in places if n in live and live[n].node]
