@@ -308,6 +308,32 @@ def test_the_crd_fills_the_seeds_defaults_and_refuses_out_of_range_fields(cluste
     assert "spec.schedulerPolicy.basicPolicy" in str(refused.value.body)
 
 
+def test_a_missing_priority_class_is_said_on_the_job_and_nothing_is_created(
+    cluster: Any, phalanx: Any, kwok: Kwok, apiserver: LocalApiServer
+) -> None:
+    """Admission refuses a pod naming a PriorityClass that does not exist: the job says so (PodCreateFailed,
+    naming the class) and stays Pending with no pod, and is retried."""
+    controller = JobController(
+        apiserver.api_client(), scheduler_name=cluster.scheduler_name, priority_class_prefix="no-such-class-"
+    ).start()
+    try:
+        ns = cluster.namespace()
+        jobs = Jobs(cluster)
+        jobs.create(ns, job_body("rl", {"actor": 1}, priority=4))
+        refused = wait_for(
+            lambda: (
+                jobs.condition(ns, "rl", "PodCreateFailed").get("status") == "True"
+                and jobs.condition(ns, "rl", "PodCreateFailed")
+            ),
+            TIMEOUT,
+            "the refusal on the job",
+        )
+        assert "PriorityClass no-such-class-4" in refused["message"], refused
+        assert jobs.stage(ns, "rl") == "Pending" and not jobs.pods(ns, "rl")
+    finally:
+        controller.close()
+
+
 # --- a job's life ----------------------------------------------------------------------------------------
 
 

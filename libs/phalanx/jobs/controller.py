@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx import faults
 from phalanx.jobs import api, objects
-from phalanx.jobs.reconcile import Plan, PodView, reconcile
+from phalanx.jobs.reconcile import COND_CREATE_FAILED, Plan, PodView, reconcile, set_condition
 from phalanx.kube.watch import Collection, Watcher
 from phalanx.metrics import catalog
 from phalanx.telemetry.tracing import tracer
@@ -374,9 +374,8 @@ def _reason(exc: Any) -> str:
 
 
 def _warn(status: dict[str, Any], warning: str, now: str) -> None:
-    from phalanx.jobs.reconcile import COND_CREATE_FAILED, _condition
-
+    """A refusal that may pass (a PriorityClass not installed yet) shown on the job until a create succeeds."""
     if warning:
-        _condition(status, COND_CREATE_FAILED, True, "Refused", warning, now)
+        set_condition(status, COND_CREATE_FAILED, True, "Refused", warning, now)
     elif any(c.get("type") == COND_CREATE_FAILED and c.get("status") == "True" for c in status.get("conditions") or []):
-        _condition(status, COND_CREATE_FAILED, False, "Created", "", now)
+        set_condition(status, COND_CREATE_FAILED, False, "Created", "", now)

@@ -93,9 +93,9 @@ def reconcile(
         spec = parse_spec(job)
     except JobSpecError as exc:
         # Nothing is created; a corrected spec (the CRD's spec is mutable) runs.
-        _condition(status, COND_VALID, False, "InvalidSpec", str(exc), now)
+        set_condition(status, COND_VALID, False, "InvalidSpec", str(exc), now)
         return Plan(None, status)
-    _condition(status, COND_VALID, True, "Valid", "", now)
+    set_condition(status, COND_VALID, True, "Valid", "", now)
     name = str(job["metadata"]["name"])
     places = desired_pods(name, spec)
     entries = {e["name"]: dict(e) for e in [old.get("leader") or {}, *(old.get("workers") or [])] if e.get("name")}
@@ -246,11 +246,11 @@ def _enter(status: dict[str, Any], stage: Stage, reason: str, message: str, now:
     status["stage"] = stage.value
     for other in Stage:
         if other != stage and any(c.get("type") == other.value for c in status.get("conditions") or []):
-            _condition(status, other.value, False, reason, message, now)
-    _condition(status, stage.value, True, reason, message, now)
+            set_condition(status, other.value, False, reason, message, now)
+    set_condition(status, stage.value, True, reason, message, now)
 
 
-def _condition(status: dict[str, Any], kind: str, value: bool, reason: str, message: str, now: str) -> None:
+def set_condition(status: dict[str, Any], kind: str, value: bool, reason: str, message: str, now: str) -> None:
     conditions = [dict(c) for c in status.get("conditions") or []]
     want = "True" if value else "False"
     for c in conditions:
