@@ -84,10 +84,11 @@ class KubernetesBackend:
         eviction_grace_seconds: int | None = None,
         eviction_mode: str = "api",
     ) -> None:
-        from kubernetes import client
+        from phalanx.kube.api import KubeApi
 
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
+        # Not the client's generated API classes (their import costs the binder's start-up most of a second,
+        # and pydantic checks every call): the same requests, made raw (kube/api.py).
+        self.core = self.custom = KubeApi(api_client)
         # The pods' spec.schedulerName this binder binds and reports on, and the Events' source, like
         # kube-scheduler's "default-scheduler".
         self.component = component
@@ -165,13 +166,12 @@ class KubernetesBackend:
                 time.sleep(delay)
                 delay = min(delay * 2, self.retry.max_delay)
             try:
-                # _preload_content=False: the answer is a Status, which the client mis-reads as a Binding.
-                # A plain dict body is serialized as is; the client's annotation says V1Binding only.
+                # _preload_content=False: the answer (a Status) is read raw.
                 release(
                     self.core.create_namespaced_pod_binding(
                         name,
                         namespace,
-                        body,  # type: ignore[arg-type]
+                        body,
                         _preload_content=False,
                         _request_timeout=self.retry.request_timeout,
                     )
@@ -389,7 +389,7 @@ class KubernetesBackend:
                     self.core.delete_namespaced_pod(
                         name,
                         namespace,
-                        body=delete_options,  # type: ignore[arg-type]
+                        body=delete_options,
                         _preload_content=False,
                         _request_timeout=self.retry.request_timeout,
                     )
@@ -399,7 +399,7 @@ class KubernetesBackend:
                     self.core.create_namespaced_pod_eviction(
                         name,
                         namespace,
-                        body,  # type: ignore[arg-type]
+                        body,
                         _preload_content=False,
                         _request_timeout=self.retry.request_timeout,
                     )
@@ -587,11 +587,10 @@ class KubernetesBackend:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        # A plain dict body is serialized as is; the client's annotation says CoreV1Event only.
         release(
             self.core.create_namespaced_event(
                 target["namespace"],
-                body,  # type: ignore[arg-type]
+                body,
                 _preload_content=False,
                 _request_timeout=self.retry.request_timeout,
             )

@@ -147,25 +147,20 @@ class _Batch:
 
 
 def collections(api_client: Any) -> list[Collection]:
-    from kubernetes import client
+    from phalanx.kube.api import KubeApi
 
-    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    api = KubeApi(api_client)  # not the client's generated API classes: see kube/api.py
     out = [
-        Collection(_NODES, core.list_node, "Node", "v1"),
-        Collection(_PODS, core.list_pod_for_all_namespaces, "Pod", "v1"),
-        Collection(_CONFIGMAPS, core.list_config_map_for_all_namespaces, "ConfigMap", "v1"),
-        Collection(
-            _BUDGETS,
-            client.PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces,
-            "PodDisruptionBudget",
-            "policy/v1",
-        ),
+        Collection(_NODES, api.list_node, "Node", "v1"),
+        Collection(_PODS, api.list_pod_for_all_namespaces, "Pod", "v1"),
+        Collection(_CONFIGMAPS, api.list_config_map_for_all_namespaces, "ConfigMap", "v1"),
+        Collection(_BUDGETS, api.list_pod_disruption_budget_for_all_namespaces, "PodDisruptionBudget", "policy/v1"),
     ]
     for group, version in podgroups.WATCHED_VERSIONS.items():
         out.append(
             Collection(
                 f"{podgroups.PLURAL}.{group}",
-                custom.list_cluster_custom_object,
+                api.list_cluster_custom_object,
                 "PodGroup",
                 f"{group}/{version}",
                 args=(group, version, podgroups.PLURAL),

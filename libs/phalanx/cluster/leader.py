@@ -127,7 +127,8 @@ class LeaderElector:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        """`api`: a kubernetes.client.CoordinationV1Api. `on_tick`: called at every iteration (a liveness beat)."""
+        """`api`: the Lease calls (phalanx.kube.api.KubeApi; a CoordinationV1Api has the same). `on_tick`: called
+        at every iteration (a liveness beat)."""
         config.validate()
         self.api = api
         self.config = config

@@ -37,7 +37,7 @@ class Leadership:
         *,
         on_lost: Callable[[str], None] | None = None,
     ) -> None:
-        from kubernetes import client
+        from phalanx.kube.api import KubeApi
 
         self.config = config
         self.loop = loop
@@ -46,7 +46,7 @@ class Leadership:
         self.on_lost = on_lost
         beat = monitor.add_heartbeat(Heartbeat("leader election", max(60.0, 4 * config.lease_duration)))
         self.elector = LeaderElector(
-            client.CoordinationV1Api(api_client),
+            KubeApi(api_client),
             config,
             on_started_leading=self._lead,
             on_stopped_leading=self._lose,

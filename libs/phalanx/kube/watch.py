@@ -31,7 +31,7 @@ Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MOD
 @dataclass(frozen=True)
 class Collection:
     name: str  # for logs and for the sink, e.g. "pods", "podgroups.scheduling.x-k8s.io"
-    list_fn: Callable[..., Any]  # a kubernetes list function, e.g. CoreV1Api.list_node
+    list_fn: Callable[..., Any]  # a list function, e.g. phalanx.kube.api.KubeApi.list_node
     kind: str
     api_version: str
     args: tuple[Any, ...] = ()

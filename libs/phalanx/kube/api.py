@@ -1,0 +1,322 @@
+"""The API calls the services make, sent through the kubernetes client's ApiClient without its generated API
+classes.
+
+The client's generated API modules are pydantic code: importing `kubernetes.client.CoreV1Api` builds some 250
+model classes (0.4-0.7 s of CPU on this project's 2-core VM, in each of the binder and the scheduler, at
+start-up, when the three services start together on the same cores), and every call is validated by
+pydantic before it is sent. Phalanx never uses the models: it sends plain dicts and reads the raw JSON
+(`_preload_content=False`). `KubeApi` makes the same requests as the generated methods of the same names
+and arguments (path, query, Accept and Content-Type, the BearerToken auth setting through
+`ApiClient.param_serialize`, so tokens that refresh still do), on the same connection pool, and answers as
+they do with `_preload_content=False`: the urllib3 response on 2xx, `ApiException` (from the response, so
+its status, reason and body) otherwise.
+
+Only the calls Phalanx makes are here; each takes the keyword arguments it is given (`_request_timeout`,
+`_content_type`, the query parameters below), and refuses others, so a call that would have been sent
+differently fails loudly instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JSON = "application/json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+# The generated methods' query parameters Phalanx uses, by their Python names.
+QUERY = {
+    "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+    "resource_version": "resourceVersion",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "timeout_seconds": "timeoutSeconds",
+    "watch": "watch",
+    "limit": "limit",
+    "_continue": "continue",
+}
+
+
+class KubeApi:
+    """CoreV1Api, PolicyV1Api, CustomObjectsApi and CoordinationV1Api, for the calls Phalanx makes (see the
+    module docstring). `api_client`: a kubernetes ApiClient (phalanx.kube.client.api_client); None: the
+    client's default one, as the generated classes do."""
+
+    def __init__(self, api_client: Any = None) -> None:
+        if api_client is None:
+            from kubernetes.client.api_client import ApiClient
+
+            api_client = ApiClient.get_default()
+        self.api_client = api_client
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        request_timeout: Any = None,
+        preload_content: bool = False,
+        **params: Any,
+    ) -> Any:
+        """One request to `path` (already holding its path parameters, which must be URL-safe names);
+        `params`: query parameters by their generated Python names (QUERY)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if preload_content:
+            raise ValueError("KubeApi answers raw (as _preload_content=False): read the response's .data")
+        query = []
+        for name, value in params.items():
+            if name not in QUERY:
+                raise TypeError(f"KubeApi: unexpected argument {name!r} for {method} {path}")
+            if value is not None:
+                query.append((QUERY[name], value))
+        headers = {"Accept": JSON}
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            headers["Content-Type"] = content_type or JSON
+        serialized = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*serialized, _request_timeout=request_timeout)
+        if not 200 <= resp.status <= 299:
+            resp.read()
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp.response
+
+    # -- core/v1 -------------------------------------------------------------------------------------------
+    def list_node(self, *, _preload_content: bool = False, _request_timeout: Any = None, **params: Any) -> Any:
+        return self.request(
+            "GET", "/api/v1/nodes", request_timeout=_request_timeout, preload_content=_preload_content, **params
+        )
+
+    def read_node(self, name: str, *, _preload_content: bool = False, _request_timeout: Any = None) -> Any:
+        return self.request(
+            "GET", f"/api/v1/nodes/{_seg(name)}", request_timeout=_request_timeout, preload_content=_preload_content
+        )
+
+    def list_pod_for_all_namespaces(
+        self, *, _preload_content: bool = False, _request_timeout: Any = None, **params: Any
+    ) -> Any:
+        return self.request(
+            "GET", "/api/v1/pods", request_timeout=_request_timeout, preload_content=_preload_content, **params
+        )
+
+    def list_namespaced_pod(
+        self, namespace: str, *, _preload_content: bool = False, _request_timeout: Any = None, **params: Any
+    ) -> Any:
+        return self.request(
+            "GET",
+            f"/api/v1/namespaces/{_seg(namespace)}/pods",
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+            **params,
+        )
+
+    def list_config_map_for_all_namespaces(
+        self, *, _preload_content: bool = False, _request_timeout: Any = None, **params: Any
+    ) -> Any:
+        return self.request(
+            "GET", "/api/v1/configmaps", request_timeout=_request_timeout, preload_content=_preload_content, **params
+        )
+
+    def read_namespaced_pod(
+        self, name: str, namespace: str, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "GET", _pod(namespace, name), request_timeout=_request_timeout, preload_content=_preload_content
+        )
+
+    def patch_namespaced_pod(
+        self,
+        name: str,
+        namespace: str,
+        body: Any,
+        *,
+        _content_type: str | None = None,
+        _preload_content: bool = False,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return self.request(
+            "PATCH",
+            _pod(namespace, name),
+            body=body,
+            content_type=_content_type or STRATEGIC_MERGE_PATCH,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    def patch_namespaced_pod_status(
+        self,
+        name: str,
+        namespace: str,
+        body: Any,
+        *,
+        _content_type: str | None = None,
+        _preload_content: bool = False,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return self.request(
+            "PATCH",
+            f"{_pod(namespace, name)}/status",
+            body=body,
+            content_type=_content_type or STRATEGIC_MERGE_PATCH,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    def delete_namespaced_pod(
+        self,
+        name: str,
+        namespace: str,
+        body: Any = None,
+        *,
+        _preload_content: bool = False,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return self.request(
+            "DELETE",
+            _pod(namespace, name),
+            body=body,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    def create_namespaced_pod_binding(
+        self, name: str, namespace: str, body: Any, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "POST",
+            f"{_pod(namespace, name)}/binding",
+            body=body,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    def create_namespaced_pod_eviction(
+        self, name: str, namespace: str, body: Any, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "POST",
+            f"{_pod(namespace, name)}/eviction",
+            body=body,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    def create_namespaced_event(
+        self, namespace: str, body: Any, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "POST",
+            f"/api/v1/namespaces/{_seg(namespace)}/events",
+            body=body,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    # -- policy/v1 -----------------------------------------------------------------------------------------
+    def list_pod_disruption_budget_for_all_namespaces(
+        self, *, _preload_content: bool = False, _request_timeout: Any = None, **params: Any
+    ) -> Any:
+        return self.request(
+            "GET",
+            "/apis/policy/v1/poddisruptionbudgets",
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+            **params,
+        )
+
+    # -- custom resources ------------------------------------------------------------------------------------
+    def list_cluster_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        *,
+        _preload_content: bool = False,
+        _request_timeout: Any = None,
+        **params: Any,
+    ) -> Any:
+        return self.request(
+            "GET",
+            f"/apis/{_seg(group)}/{_seg(version)}/{_seg(plural)}",
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+            **params,
+        )
+
+    def patch_namespaced_custom_object_status(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: Any,
+        *,
+        _content_type: str | None = None,
+        _preload_content: bool = False,
+        _request_timeout: Any = None,
+    ) -> Any:
+        path = f"/apis/{_seg(group)}/{_seg(version)}/namespaces/{_seg(namespace)}/{_seg(plural)}/{_seg(name)}/status"
+        return self.request(
+            "PATCH",
+            path,
+            body=body,
+            content_type=_content_type or MERGE_PATCH,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    # -- coordination.k8s.io/v1 --------------------------------------------------------------------------------
+    def read_namespaced_lease(
+        self, name: str, namespace: str, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "GET", _lease(namespace, name), request_timeout=_request_timeout, preload_content=_preload_content
+        )
+
+    def create_namespaced_lease(
+        self, namespace: str, body: Any, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "POST",
+            f"/apis/coordination.k8s.io/v1/namespaces/{_seg(namespace)}/leases",
+            body=body,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+    def replace_namespaced_lease(
+        self, name: str, namespace: str, body: Any, *, _preload_content: bool = False, _request_timeout: Any = None
+    ) -> Any:
+        return self.request(
+            "PUT",
+            _lease(namespace, name),
+            body=body,
+            request_timeout=_request_timeout,
+            preload_content=_preload_content,
+        )
+
+
+def _seg(value: str) -> str:
+    """One path segment, quoted as the generated client quotes path parameters."""
+    from urllib.parse import quote
+
+    if not value:
+        raise ValueError("KubeApi: an empty name or namespace in a request path")
+    return quote(str(value), safe="")
+
+
+def _pod(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(name)}"
+
+
+def _lease(namespace: str, name: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{_seg(namespace)}/leases/{_seg(name)}"
