@@ -16,7 +16,14 @@ from builders import gang_spec, model_node, model_pod
 from kubernetes.client.rest import ApiException
 
 from phalanx.clock import Clock
-from phalanx.cluster.leader import ElectionConfig, LeaderElector, claim_fencing_term, new_identity, pod_namespace
+from phalanx.cluster.leader import (
+    JITTER_FACTOR,
+    ElectionConfig,
+    LeaderElector,
+    claim_fencing_term,
+    new_identity,
+    pod_namespace,
+)
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore, Txn
@@ -351,6 +358,24 @@ def test_acquire_standby_and_takeover_after_the_lease_duration() -> None:
     assert api.spec()["holderIdentity"] == "pod-b_1" and api.spec()["leaseTransitions"] == 1
     # The deposed leader, back from a pause, sees another holder: lost at once, not after its deadline.
     assert a._attempt(clock() + 10) == "pod-b_1"
+
+
+def test_a_standby_tries_when_the_record_it_saw_expires_not_a_retry_period_later() -> None:
+    api, clock = FakeLeases(), FakeClock()
+    a, b = elector(api, "pod-a_1", clock), elector(api, "pod-b_1", clock)
+    assert a._attempt(clock() + 10) is True
+    assert b._attempt(clock() + 10) == "pod-a_1"  # b saw the record at 1000.0: it expires at 1015.0
+    assert all(2.0 <= b._until_next_attempt() <= 2.0 * (1 + JITTER_FACTOR) for _ in range(20)), "far: the retry period"
+    clock.t += 14.0
+    assert all(abs(b._until_next_attempt() - 1.01) < 1e-9 for _ in range(20)), "1 s left: then, not 2-4.4 s later"
+    clock.t += 1.01
+    assert b._attempt(clock() + 10) is True and b.term == 1
+    clock.t += 0.5  # past an expiry whose attempt failed: the retry period again, never a busy loop
+    b.leading.clear()
+    b._observed = {**(b._observed or {}), "holderIdentity": "pod-c_1"}
+    b._observed_at = clock() - 30
+    assert b._until_next_attempt() >= 2.0
+    assert a._until_next_attempt() >= 2.0, "a holder it does not know to be someone else's: the retry period"
 
 
 def test_optimistic_concurrency_one_winner() -> None:
