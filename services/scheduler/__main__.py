@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import signal
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -84,17 +85,21 @@ def election_enabled(args: argparse.Namespace) -> bool:
     return bool(args.backend == "kubernetes" and args.clock == "real")
 
 
-def build(args: argparse.Namespace, *, standby: bool = False) -> tuple[ServiceServer, SchedulerServicer]:
+def build(
+    args: argparse.Namespace, *, standby: bool = False, dependencies: Dependencies | None = None
+) -> tuple[ServiceServer, SchedulerServicer]:
     """The scheduler and its server. `standby`: a replica under leader election, which must not touch the
     state before it leads: no recover() (which would also hand the leader's in-flight pods back to the
-    queue); Leadership does it on takeover."""
+    queue); Leadership does it on takeover. `dependencies`: the queue and the binder, already being waited
+    for (main); a standby then returns without waiting for them (main waits, while the replica campaigns).
+    Without it, build waits for both."""
     framework = framework_of(args.profile)  # a bad profile ends the service before it waits for anything
     retry_backoff = retry_backoff_of(args.gang_retry_backoff)  # so does a bad backoff
     clock = Clock(args.clock == "virtual")
     security = security_of(args)
     store = StateStore(redis_client(args), Keys(args.redis_prefix))
-    wait_for(args.queue, "--queue", "queue", args.dependency_timeout, security, tls.QUEUE)
-    wait_for(args.binder, "--binder", "binder", args.dependency_timeout, security, tls.BINDER)
+    if dependencies is None or not standby:
+        (dependencies or Dependencies(args, security).start()).wait()
     consumer = SHARED_CONSUMER if election_enabled(args) else ""
     queue, binder = QueueClient(args.queue, security, consumer=consumer), BinderClient(args.binder, security)
     settings = SchedulerSettings(
@@ -159,14 +164,53 @@ def retry_backoff_of(raw: str) -> float:
     return seconds
 
 
-def wait_for(address: str, flag: str, what: str, timeout: float, security: Security, peer: str) -> None:
-    """Waits for a service the scheduler needs; ends the scheduler with one line naming it if it never serves."""
-    try:
-        wait_healthy(address, timeout=timeout, security=security, peer=peer)
-    except TimeoutError:
-        cannot_start(
-            f"{flag} {address}: the {what} is not serving (no healthy answer within {timeout:g}s; --dependency-timeout)"
-        )
+class Dependencies:
+    """The queue and the binder, waited for from start() on a thread each (concurrently with each other and
+    with whatever the scheduler does meanwhile: building itself, loading its kubeconfig, campaigning for the
+    Lease); `wait` ends the scheduler with one line naming the first that never served."""
+
+    def __init__(self, args: argparse.Namespace, security: Security) -> None:
+        self.services = [
+            (args.queue, "--queue", "queue", tls.QUEUE),
+            (args.binder, "--binder", "binder", tls.BINDER),
+        ]
+        self.timeout = args.dependency_timeout
+        self.security = security
+        self.failures: dict[str, str] = {}
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> Dependencies:
+        for address, flag, what, peer in self.services:
+            t = threading.Thread(
+                target=self._wait_one, args=(address, flag, what, peer), name=f"wait-{what}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _wait_one(self, address: str, flag: str, what: str, peer: str) -> None:
+        try:
+            wait_healthy(address, timeout=self.timeout, security=self.security, peer=peer)
+        except TimeoutError:
+            self.failures[what] = (
+                f"{flag} {address}: the {what} is not serving (no healthy answer within {self.timeout:g}s; "
+                "--dependency-timeout)"
+            )
+
+    def ready(self) -> bool:
+        """Blocks until both serve (True) or one gave up (False)."""
+        for t in self._threads:
+            t.join()
+        return not self.failures
+
+    @property
+    def failure(self) -> str:
+        """The first that never served, in the order they are named (the queue, then the binder)."""
+        return next((self.failures[what] for _, _, what, _ in self.services if what in self.failures), "")
+
+    def wait(self) -> None:
+        if not self.ready():
+            cannot_start(self.failure)
 
 
 def cannot_start(reason: str) -> NoReturn:
@@ -386,13 +430,20 @@ class Leadership(leader_election.Leadership):
         *,
         api_client: Any = None,
         on_lost: Callable[[str], None] | None = None,
+        dependencies: Dependencies | None = None,
     ) -> None:
         from phalanx.kube.client import api_client as make_api_client
 
         config = election_config(args)
         api = api_client if api_client is not None else make_api_client(args.kubeconfig)
         super().__init__(
-            api, config, servicer.loop, server.monitor, lambda: duties_of(args, servicer, server), on_lost=on_lost
+            api,
+            config,
+            servicer.loop,
+            server.monitor,
+            lambda: duties_of(args, servicer, server),
+            on_lost=on_lost,
+            ready=dependencies.ready if dependencies is not None else None,
         )
         servicer.standby = self.standby_reason  # a standby's ListGangs says so instead of an empty list
 
@@ -422,23 +473,32 @@ def main(argv: list[str] | None = None) -> None:
     if elect:
         election_config(args)  # bad flags fail before anything starts
     metrics = serve_metrics_of(args, "scheduler")
-    server, servicer = build(args, standby=elect)
+    dependencies = Dependencies(args, security_of(args)).start()
+    server, servicer = build(args, standby=elect, dependencies=dependencies)
     if metrics is not None:
         metrics.registry.register(GangCollector(lambda: servicer.scheduler.gangs, servicer.lock))
         server.add_cleanup(metrics.stop)
-    server.start()
     if elect:
 
         def on_lost(reason: str) -> None:  # through the graceful path: in-flight calls finish, then exit 1
             os.kill(os.getpid(), signal.SIGTERM)
 
-        leadership = Leadership(args, server, servicer, on_lost=on_lost).start()
+        # The replica campaigns (loads its kubeconfig, asks for the Lease, claims the term) while the queue
+        # and the binder start; it recovers and schedules once they serve, and serves health then, as before.
+        leadership = Leadership(args, server, servicer, on_lost=on_lost, dependencies=dependencies).start()
+        from phalanx.cluster import feed  # noqa: F401  # what a takeover imports, while this thread waits
+
+        if not dependencies.ready():
+            leadership.stop()  # releases the Lease if it was won
+            cannot_start(dependencies.failure)
+        server.start()
         if metrics is not None:
             metrics.registry.register(LeaderCollector(leadership.config.name, leadership.is_leader))
         serve_until_signal(server, on_stop=leadership.stop)
         if leadership.lost:
             raise SystemExit(f"phalanx-scheduler: leadership lost ({leadership.lost}); exiting to restart as a standby")
         return
+    server.start()
     duties = duties_of(args, servicer, server)
     duties.start_feed()
     duties.wait_synced()

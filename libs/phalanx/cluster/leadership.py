@@ -25,7 +25,10 @@ class Leadership:
     loop and the feed at once and calls `on_lost(reason)` (the service exits, as kube-scheduler does, and
     restarts as a standby). A graceful `stop` releases the Lease.
 
-    `api_client`: a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs."""
+    `api_client`: a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs; `ready`,
+    if given, blocks on the takeover thread after the term is claimed until what recovery and scheduling
+    need serves (the queue and the binder: the replica campaigns while it still waits for them); False gives
+    the takeover up (the process is ending)."""
 
     def __init__(
         self,
@@ -36,6 +39,7 @@ class Leadership:
         new_duties: Callable[[], SchedulingDuties],
         *,
         on_lost: Callable[[str], None] | None = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         from phalanx.kube.api import KubeApi
 
@@ -44,6 +48,7 @@ class Leadership:
         self.store = loop.scheduler.store
         self.new_duties = new_duties
         self.on_lost = on_lost
+        self.ready = ready
         beat = monitor.add_heartbeat(Heartbeat("leader election", max(60.0, 4 * config.lease_duration)))
         self.elector = LeaderElector(
             KubeApi(api_client),
@@ -82,6 +87,8 @@ class Leadership:
         if claimed is None:
             return
         self.store.term = claimed
+        if self.ready is not None and not self.ready():
+            return
         log.info("leader election: %s took over with fencing term %d; recovering from Redis", self.identity, claimed)
         if self._retry(self._recover, "recovering from Redis") is None:
             return
