@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: bench-starvation bench-preemption bench-burst setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: bench-starvation bench-preemption bench-burst bench-startup setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -103,6 +103,16 @@ bench-replay: $(STAMP)
 ## Large gangs behind a stream of small ones: the starvation bound off and on (bench/starvation.{json,txt}).
 bench-starvation: $(STAMP)
 	$(VENV)/bin/phalanx starvation-bench --out bench
+
+## Launch to first binding of Phalanx as deployed (Redis with a password, the three services with mutual TLS and
+## leader election) on a fresh kube-apiserver with 50 nodes and 100 gangs of 3 created first (needs `make
+## tools`): STARTUP_RUNS runs, medians, the steps of the start from the services' logs, CPU until the first
+## binding and the machine's load; about 15 s a run. bench/startup.txt and .json keep the label "before" (the
+## commit before issue 25's start-up work) beside this one.
+STARTUP_RUNS ?= 5
+STARTUP_LABEL ?= after
+bench-startup: $(STAMP) tools
+	$(PY) -m phalanx.bench.startup --runs $(STARTUP_RUNS) --label "$(STARTUP_LABEL)" --out bench
 
 ## NVIDIA knavigator's all-or-nothing gang burst (examples/knavigator-gang-burst.yaml) through the services:
 ## makespan against its ideal (270 s), gangs started out of turn; under 10 s; bench/burst.txt and .json.

@@ -770,6 +770,8 @@ def run_once(
         reached: float | None = None
         deadline = launch + shape.timeout
         samples: dict[str, ProcSample] = {}
+        startup_cpu: dict[str, float] | None = None  # each process's CPU when the first binding was seen
+        busy_at_first: float | None = None
         last_report = launch
         while True:
             now = time.monotonic()
@@ -779,6 +781,9 @@ def run_once(
                 s = proc_sample(pid)
                 if s.alive:
                     samples[name] = s
+            if n_bound and startup_cpu is None:
+                startup_cpu = {k: s.cpu_s for k, s in samples.items()}
+                busy_at_first = machine_busy_s() - busy0
             if n_bound >= shape.expected_bound and reached is None:
                 reached = now
             if reached is not None and (not shape.contention or now - reached >= opts.settle):
@@ -880,6 +885,9 @@ def run_once(
             k: {"cpu_s": round(s.cpu_s, 2), "peak_rss_mib": round(s.peak_rss_mib, 1)}
             for k, s in sorted(samples.items())
         },
+        # Launch to the first binding (sampled every 50 ms): each process's CPU, and the whole machine's.
+        "startup_cpu_s": {k: round(v, 3) for k, v in sorted((startup_cpu or {}).items())},
+        "machine_busy_to_first_binding_s": round(busy_at_first, 2) if busy_at_first is not None else None,
         "scheduler_cpu_s": round(sched_cpu, 2),
         "scheduler_peak_rss_mib": round(sched_peak, 1),
         "apiserver_cpu_s": round(api_after.cpu_s - api_before.cpu_s, 2),
