@@ -34,6 +34,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
             for what, key in (("waited", "waitSeconds"), ("ran", "runSeconds"))
             if j.get(key) is not None
         ]
+        if j.get("restarts"):
+            times.append(f"{j['restarts']} restart{'s' if j['restarts'] != 1 else ''}")
         lines.append(f"  job {j['namespace']}/{j['name']}: {stages}" + (f"; {', '.join(times)}" if times else ""))
     if len(jobs) > TEXT_JOBS:
         lines.append(f"  job: {len(jobs) - TEXT_JOBS} more (see the report's jobs)")

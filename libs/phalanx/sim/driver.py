@@ -34,11 +34,14 @@ from phalanx.cluster.gang_intake import GangIntake
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
+from phalanx.jobs.api import FINISHED
+from phalanx.jobs.objects import desired_pods
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.model.policies import with_gang_queue
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.rpc.validation import MAX_ITEMS
+from phalanx.sim import jobs as simjobs
 from phalanx.sim.series import SeriesRecorder
 from phalanx.sim.workload import Workload, WorkloadObject
 from phalanx.state.keys import Keys
@@ -70,6 +73,13 @@ class PodTrack:
     reason: str | None = None  # set for pods refused at intake
     waiting_for: str = ""
     preempted_by: str = ""  # the gang whose preemption ended this pod
+    created_at: float | None = None
+    # PhalanxJob pods (phalanx.sim.jobs): "Failed" (a planned failure) or "Deleted" (by the job controller)
+    # when the pod ended so; its restarts' earlier pods of the same name; when the controller deleted it.
+    ended: str = ""
+    incarnation: int = 0
+    previous: list["PodTrack"] = field(default_factory=list)
+    deleted_at: float | None = None
 
     @property
     def key(self) -> str:
@@ -93,6 +103,7 @@ class SimResult:
     series: dict[str, Any] = field(default_factory=dict)
     attempts: int = 0
     gang_messages: dict[str, str] = field(default_factory=dict)  # gang -> its last status message before binding
+    jobs: list[simjobs.SimJob] = field(default_factory=list)  # PhalanxJobs, as the controller took them
 
 
 MAX_LATER_INSTANTS = 256  # instants sent ahead with one step (bounded: the unused ones are re-admitted)
@@ -170,6 +181,9 @@ class Simulation:
         self._later_limit = MAX_LATER_INSTANTS
         # (pods bound, each gang's timeouts) when the timeline last ran dry or something last bound since
         self._quiet: tuple[int, dict[str, int]] | None = None
+        # PhalanxJobs: the controller played on the virtual clock (phalanx.sim.jobs)
+        self.job_of: dict[str, simjobs.SimJob] = {k: j for j in workload.jobs for k in j.pods}
+        self._jobs: dict[str, simjobs.SimJob] = {j.key: j for j in workload.jobs}
 
     # -- event timeline --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -261,17 +275,42 @@ class Simulation:
     def _collect_due(self, now: float) -> "_Due":
         due = _Due()
         gang_objects_added = False
+        dirty: dict[str, set[float]] = {}  # PhalanxJobs whose pods changed, and when
         while self._events and self._events[0][0] <= now:
             _, _, kind, payload = heapq.heappop(self._events)
             if kind == "finish":
-                if self.pods[payload].preempted_by:
-                    continue  # it ended when it was preempted
+                if self.pods[payload].preempted_by or self.pods[payload].ended:
+                    continue  # it ended when it was preempted, failed or deleted
                 self._note_finished(payload, now)
                 due.finished.append(payload)
+                self._job_changed(payload, now, dirty)
                 continue
             if kind == "preempt":  # evicted by the binder: the pod ends now, its capacity frees
                 self._note_finished(payload, now)
                 due.finished.append(payload)
+                self._job_changed(payload, now, dirty)  # a job's pod preempted is lost: recreated
+                continue
+            if kind == "fail":  # a PhalanxJob's pod failing as its workload planned
+                key, incarnation = payload
+                track = self.pods[key]
+                if track.incarnation != incarnation or track.finished_at is not None:
+                    continue  # it ended before its failure was due
+                track.ended = "Failed"
+                self._note_finished(key, now)
+                self._drop_finish(key)
+                due.deleted.append(key)  # a loss, not a finish: its gang may fall below its minimum
+                self._job_changed(key, now, dirty)
+                continue
+            if kind == "job":  # one of the job's pods bound or started at `payload[1]`: the controller looks
+                dirty.setdefault(payload[0], set()).add(payload[1])
+                continue
+            if kind == "recreate":  # the job controller's new pod for a place whose pod was lost
+                job, body = payload
+                job.creating.discard(body["metadata"]["name"])
+                pod = self._admit_pod(WorkloadObject("Pod", body, now, f"PhalanxJob {job.key}"), replace=True)
+                if pod is not None:
+                    due.pods.append(pod)
+                self._job_changed(f"{job.namespace}/{body['metadata']['name']}", now, dirty)
                 continue
             if kind == "finished":  # noted already, sent back from a run of instants the step did not take
                 due.finished.append(payload)
@@ -297,10 +336,80 @@ class Simulation:
                 pod = self._admit_pod(obj)
                 if pod is not None:
                     (due.bound if pod.node_name else due.pods).append(pod)
+                self._job_changed(obj.key, now, dirty)
+        if dirty:
+            self._run_controller(dirty, now, due)
         if gang_objects_added:
             due.pods.extend(self._reresolve_waiting(due))
         due.gangs = self._specs_to_send(due.pods + due.bound)
         return due
+
+    # -- PhalanxJobs: the controller on the virtual clock -----------------------------------------------
+    def _job_changed(self, key: str, at: float, dirty: dict[str, set[float]]) -> None:
+        job = self.job_of.get(key)
+        if job is not None:
+            dirty.setdefault(job.key, set()).add(at)
+
+    def _run_controller(self, dirty: dict[str, set[float]], now: float, due: "_Due") -> None:
+        """The controller's reconcile of each job whose pods changed, at each instant they did (binds and
+        starts read after a step may be a little before `now`), doing what it plans at `now`: pods it deletes
+        end now (their capacity freed in this step), pods it creates arrive at this instant, in the next
+        step (after the deletion of the pod they replace)."""
+        for key in sorted(dirty):
+            job = self._jobs[key]
+            for at in sorted(dirty[key]):
+                tracks = {k: self.pods[k] for k in job.pods if k in self.pods}
+                plan = simjobs.observe(job, tracks, at)
+                stage = str(plan.status.get("stage") or "")
+                deleted = set()
+                for name, uid in plan.delete:
+                    track = self.pods.get(f"{job.namespace}/{name}")
+                    if track is not None and simjobs.uid(track) == uid and track.deleted_at is None:
+                        self._deleted_by_controller(track, now, due, f"job {stage}")
+                        deleted.add(name)
+                if plan.spec is None or stage in (s.value for s in FINISHED):
+                    continue
+                # As the controller's _apply: a failed pod deleted now is recreated in the same pass.
+                restarts = dict(plan.create) | {
+                    str(e["name"]): int(e.get("restarts") or 0)
+                    for e in [plan.status["leader"], *plan.status["workers"]]
+                    if e["name"] in deleted and e["name"] not in job.creating
+                }
+                for name in [n for n, _, _ in desired_pods(job.name, plan.spec) if n in restarts]:  # leader first
+                    job.creating.add(name)
+                    self._push(now, "recreate", (job, simjobs.pod_body(job, name, restarts[name])))
+
+    def _deleted_by_controller(self, track: PodTrack, now: float, due: "_Due", why: str) -> None:
+        """The job controller deleted the pod: a running or bound one ends now, a waiting one leaves the queue."""
+        track.deleted_at = now
+        if track.finished_at is not None or (track.bound_at is None and track.reason):
+            return  # over already (succeeded, failed, preempted), or never admitted
+        track.ended = "Deleted"
+        if track.bound_at is not None:
+            track.finished_at = now
+            if track.started_at is not None:
+                self.running -= 1
+            self.series.pod_finished(self.parsed[track.key].requests, now, track.node or "")
+            self._drop_finish(track.key)
+        else:
+            track.reason = f"deleted by phalanx-controller: {why}"
+            self._waiting_durations.pop(track.key, None)
+        due.deleted.append(track.key)
+
+    def _drop_finish(self, key: str) -> None:
+        """A pod that ended early: its planned finish goes (a pod of the same name made later has its own)."""
+        kept = [e for e in self._events if not (e[2] == "finish" and e[3] == key)]
+        if len(kept) != len(self._events):
+            self._events = kept
+            heapq.heapify(self._events)
+
+    def _life(self, key: str, duration: float | None) -> float | None:
+        """How long the pod runs once started: its duration, or sooner its next planned failure."""
+        job = self.job_of.get(key)
+        failures = job.failures.get(key) if job is not None else None
+        if failures:
+            return failures[0] if duration is None else min(duration, failures[0])
+        return duration
 
     def _note_finished(self, key: str, now: float) -> None:
         if self.pods[key].finished_at is not None:
@@ -322,12 +431,13 @@ class Simulation:
         def foresee(pods: list[PodInfo], at: float) -> None:
             nonlocal horizon
             for p in pods:
-                if p.duration is None:
+                life = self._life(p.key, p.duration)
+                if life is None:
                     continue
                 if self.pods[p.key].gang:  # starts when its gang is complete: not known in advance
-                    horizon = min(horizon, at + p.duration)
+                    horizon = min(horizon, at + life)
                 else:
-                    heapq.heappush(foreseen, (at + p.duration, p.key))
+                    heapq.heappush(foreseen, (at + life, p.key))
 
         foresee(due.pods, now)
         # Pods that arrived before this step and have not started (waiting in the queue, or for their
@@ -395,13 +505,17 @@ class Simulation:
             (g := self.pods[p.key].gang) and g not in self.gang_started for p in pods
         )
 
-    @staticmethod
-    def _simple(kind: str, payload: Any) -> bool:
-        """An event a quiet run of instants can take: a pod arriving unbound, or a pod finishing."""
-        if kind in ("finish", "finished", "admitted"):
+    def _simple(self, kind: str, payload: Any) -> bool:
+        """An event a quiet run of instants can take: a pod arriving unbound, or a pod finishing; not a
+        PhalanxJob's pod, to whose changes the job controller reacts at their instant."""
+        if kind == "finish":
+            return payload not in self.job_of
+        if kind in ("finished", "admitted"):
             return True
+        if kind != "object":
+            return False
         obj: WorkloadObject = payload
-        return obj.kind == "Pod" and not (obj.obj.get("spec") or {}).get("nodeName")
+        return obj.kind == "Pod" and not (obj.obj.get("spec") or {}).get("nodeName") and obj.key not in self.job_of
 
     def _put_back(self, instants: list[_Instant]) -> None:
         """Instants the step did not run go back on the timeline, already admitted and noted; their
@@ -419,13 +533,23 @@ class Simulation:
             self.errors.append(f"{obj.origin}: {exc}")
             return None
 
-    def _admit_pod(self, obj: WorkloadObject) -> PodInfo | None:
+    def _admit_pod(self, obj: WorkloadObject, replace: bool = False) -> PodInfo | None:
+        """`replace`: a PhalanxJob's pod recreated under the name of the one it replaces (kept in `previous`)."""
         track = PodTrack(
             obj.namespace, obj.name, obj.origin, dict((obj.obj.get("metadata") or {}).get("annotations") or {})
         )
-        if track.key in self.pods:
+        track.created_at = obj.at
+        old = self.pods.get(track.key)
+        if old is not None and not replace:
             self.errors.append(f"{obj.origin}: Pod {track.key} appears twice; the later copy is ignored")
             return None
+        if old is not None:
+            track.previous, old.previous = [*old.previous, old], []
+            track.incarnation = old.incarnation + 1
+            self.gang_bound[old.gang] = [k for k in self.gang_bound.get(old.gang, []) if k != old.key]
+        job = self.job_of.get(track.key)
+        if job is not None:
+            job.created.append({"pod": obj.name, "at": obj.at})
         self.pods[track.key] = track
         wanted = scheduler_name(obj.obj)
         if wanted != self.opt.scheduler_name:
@@ -443,8 +567,9 @@ class Simulation:
         resolved = self._resolve(pod, track)
         if resolved is not None:
             self.series.pod_arrived(pod.requests, track.gang, obj.at)
-            if track.duration is not None:
-                self._waiting_durations[track.key] = track.duration
+            life = self._life(track.key, track.duration)
+            if life is not None:
+                self._waiting_durations[track.key] = life
         return resolved
 
     def _resolve(self, pod: PodInfo, track: PodTrack) -> PodInfo | None:
@@ -590,6 +715,9 @@ class Simulation:
             return
         track.node, track.bound_at = node, at
         self.bound_count += 1
+        job = self.job_of.get(key)
+        if job is not None:
+            self._push(at, "job", (job.key, at))
         self.series.pod_bound(self.parsed[key].requests, at, node)  # per node: GPU fragmentation
         if not track.gang:
             self._start(track, at)
@@ -612,6 +740,12 @@ class Simulation:
         self.running += 1
         if track.duration is not None and track.key not in self._finished_early:
             self._push(at + track.duration, "finish", track.key)
+        job = self.job_of.get(track.key)
+        if job is not None:
+            self._push(at, "job", (job.key, at))
+            failures = job.failures.get(track.key)
+            if failures:
+                self._push(at + failures.pop(0), "fail", (track.key, track.incarnation))
 
     # -- progress and results --------------------------------------------------------------------------
     def _print_progress(self, now: float, wall0: float, final: bool = False) -> None:
@@ -651,4 +785,5 @@ class Simulation:
             self.series.report(),
             self.attempts,
             self.gang_messages,
+            list(self.w.jobs),
         )

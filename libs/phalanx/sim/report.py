@@ -48,6 +48,19 @@ def _gang_reason(r: SimResult, key: str, members: list[PodTrack], started: bool)
     return None if started else "not scheduled before the simulation ended"
 
 
+def _incarnation(t: PodTrack) -> dict[str, Any]:
+    return {
+        "node": t.node,
+        "createdAt": t.created_at,
+        "boundAt": t.bound_at,
+        "preemptedBy": t.preempted_by or None,
+        "startedAt": t.started_at,
+        "finishedAt": t.finished_at,
+        "ended": t.ended or None,
+        "deletedAt": t.deleted_at,
+    }
+
+
 def build_report(r: SimResult) -> dict[str, Any]:
     names = _gang_names(r)
     pods_out = []
@@ -68,21 +81,25 @@ def build_report(r: SimResult) -> dict[str, Any]:
         cause = None
         if reason is not None:
             cause = causes.cause_of(reason, names[t.gang] if t.gang else causes.names_of_pod(t.namespace, t.name))
-        pods_out.append(
-            {
-                "namespace": t.namespace,
-                "name": t.name,
-                "gang": t.gang or None,
-                "node": t.node,
-                "boundAt": t.bound_at,
-                "preemptedBy": t.preempted_by or None,
-                "startedAt": t.started_at,
-                "finishedAt": t.finished_at,
-                "annotations": annotations,
-                "reason": reason,
-                "cause": cause,
-            }
-        )
+        entry: dict[str, Any] = {
+            "namespace": t.namespace,
+            "name": t.name,
+            "gang": t.gang or None,
+            "node": t.node,
+            "createdAt": t.created_at,
+            "boundAt": t.bound_at,
+            "preemptedBy": t.preempted_by or None,
+            "startedAt": t.started_at,
+            "finishedAt": t.finished_at,
+            "ended": t.ended or None,  # a PhalanxJob's pod: Failed (planned) or Deleted (by the controller)
+            "deletedAt": t.deleted_at,  # a PhalanxJob's pod the controller deleted (cleanPodPolicy, a restart)
+            "annotations": annotations,
+            "reason": reason,
+            "cause": cause,
+        }
+        if t.previous:  # a PhalanxJob's pod recreated: the earlier pods of its name, oldest first
+            entry["previous"] = [_incarnation(p) for p in t.previous]
+        pods_out.append(entry)
 
     groups_out = []
     gangs_bound = partial = timed_out = 0

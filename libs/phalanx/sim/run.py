@@ -11,7 +11,7 @@ import redis
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.security.tls import PLAINTEXT, security_from_env
 from phalanx.sim.driver import SimOptions, Simulation
-from phalanx.sim.jobs import timelines
+from phalanx.sim.jobs import report as job_report
 from phalanx.sim.report import build_report
 from phalanx.sim.services import Stack
 from phalanx.sim.workload import Workload
@@ -69,8 +69,8 @@ def simulate(
         result = Simulation(workload, queue, scheduler, client, keys, options, recover).run()
         report = build_report(result)
         report["summary"]["schedulerRestarts"] = 0 if stack is None else _restarts(stack)
-        if workload.jobs:  # PhalanxJobs: their stages, the controller's rules replayed on the pods' times
-            report["jobs"] = timelines(workload.jobs, result.pods, result.end_time)
+        if result.jobs:  # PhalanxJobs: their stages as the controller took them on the virtual clock
+            report["jobs"] = job_report(result.jobs)
         report.update(result.series)
         return report
     finally:

@@ -46,6 +46,10 @@ class WorkloadObject:
     def namespace(self) -> str:
         return str((self.obj.get("metadata") or {}).get("namespace") or "default")
 
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
     def describe(self) -> str:
         if self.kind == "Node":
             return f"Node {self.name}"
