@@ -366,3 +366,12 @@ def test_bad_planned_failures_are_an_error_naming_the_field(tmp_path: Path, fail
     [message] = workload.errors
     assert message.startswith(f"{path}#1: PhalanxJob rl/bad: metadata.annotations[") and error in message, message
     assert message.endswith("; skipped") and not workload.jobs
+
+
+@pytest.mark.integration
+def test_the_restarts_example_runs_as_the_readme_shows(tmp_path: Path) -> None:
+    workload = load_workload([REPO / "examples" / "phalanx-job-restarts.yaml"])
+    assert not workload.errors
+    lines = [line for line in summary_lines(simulate(workload, SimOptions(), log_dir=tmp_path)) if "  job " in line]
+    readme = (REPO / "README.md").read_text()
+    assert len(lines) == 2 and all(f"\n{line}\n" in readme for line in lines), lines
