@@ -33,6 +33,7 @@ import yaml
 from conftest import TLS_DIR, Cluster, Phalanx
 from waiting import recording_calls, wait_for
 
+from phalanx.cluster.leader import JITTER_FACTOR
 from phalanx.rpc.server import dial
 from phalanx.security import tls
 from phalanx.security.tls import Security
@@ -256,6 +257,11 @@ def test_the_standby_takes_over_a_crashed_leaders_gang_workload(
     assert standby.store.term == stack.store.leader_term() and standby.store.term is not None
     assert standby.store.term > (leader.store.term or 0)
     assert leads_after < LEASE + 4 * RETRY + 5, "taken over after about the lease duration"
+    # The Lease's own bound: the standby saw the last renewal within a jittered retry period of it and tries
+    # when that record expires (not a retry period later); the takeover (term, recovery from Redis, the
+    # feed's first list) then binds within 2 s.
+    assert binds_after < LEASE + (1 + JITTER_FACTOR) * RETRY + 2.0, "first binding within the lease's bound"
+    assert binds_after - leads_after < 2.0, "the new leader binds within 2 s of winning the Lease"
     assert not standby.lost
 
 
