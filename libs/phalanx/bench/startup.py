@@ -187,6 +187,7 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(
             f"{label}: commit {str(m.get('git_commit'))[:12]}{' (dirty)' if m.get('git_dirty') else ''}, "
             f"{m.get('date')}, {m.get('cpu_count')} cores ({m.get('cpu_model')}), Python {m.get('python')}"
+            + (f"; {s['note']}" if s.get("note") else "")
         )
     lines.append("")
     width = max(12, *(len(k) for k in labels))
