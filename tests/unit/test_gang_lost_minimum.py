@@ -326,3 +326,24 @@ def test_a_gang_bound_short_of_a_pod_deleted_mid_bind_is_not_satisfied(store: St
     queue.add([model_pod("w2", "train", gpus=1)], 5)
     s.step(5)
     assert s.gangs.record(KEY).bound == set(WORKERS) and s.gangs.status(KEY) == GangStatus.SATISFIED
+
+
+def test_a_recreated_pod_that_failed_once_is_tried_again_while_the_rest_of_its_gang_stays_bound(
+    store: StateStore,
+) -> None:
+    # The gang's other three pods are bound and never come back to a Strict cycle: the cycle must end once
+    # the pods that can still be tried were, or the recreated pod is turned away for good (found by
+    # phalanx simulate's PhalanxJob restarts: the job stayed Rescheduling after the GPU it needed was free).
+    gm = four_bound(store)
+    stmt = gm.begin()
+    for pod in WORKERS:  # as the scheduler tried them, the attempt that placed them
+        assert gm.try_enter_cycle(KEY, pod, stmt)
+    gm.commit(stmt)
+    release(store, gm, WORKERS[:1])
+    stmt = gm.begin()
+    assert gm.try_enter_cycle(KEY, WORKERS[0], stmt)  # the recreated w0: tried, and it does not fit
+    gm.mark_tried(KEY, WORKERS[0], stmt)
+    gm.invalidate_cycle(KEY, stmt)
+    gm.commit(stmt)
+    stmt = gm.begin()
+    assert gm.try_enter_cycle(KEY, WORKERS[0], stmt)  # retried once capacity frees

@@ -178,12 +178,16 @@ class GangManager:
         self._maybe_advance_cycle(key, stmt)
 
     def _maybe_advance_cycle(self, key: str, stmt: GangStatement) -> None:
-        """The cycle ends when total-number pods (or every pod seen so far) have been tried in it."""
+        """The cycle ends when every pod that can still be tried has been tried in it: total-number pods (or
+        every pod seen so far) less those bound. A bound pod never comes back to be tried, so counting it
+        would keep the cycle open, and the gang turned away, for good: a gang below its minimum after losing a
+        pod (its others still bound) whose recreated pod failed once was never tried again."""
         rec = stmt.record(key)
         spec = self.specs.get(key)
-        tried = sum(1 for r in rec.rounds.values() if r >= rec.cycle)
-        total = spec.total_number if spec is not None else 0
-        if tried >= total or tried >= len(rec.rounds):
+        seen = [pod for pod in rec.rounds if pod not in rec.bound]
+        tried = sum(1 for pod in seen if rec.rounds[pod] >= rec.cycle)
+        total = spec.total_number - len(rec.bound) if spec is not None else 0
+        if tried >= total or tried >= len(seen):
             stmt.add(CycleAdvanced(key, rec.cycle + 1))
 
     # -- accumulation ----------------------------------------------------------------------------
