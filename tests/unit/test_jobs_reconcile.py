@@ -225,3 +225,12 @@ def test_a_worker_set_shrunk_while_running_loses_its_extra_pods() -> None:
     plan = step(j, pods)
     assert plan.delete == [("rl-actor-1", "uid-rl-actor-1")] and not plan.create and not plan.counted
     assert [w["name"] for w in plan.status["workers"]] == ["rl-actor-0"] and plan.status["stage"] == "Running"
+
+
+def test_a_worker_that_succeeds_before_its_leader_keeps_the_job_running() -> None:
+    j = job()  # minWorkersNum 2 of 2 workers
+    assert step(j, running(*PODS)).status["stage"] == "Running"
+    pods = running(*PODS)
+    pods["rl-actor-1"] = view("rl-actor-1", "Succeeded", "n1")
+    plan = step(j, pods)
+    assert plan.status["stage"] == "Running" and not plan.create

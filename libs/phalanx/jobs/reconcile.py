@@ -162,8 +162,10 @@ def reconcile(
     worker_names = [n for n, _, _ in places[1:]]
     ready_workers = sum(1 for n in worker_names if n in live and live[n].ready and live[n].phase == "Running")
     leader_ready = leader_name in live and live[leader_name].ready and live[leader_name].phase == "Running"
-    running_ok = leader_ready and ready_workers >= spec.min_workers
     succeeded_workers = sum(1 for n in worker_names if n in pods and pods[n].phase == "Succeeded")
+    # A worker that finished its part keeps its place (it is not recreated), so it counts toward the minimum:
+    # otherwise a job whose worker ends before its leader would fall back from Running to Starting.
+    running_ok = leader_ready and ready_workers + succeeded_workers >= spec.min_workers
     if not bound:
         schedule = ScheduleState.UNSCHEDULED
     elif len(bound) + succeeded_workers >= len(places):
