@@ -2,14 +2,17 @@
 with a password, then the queue, binder and scheduler as processes with mutual TLS and leader election,
 every PodGroup and pod created before the launch).
 
-Two bounds, each of which the start-up before issue 25 broke:
+Two bounds:
 - the first binding within 3 s of the launch, plus the time the rest of this shared machine's load took
-  from the two cores meanwhile (half the CPU seconds it spent, kube-apiserver and etcd included): 2.3-2.9 s
-  before on a quiet machine, 1.2-1.6 s after (bench/startup.txt);
-- Phalanx's processes spend at most 2.8 CPU seconds from the launch to the first binding, whatever the
+  from the two cores meanwhile (half the CPU seconds it spent, kube-apiserver and etcd included): generous
+  (on bench-startup's 300 pods, 2.3-2.9 s before issue 25's start-up work on a quiet machine, 1.2-1.6 s
+  after), it catches waits and sleeps on the way to the first binding rather than the old start;
+- the old start, which the load hides from a wall clock: Phalanx's processes spend at most 2.6 CPU seconds from the launch to the first binding, whatever the
   machine's load: 2.8-3.7 before (the binder and the scheduler each imported the kubernetes client's
-  generated CoreV1Api, ~250 pydantic models), 2.0-2.1 after under a load average of 3-9, 2.5 at worst seen
-  (contention inflates CPU time too). The import itself is guarded exactly by tests/unit/test_kube_api.py.
+  generated CoreV1Api, ~250 pydantic models), 1.7-2.3 after (load average 2-3, alternating runs). A small
+  shape (10 nodes, 10 gangs of 3): the work that follows the first binding before the harness sees it, and
+  is counted with it, grows with the load and the batch (bench-startup's 300 pods: 1.9-2.9 after). The
+  import itself is guarded exactly by tests/unit/test_kube_api.py.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ pytestmark = [
 ]
 
 FIRST_BINDING_S = 3.0
-CPU_S = 2.8
+CPU_S = 2.6
 
 
 def test_the_first_binding_comes_within_seconds_of_the_launch() -> None:
     from phalanx.bench import startup
+    from phalanx.bench.k8s_side_by_side import Shape
 
-    [run] = startup.run(1, progress=lambda line: None)
+    shape = Shape("startup-test-10n-10x3", nodes=10, gangs=10, gang_size=3, expected_bound=30, timeout=60)
+    [run] = startup.run(1, progress=lambda line: None, shape=shape)
     assert run["correct"], run
     phalanx_cpu = run["phalanx_cpu_to_first_binding_s"]
     busy = run["machine_busy_to_first_binding_s"]

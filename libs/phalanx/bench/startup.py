@@ -88,7 +88,7 @@ def phases(run_dir: Path, launched_at: float) -> dict[str, float | None]:
     return out
 
 
-def run(runs: int, progress: Any = print) -> list[dict[str, Any]]:
+def run(runs: int, progress: Any = print, shape: k8s.Shape = SHAPE) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     made: list[_Phalanx] = []
 
@@ -102,7 +102,7 @@ def run(runs: int, progress: Any = print) -> list[dict[str, Any]]:
     try:
         for i in range(runs):
             with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-                r = k8s.run_once(SHAPE, k8s.PHALANX, k8s.RunOptions(log_dir=Path(tmp)))
+                r = k8s.run_once(shape, k8s.PHALANX, k8s.RunOptions(log_dir=Path(tmp)))
                 sut = made[-1]
                 steps = phases(sut.run_dir, sut.launched_at)
             row = {
