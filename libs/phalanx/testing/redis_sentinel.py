@@ -203,8 +203,13 @@ class SentinelCluster:
             time.sleep(0.1)
 
     def _synced(self, primary: int) -> bool:
+        """Every replica connected and past its initial sync: a replica still loading the primary's RDB counts
+        as connected but acknowledges no WAIT (a fresh-clone CI run saw a first WAIT get 0 of 1)."""
         info = self.client(primary).info("replication")
-        return int(info.get("connected_slaves", 0)) >= len(self.nodes) - 1
+        online = [
+            v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"
+        ]
+        return len(online) >= len(self.nodes) - 1
 
     def _sentinels_see_all(self) -> bool:
         for i in range(len(self.watchers)):
