@@ -6,7 +6,8 @@ directory so that two trees (before and after a restructuring) can be compared w
 The workloads: the five examples, two synthetic streams (`phalanx trace synthetic`), and three built here
 (DRF between two tenants with priorities and preemption, every gang-declaring form side by side with
 affinity and spread, and Strict/NonStrict gangs with GangGroups and timeouts). `wallSeconds` (wall-clock
-time) is removed from each report; everything else must be identical for behaviour to be unchanged.
+time) is removed from each report and workload paths are cut to their file names; everything else must be
+identical for behaviour to be unchanged.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ def _simulate(files: list[Path], out: Path, *extra: str) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     report = json.loads(out.read_text())
     report.get("summary", {}).pop("wallSeconds", None)
+    report["workload"] = [Path(f).name for f in report.get("workload", [])]  # where the run wrote it: not behaviour
     out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
 
 

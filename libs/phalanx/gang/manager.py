@@ -78,12 +78,28 @@ class GangManager:
         # satisfied, finished after the gang lost its pods; a gang pod deleted mid-bind): `settle` them.
         self.unsettled: set[str] = set()
 
+    def take_unsettled(self) -> set[str]:
+        """The gangs to settle, and the set emptied."""
+        keys, self.unsettled = self.unsettled, set()
+        return keys
+
+    def take_timers_changed(self) -> bool:
+        """Whether a timer was set or cleared since the last call."""
+        changed, self.timers_changed = self.timers_changed, False
+        return changed
+
     # -- declarations ----------------------------------------------------------------------------
     def upsert(self, spec: GangSpec) -> None:
         self.specs[spec.key] = spec
 
     def remove(self, key: str) -> None:
         self.specs.pop(key, None)
+
+    def load(self, specs: dict[str, GangSpec], records: dict[str, GangRecord]) -> None:
+        """Everything from storage (the scheduler cache's resync)."""
+        self.specs = specs
+        self.records = records
+        self.timers_changed = False
 
     def forget(self, key: str) -> None:
         self.specs.pop(key, None)

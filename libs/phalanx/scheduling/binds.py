@@ -179,8 +179,7 @@ class BindDispatch:
             a = by_key[res.pod_key]
             item = items[res.pod_key]
             if res.status == BindStatus.BOUND:
-                self.cache.assumed.pop(res.pod_key, None)
-                self.cache.bound.add(res.pod_key)
+                self.cache.finish_binding(res.pod_key)
                 if a.gang:
                     bound_by_gang[a.gang].append(res.pod_key)
                 state.verdicts.append(Verdict(item, Outcome.BOUND))
@@ -193,7 +192,7 @@ class BindDispatch:
                 continue
             # Not bound: the binder already released the reservation in Redis; memory follows, and pods
             # that found no room get another try.
-            self.cache.give_back(res.pod_key, state.freed)
+            self.cache.forget_pod(res.pod_key, state.freed)
             if res.status == BindStatus.GONE:
                 state.verdicts.append(Verdict(item, Outcome.DROPPED, res.message))
             else:
@@ -210,7 +209,7 @@ class BindDispatch:
         of a gang is reported as its scheduling."""
         gangs = self.cache.gangs
         first = gangs.record(gang).satisfied_at is None
-        gangs.apply([PodsBound(gang, tuple(keys), now)])
+        self.cache.apply_gang_ops([PodsBound(gang, tuple(keys), now)])
         if not first:  # later binds of a satisfied gang change only counters, which the cluster feed reports
             return
         spec = gangs.specs.get(gang)

@@ -101,10 +101,7 @@ class ClusterEvents:
         self, names: list[str], now: float, carry: Carry, still_exists: Callable[[str], bool] | None = None
     ) -> list[PodRecord]:
         """Their reserved pods go back to the queue (backed off); returns every pod they held."""
-        victims = self.scheduler.remove_nodes(names, now)
-        if self.rules.unbind_removed_nodes:
-            for r in victims:
-                self.scheduler.bound.discard(r.key)
+        victims = self.scheduler.remove_nodes(names, now, unbind=self.rules.unbind_removed_nodes)
         carry.verdicts += [
             Verdict(Popped(r.pod), Outcome.BACKOFF, f"node {r.node} was removed")
             for r in victims

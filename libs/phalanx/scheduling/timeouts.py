@@ -73,9 +73,7 @@ class GangTimeouts:
 
     def refresh(self) -> None:
         """Re-reads the next deadline if a gang's timer was set or cleared since the last read."""
-        gangs = self.cache.gangs
-        if gangs.timers_changed:
-            gangs.timers_changed = False
+        if self.cache.gangs.take_timers_changed():
             self.next_deadline = self.store.next_timer()
 
     def none_before(self, instant: float) -> bool:
@@ -138,7 +136,7 @@ class GangTimeouts:
             self.queue.done(handed_back, [], retrying, now)
         txn.gang_ops = stmt.ops
         self.store.must_apply(txn)
-        gangs.commit(stmt)
+        self.cache.commit_gangs(stmt)
         faults.reached("scheduler.after_timeout")
         GANG_TIMEOUTS.inc(len(expired))
         to_remove: list[str] = []
@@ -150,7 +148,7 @@ class GangTimeouts:
                 {"phalanx.gang": gang, "phalanx.pods": len(pods), "phalanx.final": final},
             ):
                 for key in pods:
-                    self.cache.give_back(key, carry.freed)
+                    self.cache.forget_pod(key, carry.freed)
                     self.reports.pod(
                         key,
                         messages[gang],
@@ -185,7 +183,7 @@ class GangTimeouts:
         for gang in sorted(keys):
             gangs.lift_timeout(gang, stmt)
         self.store.must_apply(Txn(gang_ops=stmt.ops))
-        gangs.commit(stmt)
+        self.cache.commit_gangs(stmt)
         for gang in keys:
             self._said.pop(gang, None)
         if carry is not None:
