@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from phalanx.security.tls import PLAINTEXT, Security, TlsError, is_loopback
+from phalanx.version import package_version
 
 if TYPE_CHECKING:
     import redis
@@ -114,16 +115,6 @@ def common_parser(service: str, description: str) -> argparse.ArgumentParser:
         "and accepts no change); empty or 'off' turns it off",
     )
     return p
-
-
-def package_version() -> str:
-    """The installed phalanx distribution's version (--version, phalanx_build_info)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("phalanx")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
 
 
 def usage_error(service: str, message: str) -> NoReturn:

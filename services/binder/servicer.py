@@ -24,8 +24,8 @@ from phalanx.rpc.convert import (
     pod_report_from_pb,
     victim_from_pb,
 )
-from phalanx.rpc.server import FailureLog
 from phalanx.rpc.stream_call import serve_stream
+from phalanx.telemetry.failures import FailureLog
 from phalanx.v1 import binder_pb2, binder_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,13 @@ import logging
 import signal
 import threading
 
-from phalanx.config import env_flag, kubeconfig_arg, package_version, serve_metrics_of, setup_logging
+from phalanx.config import env_flag, kubeconfig_arg, serve_metrics_of, setup_logging
 from phalanx.jobs.controller import JobController
 from phalanx.jobs.objects import DEFAULT_PRIORITY_CLASS_PREFIX
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.telemetry.tracing import setup_tracing
+from phalanx.version import package_version
 
 log = logging.getLogger("phalanx_controller")
 

@@ -32,6 +32,7 @@ from phalanx.cluster.leader import (
     pod_name,
     pod_namespace,
 )
+from phalanx.cluster.loop import SchedulingLoop
 from phalanx.config import (
     bool_arg,
     common_parser,
@@ -55,14 +56,14 @@ from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import redis_check
-from phalanx.rpc.server import ServiceServer, rpc_failure, serve_until_signal, wait_healthy
-from phalanx.scheduling.loop import SchedulingLoop
+from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
 from phalanx.scheduling.pod_source import PoppedPodCheck
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
 from phalanx.security.tls import Security
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
+from phalanx.telemetry.failures import rpc_failure
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import scheduler_pb2_grpc
 from phalanx_scheduler.servicer import SchedulerServicer

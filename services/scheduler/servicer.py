@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from phalanx.clock import Clock
+from phalanx.cluster.loop import SchedulingLoop
 from phalanx.rpc import validation
 from phalanx.rpc.convert import gang_from_pb, node_from_pb, pod_from_pb
 from phalanx.rpc.stream_call import serve_stream
 from phalanx.scheduling.events import SCHEDULER_API, ClusterChange, ClusterEvents, deliver
 from phalanx.scheduling.lookahead import Instant, Lookahead
-from phalanx.scheduling.loop import SchedulingLoop
 from phalanx.scheduling.ports import Carry, Popped
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -23,7 +23,7 @@ from phalanx.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, scheduler: GangScheduler, loop: SchedulingLoop, clock: Clock, *, simulated: bool) -> None:
-        """`loop`: the scheduling loop (phalanx.scheduling.loop), whose lock every call that touches the
+        """`loop`: the scheduling loop (phalanx.cluster.loop), whose lock every call that touches the
         scheduler's memory takes."""
         self.scheduler = scheduler
         # False (Kubernetes mode): cluster state comes from the API server's watch alone, so the calls that

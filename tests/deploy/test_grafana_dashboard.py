@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from phalanx.gang.manager import GangManager
-from phalanx.metrics.attempts import AttemptTally
 from phalanx.metrics.catalog import registry_for
 from phalanx.metrics.collectors import GangCollector, LeaderCollector, QueueCollector
 from phalanx.queueing.scheduling_queue import SchedulingQueue
+from phalanx.scheduling.attempt_metrics import AttemptTally
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "phalanx.json"
 NAME = re.compile(r"\b((?:scheduler|phalanx|process|leader_election)_[a-z0-9_]+)")

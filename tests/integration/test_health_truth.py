@@ -96,7 +96,7 @@ def test_a_check_that_raises_counts_as_not_ready() -> None:
 
 def test_the_scheduler_reports_steps_that_keep_failing() -> None:
     from phalanx.clock import Clock
-    from phalanx.scheduling.loop import SchedulingLoop
+    from phalanx.cluster.loop import SchedulingLoop
 
     class Failing:
         needs_resync = False

@@ -23,11 +23,11 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.clock import Clock
+from phalanx.cluster.loop import SchedulingLoop
 from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.server import ServiceServer
-from phalanx.scheduling.loop import SchedulingLoop
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security.tls import PLAINTEXT
 from phalanx.state.keys import Keys

@@ -249,7 +249,7 @@ def test_a_deposed_store_refuses_without_asking_redis(store: StateStore, redis_c
 
 def test_the_scheduling_loop_stops_on_fenced_out() -> None:
     """The scheduling loop retries failed steps, but not a FencedOut: another replica leads."""
-    from phalanx.scheduling.loop import SchedulingLoop
+    from phalanx.cluster.loop import SchedulingLoop
 
     calls = []
 

@@ -11,13 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.gang.manager import GangManager
 from phalanx.gang.record import GangRecord
-from phalanx.metrics.attempts import AttemptTally
 from phalanx.metrics.catalog import registry_for
 from phalanx.metrics.collectors import GangCollector, QueueCollector, gang_counts
 from phalanx.metrics.endpoint import MetricsListenError, parse_listen
 from phalanx.metrics.histogram import WeightedHistogram, exponential_buckets
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.scheduling_queue import Outcome, SchedulingQueue
+from phalanx.scheduling.attempt_metrics import AttemptTally
 from phalanx.scheduling.ports import Popped, Verdict
 from phalanx.state.store import StateStore
 from phalanx.state.txn import Txn

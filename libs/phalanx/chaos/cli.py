@@ -13,7 +13,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.cli.args import duration_arg
+from phalanx.arguments import duration_arg
 
 DEFAULT_OUTPUT = Path("bench/chaos.json")
 DEFAULT_SOAK_OUTPUT = Path("bench/soak.json")

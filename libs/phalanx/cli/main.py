@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from phalanx.cli.args import duration_arg
+from phalanx.arguments import duration_arg
 from phalanx.report.summary import summary_lines
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import Endpoints, simulate
 from phalanx.sim.workload import load_workload
+from phalanx.version import package_version
 
 
 def _add_simulate(sub: argparse._SubParsersAction) -> None:
@@ -191,14 +191,6 @@ def _run_replay_bench(args: argparse.Namespace) -> int:
     if args.plot:
         replay.plot(results, Path(args.plot))
     return 0
-
-
-def package_version() -> str:
-    """The installed distribution's version (pyproject's), not a copy that could drift from it."""
-    try:
-        return version("phalanx")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:

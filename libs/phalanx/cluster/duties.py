@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from phalanx.cluster.loop import SchedulingLoop
 from phalanx.rpc.health import HealthMonitor, Heartbeat
-from phalanx.scheduling.loop import SchedulingLoop
 
 if TYPE_CHECKING:
     from phalanx.cluster.feed import ClusterFeed

@@ -11,8 +11,8 @@ from typing import Any
 
 from phalanx.cluster.duties import SchedulingDuties
 from phalanx.cluster.leader import ElectionConfig, LeaderElector, claim_fencing_term
+from phalanx.cluster.loop import SchedulingLoop
 from phalanx.rpc.health import HealthMonitor, Heartbeat
-from phalanx.scheduling.loop import SchedulingLoop
 from phalanx.state.store import FencedOut
 
 log = logging.getLogger(__name__)

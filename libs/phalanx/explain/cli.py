@@ -15,7 +15,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from phalanx.cli.args import duration_arg
+from phalanx.arguments import duration_arg
 from phalanx.config import env
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 

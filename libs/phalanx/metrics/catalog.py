@@ -13,8 +13,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, GCCollector, Info, PlatformCollector, ProcessCollector
 from prometheus_client.registry import Collector
 
-from phalanx.config import package_version
 from phalanx.metrics.histogram import WeightedHistogram, exponential_buckets
+from phalanx.version import package_version
 
 # kube-scheduler's buckets: attempts from 1 ms (15 buckets, to ~16 s); end-to-end from 10 ms (20, to ~87 min).
 ATTEMPT_BUCKETS = exponential_buckets(0.001, 2, 15)

@@ -132,41 +132,6 @@ class ServiceServer:
         self._cleanups.append(fn)
 
 
-def rpc_failure(exc: BaseException) -> str:
-    """One line for a failed call: gRPC's status and details (its str() spans several lines and opens with
-    "<_InactiveRpcError of RPC that terminated with:"), or the exception's first line."""
-    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and hasattr(exc, "details"):
-        code = exc.code()
-        name = code.name if code is not None else "UNKNOWN"
-        details = (exc.details() or "").splitlines()
-        return f"{name}: {details[0]}" if details else name
-    text = str(exc).splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-class FailureLog:
-    """Logs a failure that repeats (a dependency down, every retry failing) as one line, again only when
-    the line changes or `every` seconds later, and once more when it clears."""
-
-    def __init__(self, logger: logging.Logger, every: float = 30.0) -> None:
-        self.logger = logger
-        self.every = every
-        self.line = ""
-        self._logged_at = 0.0
-
-    def failed(self, line: str) -> None:
-        now = time.monotonic()
-        if line != self.line or now - self._logged_at >= self.every:
-            self.logger.error("%s", line)
-            self._logged_at = now
-        self.line = line
-
-    def cleared(self, what: str) -> None:
-        if self.line:
-            self.logger.warning("%s works again", what)
-            self.line = ""
-
-
 def _dial_host(listen: str) -> str:
     host = listen.rsplit(":", 1)[0]
     return "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host

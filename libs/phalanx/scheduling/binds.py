@@ -13,18 +13,18 @@ from collections import defaultdict
 
 from phalanx.gang.manager import GangStatus
 from phalanx.gang.ops import PodsBound
-from phalanx.metrics.attempts import observe_bound
 from phalanx.metrics.catalog import GANG_WAIT
 from phalanx.model.binding import Assignment, BindResult, BindStatus
 from phalanx.model.status import EventReason, GangPhase
 from phalanx.queueing.scheduling_queue import Outcome
-from phalanx.rpc.server import rpc_failure
+from phalanx.scheduling.attempt_metrics import observe_bound
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.ports import BinderPort, Carry, Popped, Verdict
 from phalanx.scheduling.reports import StatusReports
 from phalanx.scheduling.round import RoundState
 from phalanx.state.pod_state import PodState
 from phalanx.state.store import PodRecord
+from phalanx.telemetry.failures import rpc_failure
 from phalanx.telemetry.tracing import child_span, mark_linked, nested_traceparent
 
 log = logging.getLogger(__name__)

@@ -20,11 +20,11 @@ from phalanx import faults
 from phalanx.framework.framework import Framework
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.manager import GangManager
-from phalanx.metrics.attempts import AttemptTally
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.queueing.scheduling_queue import Outcome
+from phalanx.scheduling.attempt_metrics import AttemptTally
 from phalanx.scheduling.binds import BindDispatch
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.cluster_state import ClusterState

@@ -11,10 +11,10 @@ import grpc
 from phalanx.clock import Clock
 from phalanx.config import redis_unreachable
 from phalanx.rpc.health import Heartbeat
-from phalanx.rpc.server import FailureLog, rpc_failure
 from phalanx.scheduling.ports import QueuePort
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import FencedOut
+from phalanx.telemetry.failures import FailureLog, rpc_failure
 
 log = logging.getLogger(__name__)
 
