@@ -149,7 +149,7 @@ def pod_record(key: str, raw: str, state: str | None) -> PodRecord:
     )
 
 
-def gang_in_record(raw: str) -> str:
+def gang_in_record(raw: str | bytes) -> str:
     """The gang a reservation record names ("" for none)."""
     return str(json.loads(raw).get("gang", ""))
 
