@@ -1,11 +1,10 @@
-"""Phalanx's state in Redis, one object for its users: nodes, reservations, gangs, nominations, timers.
+"""StateStore, the one API of Phalanx's state in Redis, and its writes of whole objects (nodes, gangs, nominations).
 
-`StateStore` is the state's API. Its parts, each in its own module: the write path, atomic and fenced by
-the leader's term (state/fenced_writes.py, through lua/txn.lua and a `Txn` of state/txn.py); the pipelined
-reads (state/reads.py); the storage form of every value (state/codec.py); key names (state/keys.py); gang
-keys written through typed operations (state/gang_writes.py). This package is the only writer of
-Phalanx's keys. What is left here are the writes of whole objects (nodes, gang specs, nominations), the
-state's identity, and its wipe.
+Its other parts, each in its own module: the write path, atomic and fenced by the leader's term
+(state/fenced_writes.py, through lua/txn.lua and a `Txn` of state/txn.py); the pipelined reads
+(state/reads.py); the storage form of every value (state/codec.py); key names (state/keys.py); gang keys
+written through typed operations (state/gang_writes.py). This package is the only writer of Phalanx's keys.
+What is left here: the writes of whole objects, the state's identity, and its wipe.
 """
 
 from __future__ import annotations
