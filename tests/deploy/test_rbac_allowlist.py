@@ -9,8 +9,8 @@ Where each right comes from:
   of the three CRD groups and of Kubernetes' Workload API (scheduling.k8s.io: its podgroups, which pods name
   in spec.schedulingGroup; not its workloads, which nothing reads); get as well (a reader's usual set; it
   shows nothing list does not); list+watch of PodDisruptionBudgets (policy), which preemption keeps within.
-- binder (libs/phalanx/backends/kubernetes.py): create pods/binding (bind), create pods/eviction (preemption's
-  victims, through the Eviction API), patch pods/status (PodScheduled=
+- binder (libs/phalanx/backends/kubernetes.py and its kube_*.py, podgroup_status.py): create pods/binding
+  (bind), create pods/eviction (preemption's victims, through the Eviction API), patch pods/status (PodScheduled=
   False), create events (core v1 only), patch podgroups/status (the CRD groups: scheduling.k8s.io's status
   is kube-scheduler's PodGroupScheduled condition, not written), get/list/watch pods and nodes (reading a pod
   back after a conflict; watching bindings), patch pods (the gang.scheduling.koordinator.sh/timeout

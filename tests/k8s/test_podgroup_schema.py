@@ -40,7 +40,7 @@ def _as_upstream(apiserver: LocalApiServer) -> None:
 def test_status_follows_the_installed_schema_and_names_the_workload(
     apiserver: LocalApiServer, cluster: Cluster, phalanx: Phalanx, caplog: Any
 ) -> None:
-    caplog.set_level(logging.INFO, logger="phalanx.backends.kubernetes")
+    caplog.set_level(logging.INFO, logger="phalanx.backends.podgroup_status")
     _as_upstream(apiserver)
     ns = cluster.namespace()
     cluster.node("n1", gpus=4)

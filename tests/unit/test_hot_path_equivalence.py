@@ -22,10 +22,9 @@ from phalanx.model.pod_affinity import (
     PodAffinityTerm,
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
-    affinity_to_plain,
 )
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
-from phalanx.state.store import pod_from_json, pod_to_json
+from phalanx.state.codec import affinity_to_plain, pod_from_json, pod_to_json
 
 
 def _reference_utilisation(snap: Snapshot, candidates: np.ndarray, cols: np.ndarray, amounts: np.ndarray) -> np.ndarray:

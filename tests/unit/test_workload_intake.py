@@ -17,7 +17,7 @@ from phalanx.intake.resolver import GangResolver, Resolution
 from phalanx.kube import podgroups
 from phalanx.model import keys
 from phalanx.model.objects import GangMode, GangSpec, PodInfo
-from phalanx.state.store import pod_from_json, pod_to_json
+from phalanx.state.codec import pod_from_json, pod_to_json
 
 K8S = "scheduling.k8s.io/v1alpha2"
 SOURCE = "podgroup/scheduling.k8s.io"

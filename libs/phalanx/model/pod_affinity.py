@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 LABEL_OPERATORS = ("DoesNotExist", "Exists", "In", "NotIn")
 DO_NOT_SCHEDULE = "DoNotSchedule"
@@ -120,94 +119,3 @@ class PodAffinitySpec:
     @property
     def empty(self) -> bool:
         return not self.has_affinity and not self.spread
-
-
-# -- plain data (JSON in Redis) --------------------------------------------------------------------------
-# Written out field by field: dataclasses.asdict would give tuples of tuples back as lists, and reading
-# needs the classes anyway.
-
-
-def _selector_to_plain(s: LabelSelector | None) -> dict[str, Any] | None:
-    if s is None:
-        return None
-    return {
-        "match_labels": [list(kv) for kv in s.match_labels],
-        "match_expressions": [[r.key, r.operator, list(r.values)] for r in s.match_expressions],
-    }
-
-
-def _selector_from_plain(d: dict[str, Any] | None) -> LabelSelector | None:
-    if d is None:
-        return None
-    return LabelSelector(
-        tuple((k, v) for k, v in d["match_labels"]),
-        tuple(LabelRequirement(k, op, tuple(vs)) for k, op, vs in d["match_expressions"]),
-    )
-
-
-def _term_to_plain(t: PodAffinityTerm) -> dict[str, Any]:
-    return {
-        "topology_key": t.topology_key,
-        "label_selector": _selector_to_plain(t.label_selector),
-        "namespaces": list(t.namespaces),
-        "namespace_selector": _selector_to_plain(t.namespace_selector),
-    }
-
-
-def _term_from_plain(d: dict[str, Any]) -> PodAffinityTerm:
-    return PodAffinityTerm(
-        d["topology_key"],
-        _selector_from_plain(d["label_selector"]),
-        tuple(d["namespaces"]),
-        _selector_from_plain(d["namespace_selector"]),
-    )
-
-
-def _spread_to_plain(c: TopologySpreadConstraint) -> dict[str, Any]:
-    return {
-        "max_skew": c.max_skew,
-        "topology_key": c.topology_key,
-        "when_unsatisfiable": c.when_unsatisfiable,
-        "label_selector": _selector_to_plain(c.label_selector),
-        "min_domains": c.min_domains,
-        "match_label_keys": list(c.match_label_keys),
-        "node_affinity_policy": c.node_affinity_policy,
-        "node_taints_policy": c.node_taints_policy,
-    }
-
-
-def _spread_from_plain(d: dict[str, Any]) -> TopologySpreadConstraint:
-    return TopologySpreadConstraint(
-        d["max_skew"],
-        d["topology_key"],
-        d["when_unsatisfiable"],
-        _selector_from_plain(d["label_selector"]),
-        d["min_domains"],
-        tuple(d["match_label_keys"]),
-        d["node_affinity_policy"],
-        d["node_taints_policy"],
-    )
-
-
-def affinity_to_plain(spec: PodAffinitySpec | None) -> dict[str, Any] | None:
-    if spec is None:
-        return None
-    return {
-        "required_affinity": [_term_to_plain(t) for t in spec.required_affinity],
-        "preferred_affinity": [[w.weight, _term_to_plain(w.term)] for w in spec.preferred_affinity],
-        "required_anti_affinity": [_term_to_plain(t) for t in spec.required_anti_affinity],
-        "preferred_anti_affinity": [[w.weight, _term_to_plain(w.term)] for w in spec.preferred_anti_affinity],
-        "spread": [_spread_to_plain(c) for c in spec.spread],
-    }
-
-
-def affinity_from_plain(d: dict[str, Any] | None) -> PodAffinitySpec | None:
-    if d is None:
-        return None
-    return PodAffinitySpec(
-        tuple(_term_from_plain(t) for t in d["required_affinity"]),
-        tuple(WeightedPodAffinityTerm(w, _term_from_plain(t)) for w, t in d["preferred_affinity"]),
-        tuple(_term_from_plain(t) for t in d["required_anti_affinity"]),
-        tuple(WeightedPodAffinityTerm(w, _term_from_plain(t)) for w, t in d["preferred_anti_affinity"]),
-        tuple(_spread_from_plain(c) for c in d["spread"]),
-    )

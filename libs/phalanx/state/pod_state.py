@@ -1,8 +1,12 @@
-"""What Redis records about a reserved pod (the `podstate` hash)."""
+"""What Redis records about a reserved pod: its reservation (the `pods` hash) and its state (`podstate`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+
+from phalanx.model.binding import Assignment
+from phalanx.model.objects import PodInfo
 
 
 class PodState(StrEnum):
@@ -11,3 +15,17 @@ class PodState(StrEnum):
     # forward (bound), never released, while it exists.
     BINDING = "binding"
     BOUND = "bound"
+
+
+@dataclass
+class PodRecord:
+    key: str
+    node: str
+    gang: str
+    requests: dict[str, int]
+    pod: PodInfo
+    state: PodState
+
+    def assignment(self) -> Assignment:
+        """The binder's assignment for this reservation: bind this pod (this incarnation of it) here."""
+        return Assignment(self.key, self.pod.uid, self.node, self.gang)

@@ -1,0 +1,133 @@
+"""Bindings through the pods/binding subresource, as kube-scheduler makes them.
+
+The pod's UID is a precondition (a pod deleted and recreated under the same name is not bound by mistake).
+Pods of a batch are bound concurrently. What an answer means:
+- 201: bound; a `Scheduled` Event follows, as kube-scheduler writes it.
+- 404, or 409 because the UID differs: the pod is gone. Not an error for the rest of its gang.
+- 409 otherwise: the pod is read back; already bound to the same node (our earlier attempt did succeed, its
+  answer was lost) counts as success, bound elsewhere is a failure.
+- 429, 5xx, timeouts, connection errors: retried with capped exponential backoff, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+from phalanx import faults
+from phalanx.backends.api_calls import api_message, release, transient
+from phalanx.backends.base import BindFailure
+from phalanx.backends.kube_writer import KubeWriter
+from phalanx.model.binding import Assignment
+from phalanx.model.status import EventReason
+
+
+class _Retry(Exception):
+    """A transient answer: try again after the backoff."""
+
+
+class PodBinding(KubeWriter):
+    """One pod's binding, with its retries and the reading of a conflict (KubernetesBackend.bind runs them)."""
+
+    def _bind_one(self, a: Assignment) -> BindFailure | None:
+        namespace, name = a.pod_key.split("/", 1)
+        uid = a.uid
+        if not uid:  # every binding names the incarnation checked as ours: take the uid from the view
+            found = self._our_uid(a.pod_key)
+            if isinstance(found, BindFailure):
+                return found
+            uid = found
+        # Precondition: only this incarnation of the pod (and schedulerName is immutable: only one of ours).
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
+        }
+        delay, last = self.retry.initial_delay, ""
+        for attempt in range(self.retry.attempts):
+            if attempt:
+                time.sleep(delay)
+                delay = min(delay * 2, self.retry.max_delay)
+            try:
+                # _preload_content=False: the answer (a Status) is read raw.
+                release(
+                    self.core.create_namespaced_pod_binding(
+                        name,
+                        namespace,
+                        body,
+                        _preload_content=False,
+                        _request_timeout=self.retry.request_timeout,
+                    )
+                )
+            except Exception as exc:
+                try:
+                    failure = self._bind_error(a, exc)
+                except _Retry as retry:
+                    last = str(retry)
+                    continue
+                except Exception as unexpected:  # a failed pod, never a failed batch
+                    return BindFailure(f"binding {a.pod_key} to {a.node} failed: {unexpected}")
+                if failure is not None:
+                    return failure
+            # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
+            faults.reached("binder.between_pods")
+            target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+            self._writes.put(
+                a.pod_key,
+                partial(
+                    self._event_safe, target, EventReason.SCHEDULED, f"Successfully assigned {a.pod_key} to {a.node}"
+                ),
+            )
+            return None
+        return BindFailure(
+            f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}", retryable=True
+        )
+
+    def _our_uid(self, pod_key: str) -> str | BindFailure:
+        try:
+            facts = self.view.pod(pod_key)
+        except Exception as exc:
+            return BindFailure(f"could not check pod {pod_key}: {exc}", retryable=transient(exc))
+        if facts is None:
+            return BindFailure(f"pod {pod_key} does not exist", gone=True)
+        if not self.view.ours(facts):
+            return BindFailure(
+                f'pod {pod_key} names scheduler "{facts.scheduler}", not "{self.component}": not Phalanx\'s to bind'
+            )
+        return facts.uid
+
+    def _bind_error(self, a: Assignment, exc: Exception) -> BindFailure | None:
+        """None: the pod is bound where we wanted it after all. Raises _Retry for transient errors."""
+        from kubernetes.client.rest import ApiException
+
+        if not isinstance(exc, ApiException):
+            if transient(exc):
+                raise _Retry(f"{type(exc).__name__}: {exc}")
+            raise exc
+        if exc.status == 404:
+            return BindFailure(f"pod {a.pod_key} no longer exists", gone=True)
+        if exc.status == 409:
+            return self._after_conflict(a, api_message(exc))
+        if exc.status == 429 or (exc.status or 0) >= 500:
+            raise _Retry(f"{exc.status} {api_message(exc)}")
+        return BindFailure(f"binding {a.pod_key} to {a.node} was refused: {exc.status} {api_message(exc)}")
+
+    def _after_conflict(self, a: Assignment, message: str) -> BindFailure | None:
+        namespace, name = a.pod_key.split("/", 1)
+        try:
+            pod = self._read_pod(namespace, name)
+        except Exception as exc:
+            if transient(exc):
+                raise _Retry(f"conflict ({message}); reading the pod failed: {exc}") from None
+            raise
+        if pod is None or (a.uid and (pod.get("metadata") or {}).get("uid") != a.uid):
+            return BindFailure(f"pod {a.pod_key} no longer exists (deleted or recreated)", gone=True)
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if node == a.node:
+            return None
+        if node:
+            return BindFailure(f"pod {a.pod_key} is already bound to {node}")
+        raise _Retry(f"conflict: {message}")

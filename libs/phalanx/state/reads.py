@@ -1,0 +1,140 @@
+"""Reads of Phalanx's state in Redis, pipelined so that loading all of it costs a handful of round trips.
+
+Values are decoded by state/codec.py; key names come from state/keys.py. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from typing import cast, overload
+
+import redis
+
+from phalanx.gang.record import GangRecord
+from phalanx.model.objects import GangSpec, NodeInfo
+from phalanx.state.codec import gang_from_json, gang_record, node_from_json, pod_record, role_in_record
+from phalanx.state.keys import FIELD_SEP, Keys
+from phalanx.state.pod_state import PodRecord, PodState
+
+
+@overload
+def decoded(reply: list[bytes | str]) -> list[str]: ...
+@overload
+def decoded(reply: dict[bytes | str, bytes | str]) -> dict[str, str]: ...
+def decoded(reply: list[bytes | str] | dict[bytes | str, bytes | str]) -> list[str] | dict[str, str]:
+    """A reply of a client made with decode_responses=True, as every Phalanx client is: its strings are
+    str, which redis-py's annotations (bytes | str) cannot tell. Typing only; returns `reply` itself."""
+    return cast("list[str] | dict[str, str]", reply)
+
+
+class StateReads:
+    """The read half of StateStore (state/store.py), which sets `redis` and `keys`."""
+
+    redis: redis.Redis
+    keys: Keys
+
+    # -- nodes -----------------------------------------------------------------------------------
+    def load_nodes(self) -> list[NodeInfo]:
+        return [node_from_json(v) for v in self.redis.hgetall(self.keys.nodes).values()]
+
+    def load_used(self) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for f, v in decoded(self.redis.hgetall(self.keys.used)).items():
+            node, res = f.split(FIELD_SEP, 1)
+            out[(node, res)] = int(v)
+        return out
+
+    # -- pods ------------------------------------------------------------------------------------
+    def load_pods(self) -> dict[str, PodRecord]:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(self.keys.pods)
+        pipe.hgetall(self.keys.podstate)
+        records, states = pipe.execute()
+        out: dict[str, PodRecord] = {}
+        for key, raw in records.items():
+            out[key] = pod_record(key, raw, states.get(key))
+        return out
+
+    def get_pods(self, keys: list[str]) -> dict[str, PodRecord]:
+        if not keys:
+            return {}
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hmget(self.keys.pods, keys)
+        pipe.hmget(self.keys.podstate, keys)
+        records, states = pipe.execute()
+        out: dict[str, PodRecord] = {}
+        for key, raw, state in zip(keys, records, states):
+            if raw:
+                out[key] = pod_record(key, raw, state)
+        return out
+
+    def pods_in_state(self, state: PodState) -> dict[str, PodRecord]:
+        keys = sorted(k for k, v in decoded(self.redis.hgetall(self.keys.podstate)).items() if v == state)
+        return self.get_pods(keys)
+
+    # -- gangs -----------------------------------------------------------------------------------
+    def load_nominations(self) -> dict[str, str]:
+        return decoded(self.redis.hgetall(self.keys.nominations))
+
+    def load_gangs(self) -> dict[str, GangSpec]:
+        return {k: gang_from_json(v) for k, v in decoded(self.redis.hgetall(self.keys.gangs)).items()}
+
+    def load_gang_records(self, keys: list[str]) -> dict[str, GangRecord]:
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(self.keys.gang(key))
+            pipe.smembers(self.keys.gang_assumed(key))
+            pipe.smembers(self.keys.gang_bound(key))
+            pipe.hgetall(self.keys.gang_rounds(key))
+        raw = pipe.execute()
+        out: dict[str, GangRecord] = {}
+        for i, key in enumerate(keys):
+            out[key] = gang_record(key, *raw[4 * i : 4 * i + 4])
+        self._load_roles(out)
+        return out
+
+    def _load_roles(self, records: dict[str, GangRecord]) -> None:
+        """The roles of the reserved and bound pods of gangs with role minimums (Volcano minTaskMember), read
+        from their pod records (each keeps the pod's annotations and labels): what the gang manager counts
+        them by, rebuilt rather than stored twice. Two round trips, and none for a state without such gangs."""
+        if not records:
+            return
+        specs = self.redis.hmget(self.keys.gangs, list(records))
+        members: dict[str, list[str]] = {}
+        for (key, rec), raw in zip(records.items(), specs):
+            if raw and gang_from_json(raw).min_task_member and (rec.assumed or rec.bound):
+                members[key] = sorted(rec.assumed | rec.bound)
+        if not members:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for pods in members.values():
+            pipe.hmget(self.keys.pods, pods)
+        for (key, pods), raws in zip(members.items(), pipe.execute()):
+            for pod, raw in zip(pods, raws):
+                if raw and (role := role_in_record(raw)):
+                    records[key].roles[pod] = role
+
+    def gang_keys_with_state(self) -> list[str]:
+        """Gangs that have any runtime state (declared or not)."""
+        found: set[str] = set(decoded(self.redis.hkeys(self.keys.gangs)))
+        marker = self.keys.base + ":gang:"
+        for k in self.redis.scan_iter(match=marker + "*", count=1000):
+            rest = k[len(marker) :]
+            for suffix in (":assumed", ":bound", ":rounds"):
+                if rest.endswith(suffix):
+                    rest = rest[: -len(suffix)]
+                    break
+            found.add(rest)
+        return sorted(found)
+
+    # -- timers ----------------------------------------------------------------------------------
+    def timers(self, now: float) -> tuple[list[str], float | None]:
+        """(gangs whose wait has expired by `now`, the earliest deadline of all) in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(self.keys.timers, "-inf", now)
+        pipe.zrange(self.keys.timers, 0, 0, withscores=True)
+        due, first = pipe.execute()
+        return list(due), (float(first[0][1]) if first else None)
+
+    def next_timer(self) -> float | None:
+        first = self.redis.zrange(self.keys.timers, 0, 0, withscores=True)
+        return float(first[0][1]) if first else None
