@@ -21,7 +21,7 @@ from phalanx.bench.k8s.workloads import PEER, PHALANX, Shape, workloads
 
 
 def versions(peer_binary: Path | None) -> dict[str, Any]:
-    from phalanx.testing.apiserver import find_k8s_bin_dir, pinned_k8s_version
+    from phalanx.testing.k8s_binaries import find_k8s_bin_dir, pinned_k8s_version
 
     out: dict[str, Any] = {"kube_apiserver": pinned_k8s_version() or ""}
     bin_dir = find_k8s_bin_dir()
