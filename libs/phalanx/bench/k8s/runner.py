@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,20 +53,21 @@ class _Window:
 
     launch: float = 0.0
     setup_s: float = 0.0
-    samples: dict[str, ProcSample] | None = None  # each scheduler process's latest while it lived
+    samples: dict[str, ProcSample] = field(default_factory=dict)  # each scheduler process's latest while it lived
     startup_cpu: dict[str, float] | None = None  # each process's CPU when the first binding was seen
+    busy_at_launch: float = 0.0  # the machine's busy CPU seconds so far
     busy_at_first: float | None = None
     api_before: ProcSample | None = None
     api_after: ProcSample | None = None
     etcd_before: ProcSample | None = None
     etcd_after: ProcSample | None = None
     peak_reset: bool = False
-    requests: dict[str, int] | None = None
+    requests: dict[str, int] = field(default_factory=dict)
     window_s: float = 0.0
     harness_cpu: float = 0.0
     busy: float = 0.0
     alive_at_end: bool = False
-    watch_errors: list[str] | None = None
+    watch_errors: list[str] = field(default_factory=list)
 
 
 def _pid_of(server: LocalApiServer, attr: str) -> int | None:
@@ -90,13 +91,11 @@ def _wait_for_bindings(
     seen: Observed,
     w: _Window,
     opts: RunOptions,
-    busy0: float,
     progress: Callable[[str], None],
 ) -> None:
     """Until the expected pods are bound (and, under contention, `settle` more seconds) or the timeout."""
     from phalanx.bench.procs import machine_busy_s
 
-    assert w.samples is not None
     reached: float | None = None
     deadline = w.launch + shape.timeout
     last_report = w.launch
@@ -107,7 +106,7 @@ def _wait_for_bindings(
         _sample_scheduler(sut, w.samples)
         if n_bound and w.startup_cpu is None:
             w.startup_cpu = {k: s.cpu_s for k, s in w.samples.items()}
-            w.busy_at_first = machine_busy_s() - busy0
+            w.busy_at_first = machine_busy_s() - w.busy_at_launch
         if n_bound >= shape.expected_bound and reached is None:
             reached = now
         if reached is not None and (not shape.contention or now - reached >= opts.settle):
@@ -148,7 +147,7 @@ def run_once(
     sut: SchedulerUnderTest | None = None
     watches: Watches | None = None
     seen = Observed()
-    w = _Window(samples={})
+    w = _Window()
     api: KubeApi | None = None
     try:
         api = connect(str(server.kubeconfig_path))
@@ -176,19 +175,18 @@ def run_once(
         # -- launch and watch ----------------------------------------------------------------------------
         w.launch = time.monotonic()
         harness_cpu0 = time.process_time()
-        busy0 = machine_busy_s()
+        w.busy_at_launch = machine_busy_s()
         sut.launch()
-        _wait_for_bindings(shape, which, sut, seen, w, opts, busy0, progress)
+        _wait_for_bindings(shape, which, sut, seen, w, opts, progress)
         _wait_for_statuses(which, seen, gangs, opts.status_timeout)
         time.sleep(0.5)
-        assert w.samples is not None
         _sample_scheduler(sut, w.samples)
         w.api_after = proc_sample(api_pid) if api_pid else ProcSample()
         w.etcd_after = proc_sample(etcd_pid) if etcd_pid else ProcSample()
         w.requests = delta(metrics(api), metrics_before)
         w.window_s = time.monotonic() - w.launch
         w.harness_cpu = time.process_time() - harness_cpu0
-        w.busy = machine_busy_s() - busy0
+        w.busy = machine_busy_s() - w.busy_at_launch
         w.alive_at_end = sut.alive()
         sut.stop()
         watches.stop()
@@ -228,7 +226,6 @@ def _result(
         events_missing = len(set(seen.bound) - set(seen.event))
         sources = sorted(seen.event_sources)
         pg_writes = seen.podgroup_writes
-    assert w.samples is not None and w.requests is not None
     api_before, api_after, etcd_before, etcd_after = w.api_before, w.api_after, w.etcd_before, w.etcd_after
     assert api_before is not None and api_after is not None and etcd_before is not None and etcd_after is not None
     requests = w.requests
@@ -283,7 +280,7 @@ def _result(
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "window_s": round(w.window_s, 2),
         "scheduler_alive_at_end": w.alive_at_end,
-        "watch_errors": w.watch_errors or [],
+        "watch_errors": w.watch_errors,
         "correctness": check,
     }
 
