@@ -32,7 +32,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MODIFIED|DELETED, object)
-TimedSink = Callable[[float, str, str, dict[str, Any]], None]  # (arrival, monotonic s, then as Sink)
+TimedSink = Callable[[float, str, str, dict[str, Any]], None]  # (time.monotonic() at arrival, then as Sink)
 
 
 @dataclass(frozen=True)
@@ -178,8 +178,9 @@ class Watcher:
 
     def _list(self) -> str:
         resp = self._call(_request_timeout=self.request_timeout)
+        data = resp.data  # read here: the list's items arrived once the whole answer has
         arrived = time.monotonic()
-        body = json.loads(resp.data)
+        body = json.loads(data)
         items = body.get("items") or []
         for item in items:
             item.setdefault("kind", self.collection.kind)

@@ -23,6 +23,7 @@ def _pct(values: Iterable[float], q: float) -> float | None:
 
 
 def dist(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, Any]:
+    """n, p50, p95 and max of `values` times `scale`, rounded to `digits` (None for each when empty)."""
     if not values:
         return {"n": 0, "p50": None, "p95": None, "max": None}
     p50, p95 = _pct(values, 0.5), _pct(values, 0.95)
@@ -135,6 +136,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def fmt(spec: str, v: Any) -> str:
+    """`v` in the table's format `spec`; "-" for a missing figure."""
     return "-" if v is None else spec.format(v)
 
 
