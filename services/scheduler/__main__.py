@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
 import threading
@@ -23,24 +22,10 @@ import grpc
 from phalanx.clock import Clock
 from phalanx.cluster import leadership as leader_election
 from phalanx.cluster.duties import SchedulingDuties
-from phalanx.cluster.leader import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RETRY_PERIOD,
-    ElectionConfig,
-    new_identity,
-    pod_name,
-    pod_namespace,
-)
+from phalanx.cluster.leader import ElectionConfig, new_identity, pod_name, pod_namespace
 from phalanx.cluster.loop import SchedulingLoop
 from phalanx.config import (
-    bool_arg,
-    common_parser,
-    env_flag,
     health_listen_of,
-    kubeconfig_arg,
-    opt_bool,
-    redis_args,
     redis_client,
     redis_unreachable,
     security_of,
@@ -52,7 +37,6 @@ from phalanx.framework.framework import Framework
 from phalanx.framework.profile import ProfileError
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
-from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import redis_check
@@ -66,6 +50,8 @@ from phalanx.state.store import StateStore
 from phalanx.telemetry.failures import rpc_failure
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import scheduler_pb2_grpc
+from phalanx_scheduler import flags
+from phalanx_scheduler.flags import election_enabled, retry_backoff_of
 from phalanx_scheduler.servicer import SchedulerServicer
 
 if TYPE_CHECKING:
@@ -77,13 +63,6 @@ log = logging.getLogger("phalanx_scheduler")
 # name, so the first pop of a new leader (a new incarnation of it) takes back at once whatever the
 # previous leader still had on loan.
 SHARED_CONSUMER = "phalanx-scheduler"
-
-
-def election_enabled(args: argparse.Namespace) -> bool:
-    """--leader-elect, by default on against Kubernetes on the wall clock (the deployed configuration)."""
-    if args.leader_elect is not None:
-        return bool(args.leader_elect)
-    return bool(args.backend == "kubernetes" and args.clock == "real")
 
 
 def build(
@@ -150,21 +129,6 @@ def framework_of(path: str | None) -> Framework:
         usage_error("scheduler", f"--profile {exc.path}: {exc.where()}")
 
 
-def retry_backoff_of(raw: str) -> float:
-    """--gang-retry-backoff: seconds, 0 or more (0: a timed-out gang is tried again at once); anything else
-    ends the service with one line naming the flag and its variable (exit status 2)."""
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        usage_error(
-            "scheduler",
-            f"--gang-retry-backoff (env PHALANX_GANG_RETRY_BACKOFF): {raw!r} is not a number of seconds, 0 or more",
-        )
-    return seconds
-
-
 class Dependencies:
     """The queue and the binder, waited for from start() on a thread each (concurrently with each other and
     with whatever the scheduler does meanwhile: building itself, loading its kubeconfig, campaigning for the
@@ -219,166 +183,8 @@ def cannot_start(reason: str) -> NoReturn:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = common_parser("scheduler", __doc__ or "")
-    redis_args(p)
-    env_flag(p, "--queue", "PHALANX_QUEUE_ADDR", "127.0.0.1:50051", "queue service")
-    env_flag(p, "--binder", "PHALANX_BINDER_ADDR", "127.0.0.1:50053", "binder service")
-    env_flag(
-        p,
-        "--profile",
-        "PHALANX_PROFILE",
-        "",
-        "scheduling profile YAML",
-        parse=lambda raw: raw or None,
-        shown="empty: the built-in profile",
-    )
-    env_flag(
-        p,
-        "--default-wait",
-        "PHALANX_DEFAULT_WAIT",
-        "600",
-        "seconds a gang waits for its minimum when it declares no waiting time",
-        parse=float,
-        type=float,
-    )
-    env_flag(
-        p,
-        "--gang-retry-backoff",
-        "PHALANX_GANG_RETRY_BACKOFF",
-        "10",
-        "seconds a gang whose wait ran out waits before it is tried again, for the forms that retry "
-        "(scheduler-plugins, Volcano and Workload API PodGroups, lightweight, kube-batch, delayed-binding, "
-        "ConfigMap; Coscheduling's podGroupBackoffSeconds); Koordinator's forms never retry",
-    )
-    env_flag(
-        p,
-        "--starvation-bound",
-        "PHALANX_STARVATION_BOUND",
-        "0",
-        "seconds a gang may wait for its minimum before nodes are reserved (drained) for it; 0: no reservations",
-        parse=float,
-        type=float,
-    )
-    env_flag(
-        p,
-        "--preemption",
-        "PHALANX_PREEMPTION",
-        "on",
-        "gang preemption: a gang that does not fit evicts lower-priority gangs (whole) or pods; off: never",
-        choices=["on", "off"],
-    )
-    env_flag(
-        p, "--pop-batch", "PHALANX_POP_BATCH", "256", "pods popped from the queue at most per pop", parse=int, type=int
-    )
-    p.add_argument(
-        "--dependency-timeout",
-        type=float,
-        default=60.0,
-        help="seconds to wait at start for the queue and the binder to serve before giving up",
-    )
-    env_flag(
-        p,
-        "--backend",
-        "PHALANX_BACKEND",
-        "kubernetes",
-        "kubernetes: watch the cluster (with --clock real) and feed it to the scheduler; simulated: cluster "
-        "events arrive through the Scheduler API",
-        choices=["simulated", "kubernetes"],
-    )
-    kubeconfig_arg(p)
-    env_flag(
-        p,
-        "--reconcile-interval",
-        "PHALANX_RECONCILE_INTERVAL",
-        "10",
-        "seconds between comparisons of the scheduler's view, Redis and the API server, which repair any drift",
-        parse=float,
-        type=float,
-    )
-    env_flag(
-        p,
-        "--liveness-timeout",
-        "PHALANX_LIVENESS_TIMEOUT",
-        "120",
-        "seconds the scheduling loop may go without an iteration before liveness fails",
-        parse=float,
-        type=float,
-    )
-    env_flag(
-        p,
-        "--scheduler-name",
-        "PHALANX_SCHEDULER_NAME",
-        DEFAULT_SCHEDULER_NAME,
-        "the spec.schedulerName of the pods Phalanx schedules",
-    )
-    g = p.add_argument_group(
-        "leader election",
-        "several replicas: one leads (schedules), the others wait (kube-scheduler's flags and defaults)",
-    )
-    env_flag(
-        g,
-        "--leader-elect",
-        "PHALANX_LEADER_ELECT",
-        "",
-        "elect a leader on a coordination.k8s.io Lease before scheduling",
-        parse=opt_bool,
-        shown="true with --backend kubernetes and --clock real, else false",
-        type=bool_arg,
-        nargs="?",
-        const=True,
-    )
-    env_flag(
-        g,
-        "--leader-elect-lease-name",
-        "PHALANX_LEADER_ELECT_LEASE_NAME",
-        "",
-        "the Lease's name",
-        shown="<scheduler-name>-scheduler, i.e. phalanx-scheduler",
-    )
-    env_flag(
-        g,
-        "--leader-elect-namespace",
-        "PHALANX_LEADER_ELECT_NAMESPACE",
-        "",
-        "the Lease's namespace",
-        shown="POD_NAMESPACE, else the service account's namespace, else default",
-    )
-    env_flag(
-        g,
-        "--leader-elect-identity",
-        "PHALANX_LEADER_ELECT_IDENTITY",
-        "",
-        "this replica's name in the Lease (a random suffix per process is appended); replicas need distinct names",
-        shown="POD_NAME, else the host name",
-    )
-    env_flag(
-        g,
-        "--leader-elect-lease-duration",
-        "PHALANX_LEADER_ELECT_LEASE_DURATION",
-        f"{DEFAULT_LEASE_DURATION:g}",
-        "seconds a standby waits, after the Lease last changed, before taking it over",
-        parse=float,
-        type=float,
-    )
-    env_flag(
-        g,
-        "--leader-elect-renew-deadline",
-        "PHALANX_LEADER_ELECT_RENEW_DEADLINE",
-        f"{DEFAULT_RENEW_DEADLINE:g}",
-        "seconds the leader keeps trying to renew before it gives up leadership (and exits)",
-        parse=float,
-        type=float,
-    )
-    env_flag(
-        g,
-        "--leader-elect-retry-period",
-        "PHALANX_LEADER_ELECT_RETRY_PERIOD",
-        f"{DEFAULT_RETRY_PERIOD:g}",
-        "seconds between attempts to acquire or renew the Lease",
-        parse=float,
-        type=float,
-    )
-    return p
+    """The service's flags (flags.py), described by this module's docstring."""
+    return flags.parser(__doc__ or "")
 
 
 def start_feed(

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.bench import k8s_side_by_side as bench
+from phalanx.bench.k8s import cli, kubeapi, observe, schedulers, workloads
+from phalanx.bench.k8s.workloads import PEER, PG_LABEL, PHALANX
+from phalanx.model.gpu import GPU
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
 
 pytestmark = pytest.mark.skipif(not apiserver_available(), reason=APISERVER_MISSING_REASON)
@@ -17,7 +19,7 @@ pytestmark = pytest.mark.skipif(not apiserver_available(), reason=APISERVER_MISS
 
 def _args(tmp_path: Path, **over: object) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    bench.add_bench_k8s_command(parser.add_subparsers())
+    cli.add_bench_k8s_command(parser.add_subparsers())
     args = parser.parse_args(
         ["bench-k8s", "--quick", "--output", str(tmp_path / "k8s.json"), "--table", str(tmp_path / "k8s.txt")]
     )
@@ -27,11 +29,11 @@ def _args(tmp_path: Path, **over: object) -> argparse.Namespace:
 
 
 def test_peer_config_enables_coscheduling_everywhere_it_documents() -> None:
-    config = bench.peer_config("/kubeconfig")
+    config = schedulers.peer_config("/kubeconfig")
     assert config["leaderElection"] == {"leaderElect": False}
     assert config["clientConnection"]["qps"] == 5000 and config["clientConnection"]["burst"] == 5000
     (profile,) = config["profiles"]
-    assert profile["schedulerName"] == bench.SCHEDULER_NAMES[bench.PEER]
+    assert profile["schedulerName"] == workloads.SCHEDULER_NAMES[PEER]
     for point in ("queueSort", "preFilter", "postFilter", "permit", "reserve"):
         assert {"name": "Coscheduling"} in profile["plugins"][point]["enabled"], point
     assert profile["plugins"]["queueSort"]["disabled"] == [{"name": "*"}]
@@ -51,7 +53,7 @@ def test_request_totals_are_summed_by_verb_and_resource() -> None:
             'subresource="/metrics",verb="GET",version=""} 5',
         ]
     )
-    assert bench.parse_request_totals(text) == {
+    assert kubeapi.parse_request_totals(text) == {
         "POST pods/binding": 9.0,
         "PATCH podgroups.scheduling.x-k8s.io/status": 3.0,
     }
@@ -60,39 +62,39 @@ def test_request_totals_are_summed_by_verb_and_resource() -> None:
 def test_correctness_finds_partial_gangs_and_overcommitted_nodes() -> None:
     node = {
         "metadata": {"name": "n"},
-        "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110", bench.GPU: "2"}},
+        "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110", GPU: "2"}},
     }
 
     def pod(name: str, gang: str, node_name: str, gpus: int) -> dict[str, object]:
         return {
-            "metadata": {"name": name, "labels": {bench.PG_LABEL: gang}},
+            "metadata": {"name": name, "labels": {PG_LABEL: gang}},
             "spec": {
                 "nodeName": node_name,
-                "containers": [{"resources": {"requests": {"cpu": "100m", "memory": "128Mi", bench.GPU: str(gpus)}}}],
+                "containers": [{"resources": {"requests": {"cpu": "100m", "memory": "128Mi", GPU: str(gpus)}}}],
             },
         }
 
-    ok = bench.correctness([pod("a-0", "a", "n", 1), pod("a-1", "a", "n", 1)], [node], {"a": 2}, 2)
+    ok = observe.correctness([pod("a-0", "a", "n", 1), pod("a-1", "a", "n", 1)], [node], {"a": 2}, 2)
     assert ok["ok"] and ok["gangs_bound"] == 1 and ok["partial_gangs"] == 0
-    bad = bench.correctness([pod("a-0", "a", "n", 2), pod("b-0", "b", "n", 1)], [node], {"a": 1, "b": 2}, 2)
+    bad = observe.correctness([pod("a-0", "a", "n", 2), pod("b-0", "b", "n", 1)], [node], {"a": 1, "b": 2}, 2)
     assert not bad["ok"] and bad["partial_gangs"] == 1 and bad["overcommitted_nodes"] == 1
 
 
 def test_quick_run_measures_both_halves_or_says_why_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    peer = bench.peer_binary_path()
-    assert bench.main(_args(tmp_path, strict=True)) == 0
+    peer = schedulers.peer_binary_path()
+    assert cli.main(_args(tmp_path, strict=True)) == 0
     out, err = capsys.readouterr()
     doc = json.loads((tmp_path / "k8s.json").read_text())
     table = (tmp_path / "k8s.txt").read_text()
     assert table.strip() in out
     assert doc["quick"] and doc["repeats"] == 1
     assert doc["machine"]["cpu_count"] and doc["versions"]["kube_apiserver"]
-    expected = [bench.PHALANX] + ([bench.PEER] if peer is not None else [])
+    expected = [PHALANX] + ([PEER] if peer is not None else [])
     assert doc["peer_ran"] is (peer is not None)
     if peer is None:  # the peer half is skipped only for a missing binary, and the output says so
         assert "SKIPPING the peer half" in err and "NOT RUN" in table
 
-    shapes = {s.name: s for s in bench.workloads(quick=True)}
+    shapes = {s.name: s for s in workloads.workloads(quick=True)}
     assert {r["workload"] for r in doc["runs"]} == set(shapes)
     assert sorted((r["workload"], r["scheduler"]) for r in doc["runs"]) == sorted(
         (w, s) for w in shapes for s in expected
@@ -115,7 +117,7 @@ def test_quick_run_measures_both_halves_or_says_why_not(tmp_path: Path, capsys: 
         assert r["scheduler_cpu_s"] > 0 and r["scheduler_peak_rss_mib"] > 0, where
         assert r["apiserver_cpu_s"] > 0 and r["apiserver_peak_rss_mib"] > 0, where
         assert r["scheduler_alive_at_end"] and not r["watch_errors"], where
-        if r["scheduler"] == bench.PHALANX:
+        if r["scheduler"] == PHALANX:
             assert set(r["processes"]) == {"redis", "queue", "binder", "scheduler"}, where
             if shape.gangs:  # Phalanx reports each bound gang on its PodGroup
                 assert r["status_lag_ms"]["podgroup_status"]["n"] == shape.expected_bound // shape.gang_size, where

@@ -24,18 +24,13 @@ from phalanx.metrics.catalog import registry_for
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME, LABEL_X_K8S_PODGROUP
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, LocalApiServer, apiserver_available
 from phalanx.testing.job_controllers import (
-    GPU,
     JOB_CONTROLLERS_MISSING_REASON,
-    PYTORCHJOB,
-    SUCCEED_AFTER,
     Kwok,
     TrainingOperator,
-    fake_node,
     install_pytorchjob_crd,
-    job_conditions,
     job_controllers_available,
-    pytorchjob,
 )
+from phalanx.testing.job_objects import GPU, PYTORCHJOB, SUCCEED_AFTER, fake_node, job_conditions, pytorchjob
 
 pytestmark = [
     pytest.mark.integration,

@@ -41,14 +41,8 @@ from phalanx.kube.watch import Collection, Watcher
 from phalanx.lifecycle import PARENT_PID_ENV
 from phalanx.metrics import catalog
 from phalanx.testing.apiserver import APISERVER_MISSING_REASON, LocalApiServer, apiserver_available
-from phalanx.testing.job_controllers import (
-    GPU,
-    JOB_CONTROLLERS_MISSING_REASON,
-    SUCCEED_AFTER,
-    Kwok,
-    fake_node,
-    job_controllers_available,
-)
+from phalanx.testing.job_controllers import JOB_CONTROLLERS_MISSING_REASON, Kwok, job_controllers_available
+from phalanx.testing.job_objects import GPU, SUCCEED_AFTER, fake_node
 
 pytestmark = [
     pytest.mark.integration,

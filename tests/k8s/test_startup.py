@@ -31,7 +31,7 @@ CPU_S = 3.5
 
 def test_the_first_binding_comes_within_seconds_of_the_launch() -> None:
     from phalanx.bench import startup
-    from phalanx.bench.k8s_side_by_side import Shape
+    from phalanx.bench.k8s.workloads import Shape
 
     shape = Shape("startup-test-10n-10x3", nodes=10, gangs=10, gang_size=3, expected_bound=30, timeout=60)
     [run] = startup.run(1, progress=lambda line: None, shape=shape)

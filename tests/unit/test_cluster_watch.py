@@ -147,3 +147,64 @@ def test_a_collection_missing_at_start_is_quiet_and_its_arrival_is_said(caplog: 
         ("INFO", "pods: now served by the API server"),
         ("WARNING", "pods: no longer served by the API server"),
     ]
+
+
+class SlowReads(Resp):
+    """Two reads, the first holding two events split across the read boundary, the second the rest."""
+
+    def __init__(self, events: list[dict[str, Any]], times: list[float]) -> None:
+        super().__init__()
+        raw = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+        cut = raw.index(b"\n", raw.index(b"\n") + 1) + 5  # the second line's end and a bit of the third
+        self._reads = [raw[:cut], raw[cut:]]
+        self._times = times
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        import time
+
+        for read in self._reads:
+            self._times.append(time.monotonic())
+            yield read
+
+
+def test_a_timed_sink_gets_each_event_with_the_time_its_bytes_arrived() -> None:
+    """Every event completed by one read carries that read's time, however long the sink spends on the
+    earlier ones; list items carry the time the list's answer came."""
+    import time
+
+    stop = threading.Event()
+    reads: list[float] = []
+    events = [{"type": "MODIFIED", "object": obj(n, str(i + 2))} for i, n in enumerate("abc")]
+    script = Script(stop, [listing("1", obj("a", "1")), SlowReads(events, reads)])
+    seen: list[tuple[float, str, str, str]] = []
+
+    def timed(arrived: float, collection: str, kind: str, o: dict[str, Any]) -> None:
+        seen.append((arrived, collection, kind, o["metadata"]["name"]))
+        time.sleep(0.02)  # a busy sink: the next event's stamp must not include it
+
+    before = time.monotonic()
+    watcher = Watcher(Collection("pods", script, "Pod", "v1"), None, stop, timed_sink=timed)
+    watcher.start()
+    watcher.join(5)
+    assert [s[1:] for s in seen] == [
+        ("pods", "ADDED", "a"),
+        ("pods", "MODIFIED", "a"),
+        ("pods", "MODIFIED", "b"),
+        ("pods", "MODIFIED", "c"),
+    ]
+    assert before <= seen[0][0] <= reads[0]
+    assert seen[1][0] == seen[2][0]  # one read: one time, though the sink took 20 ms over the first
+    assert reads[0] <= seen[1][0] < reads[0] + 0.01 and reads[1] <= seen[3][0] < reads[1] + 0.01
+
+
+def test_a_watcher_takes_one_sink_and_remembers_its_last_failure() -> None:
+    stop = threading.Event()
+    collection = Collection("pods", Script(stop, []), "Pod", "v1")
+    for sinks in ((None, None), (lambda c, k, o: None, lambda t, c, k, o: None)):
+        try:
+            Watcher(collection, sinks[0], stop, timed_sink=sinks[1])
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {sinks}")
+    _, _, watcher = run([ApiException(status=500, reason="Internal Server Error"), listing("1")])
+    assert watcher.last_error == "500 Internal Server Error" and watcher.synced.is_set()

@@ -239,7 +239,7 @@ def test_volcano_podgroup_of_a_backing_off_gang_is_pending_and_unschedulable() -
 
 @pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", ""])
 def test_a_bad_retry_backoff_is_refused_naming_the_flag(raw: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from phalanx_scheduler.__main__ import retry_backoff_of
+    from phalanx_scheduler.flags import retry_backoff_of
 
     with pytest.raises(SystemExit) as exc:
         retry_backoff_of(raw)
@@ -249,7 +249,7 @@ def test_a_bad_retry_backoff_is_refused_naming_the_flag(raw: str, capsys: pytest
 
 
 def test_a_retry_backoff_of_zero_retries_at_once(store: StateStore) -> None:
-    from phalanx_scheduler.__main__ import retry_backoff_of
+    from phalanx_scheduler.flags import retry_backoff_of
 
     assert retry_backoff_of("0") == 0.0 and retry_backoff_of("2.5") == 2.5
     h = LocalScheduler(store)

@@ -1,6 +1,6 @@
 """`make bench-startup`: launch to first binding of Phalanx as deployed, on a fresh kube-apiserver.
 
-Each run is one of bench-k8s's (phalanx.bench.k8s_side_by_side.run_once): a fresh etcd + kube-apiserver,
+Each run is one of bench-k8s's (phalanx.bench.k8s.runner.run_once): a fresh etcd + kube-apiserver,
 fake Nodes, every PodGroup and pod created before the launch, then Phalanx launched as deployed (ChaosStack:
 redis-server with a password, then the queue, binder and scheduler as separate processes with mutual TLS,
 the scheduler under leader election as by default) and the time from the launch (the first process started)
@@ -33,10 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from phalanx.bench import k8s_side_by_side as k8s
+from phalanx.bench.k8s.runner import RunOptions, run_once
+from phalanx.bench.k8s.schedulers import PhalanxUnderTest
+from phalanx.bench.k8s.workloads import PHALANX, SCHEDULER_NAMES, Shape
 from phalanx.bench.report import machine
 
-SHAPE = k8s.Shape("startup-50n-100x3", nodes=50, gangs=100, gang_size=3, expected_bound=300, timeout=90)
+SHAPE = Shape("startup-50n-100x3", nodes=50, gangs=100, gang_size=3, expected_bound=300, timeout=90)
 # What each service logs at INFO when it reaches a step of the start (the first line matching counts).
 PHASES = [
     ("queue serving", "queue", r"queue serving on"),
@@ -50,7 +52,7 @@ PHASES = [
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
 
-class _Phalanx(k8s.PhalanxUnderTest):
+class _Phalanx(PhalanxUnderTest):
     """bench-k8s's Phalanx, logging at INFO (the steps of its start), with the launch's wall clock."""
 
     def __init__(self, kubeconfig: str, run_dir: Path) -> None:
@@ -58,7 +60,7 @@ class _Phalanx(k8s.PhalanxUnderTest):
 
         self.run_dir = run_dir
         self.stack = ChaosStack.create(
-            StackConfig(kubeconfig, k8s.SCHEDULER_NAMES[k8s.PHALANX], "bench-startup", run_dir, log_level="INFO")
+            StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-startup", run_dir, log_level="INFO")
         )
         self.launched_at = 0.0
         self.load_at_launch: list[float] = []
@@ -88,7 +90,7 @@ def phases(run_dir: Path, launched_at: float) -> dict[str, float | None]:
     return out
 
 
-def run(runs: int, progress: Any = print, shape: k8s.Shape = SHAPE) -> list[dict[str, Any]]:
+def run(runs: int, progress: Any = print, shape: Shape = SHAPE) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     made: list[_Phalanx] = []
 
@@ -97,36 +99,31 @@ def run(runs: int, progress: Any = print, shape: k8s.Shape = SHAPE) -> list[dict
         made.append(sut)
         return sut
 
-    saved = k8s.PhalanxUnderTest
-    k8s.PhalanxUnderTest = make  # type: ignore[assignment,misc]
-    try:
-        for i in range(runs):
-            with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-                r = k8s.run_once(shape, k8s.PHALANX, k8s.RunOptions(log_dir=Path(tmp)))
-                sut = made[-1]
-                steps = phases(sut.run_dir, sut.launched_at)
-            row = {
-                "first_binding_s": r["first_binding_s"],
-                "launch_to_last_binding_s": r["launch_to_last_binding_s"],
-                "phases_s": steps,
-                "load_average_at_launch": sut.load_at_launch,
-                "other_cpu_s": r["other_cpu_s"],
-                "window_s": r["window_s"],
-                "scheduler_cpu_s": r["scheduler_cpu_s"],
-                "processes": r["processes"],
-                "startup_cpu_s": r["startup_cpu_s"],
-                "phalanx_cpu_to_first_binding_s": round(sum(r["startup_cpu_s"].values()), 3),
-                "machine_busy_to_first_binding_s": r["machine_busy_to_first_binding_s"],
-                "correct": r["correctness"]["ok"],
-            }
-            out.append(row)
-            progress(
-                f"  run {i + 1}/{runs}: first binding {row['first_binding_s']}s, last {row['launch_to_last_binding_s']}s "
-                f"(load {sut.load_at_launch[0] if sut.load_at_launch else '?'} at launch, others "
-                f"{row['other_cpu_s']} CPU s in the run){'' if row['correct'] else ' NOT CORRECT'}"
-            )
-    finally:
-        k8s.PhalanxUnderTest = saved  # type: ignore[misc]
+    for i in range(runs):
+        with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+            r = run_once(shape, PHALANX, RunOptions(log_dir=Path(tmp), phalanx=make))
+            sut = made[-1]
+            steps = phases(sut.run_dir, sut.launched_at)
+        row = {
+            "first_binding_s": r["first_binding_s"],
+            "launch_to_last_binding_s": r["launch_to_last_binding_s"],
+            "phases_s": steps,
+            "load_average_at_launch": sut.load_at_launch,
+            "other_cpu_s": r["other_cpu_s"],
+            "window_s": r["window_s"],
+            "scheduler_cpu_s": r["scheduler_cpu_s"],
+            "processes": r["processes"],
+            "startup_cpu_s": r["startup_cpu_s"],
+            "phalanx_cpu_to_first_binding_s": round(sum(r["startup_cpu_s"].values()), 3),
+            "machine_busy_to_first_binding_s": r["machine_busy_to_first_binding_s"],
+            "correct": r["correctness"]["ok"],
+        }
+        out.append(row)
+        progress(
+            f"  run {i + 1}/{runs}: first binding {row['first_binding_s']}s, last {row['launch_to_last_binding_s']}s "
+            f"(load {sut.load_at_launch[0] if sut.load_at_launch else '?'} at launch, others "
+            f"{row['other_cpu_s']} CPU s in the run){'' if row['correct'] else ' NOT CORRECT'}"
+        )
     return out
 
 

@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     from phalanx.security.cli import add_certs_command
 
     add_certs_command(sub)
-    from phalanx.bench.k8s_side_by_side import add_bench_k8s_command
+    from phalanx.bench.k8s.cli import add_bench_k8s_command
 
     add_bench_k8s_command(sub)
     from phalanx.explain.cli import add_explain_command

@@ -12,6 +12,11 @@ What client-go's reflector does, for the few collections the scheduler needs:
 Objects are the API server's JSON (camelCase), which the intake reads directly: skipping the client's model
 deserialisation is faster and avoids its known mis-parses. List items come without kind/apiVersion, so the
 collection's are filled in.
+
+A sink can also be told when each event arrived (`timed_sink`): the monotonic time the bytes that completed
+it were read from the socket, taken before the event is parsed or any earlier event of the same read is
+delivered, so a busy sink does not delay the stamps of what follows it (the bench-k8s harness times bindings
+and status writes by them).
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MODIFIED|DELETED, object)
+TimedSink = Callable[[float, str, str, dict[str, Any]], None]  # (time.monotonic() at arrival, then as Sink)
 
 
 @dataclass(frozen=True)
@@ -56,19 +63,25 @@ def _stub(collection: Collection, key: str) -> dict[str, Any]:
 
 
 class Watcher:
+    """`sink` gets every event; or, with sink None, `timed_sink` gets each with its arrival time."""
+
     def __init__(
         self,
         collection: Collection,
-        sink: Sink,
+        sink: Sink | None,
         stop: threading.Event,
         *,
+        timed_sink: TimedSink | None = None,
         watch_timeout: int = 300,
         missing_retry: float = 30.0,
         max_backoff: float = 30.0,
         request_timeout: float = 60.0,
     ) -> None:
+        if (sink is None) == (timed_sink is None):
+            raise ValueError("Watcher: give either sink or timed_sink")
         self.collection = collection
         self.sink = sink
+        self.timed_sink = timed_sink
         self.stop = stop
         self.watch_timeout = watch_timeout
         self.missing_retry = missing_retry
@@ -77,6 +90,7 @@ class Watcher:
         self.synced = threading.Event()  # set after the first list (or the first 404 of a missing collection)
         self.relists = 0  # lists after the first: 410s and reconnections that lost their place
         self.served: bool | None = None  # whether the API server has the collection (a CRD may be missing)
+        self.last_error = ""  # the last failure that interrupted the list or the watch (retried since)
         self._known: dict[str, str] = {}  # key -> resourceVersion of every object delivered and not deleted
         self._resp: Any = None
         self._thread: threading.Thread | None = None
@@ -129,6 +143,7 @@ class Watcher:
             except ApiException as exc:
                 if self.stop.is_set():
                     break
+                self.last_error = f"{exc.status} {exc.reason}"
                 if exc.status == 404:  # the collection does not exist (CRD not installed, or removed)
                     if self.served:  # it was there: a CRD removed while we watched
                         log.warning(
@@ -152,6 +167,7 @@ class Watcher:
             except Exception as exc:  # connection errors and the like: resume from where we were
                 if self.stop.is_set():
                     break
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("%s: watch interrupted (%s: %s); retrying in %.1fs", name, type(exc).__name__, exc, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
@@ -162,16 +178,19 @@ class Watcher:
 
     def _list(self) -> str:
         resp = self._call(_request_timeout=self.request_timeout)
-        body = json.loads(resp.data)
+        data = resp.data  # read here: the list's items arrived once the whole answer has
+        arrived = time.monotonic()
+        body = json.loads(data)
         items = body.get("items") or []
         for item in items:
             item.setdefault("kind", self.collection.kind)
             item.setdefault("apiVersion", self.collection.api_version)
-        self._replace(items)
+        self._replace(items, arrived)
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _replace(self, items: list[dict[str, Any]]) -> None:
+    def _replace(self, items: list[dict[str, Any]], arrived: float | None = None) -> None:
         """Delivers the difference between what a (re-)list returned and what was known before it."""
+        arrived = time.monotonic() if arrived is None else arrived
         fresh: dict[str, str] = {}
         for obj in items:
             key = object_key(obj)
@@ -179,16 +198,15 @@ class Watcher:
             fresh[key] = version
             before = self._known.get(key)
             if before is None:
-                self._deliver("ADDED", obj)
+                self._deliver("ADDED", obj, arrived)
             elif before != version:
-                self._deliver("MODIFIED", obj)
+                self._deliver("MODIFIED", obj, arrived)
         for key in self._known.keys() - fresh.keys():
-            self._deliver("DELETED", _stub(self.collection, key))
+            self._deliver("DELETED", _stub(self.collection, key), arrived)
         self._known = fresh
 
     def _watch(self, version: str) -> str:
         from kubernetes.client.rest import ApiException
-        from kubernetes.watch.watch import iter_resp_lines
 
         resp = self._call(
             watch=True,
@@ -202,7 +220,7 @@ class Watcher:
             status = getattr(resp, "status", 200)
             if not 200 <= status <= 299:
                 raise ApiException(status=status, reason=resp.data.decode(errors="replace")[:200])
-            for line in iter_resp_lines(resp):
+            for arrived, line in _lines(resp):
                 if self.stop.is_set():
                     break
                 if not line.strip():
@@ -220,7 +238,7 @@ class Watcher:
                         self._known.pop(key, None)
                     else:
                         self._known[key] = new_version
-                    self._deliver(kind, obj)
+                    self._deliver(kind, obj, arrived)
                 version = new_version  # BOOKMARK: only the version advances
         finally:
             self._resp = None
@@ -228,8 +246,25 @@ class Watcher:
             resp.release_conn()
         return version
 
-    def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
+    def _deliver(self, kind: str, obj: dict[str, Any], arrived: float) -> None:
         try:
-            self.sink(self.collection.name, kind, obj)
+            if self.timed_sink is not None:
+                self.timed_sink(arrived, self.collection.name, kind, obj)
+            elif self.sink is not None:
+                self.sink(self.collection.name, kind, obj)
         except Exception:  # the sink's problem must not kill the watch
             log.exception("%s: handling a %s event failed", self.collection.name, kind)
+
+
+def _lines(resp: Any) -> Iterator[tuple[float, str]]:
+    """The stream's lines (as the kubernetes client's iter_resp_lines splits and decodes them), each with the
+    monotonic time the read that completed it returned."""
+    buffer = bytearray()
+    for segment in resp.stream(amt=None, decode_content=False):
+        arrived = time.monotonic()
+        buffer.extend(segment.encode() if isinstance(segment, str) else segment)
+        start = 0
+        while (end := buffer.find(b"\n", start)) != -1:
+            yield arrived, buffer[start:end].decode("utf-8", errors="replace")
+            start = end + 1
+        del buffer[:start]

@@ -30,9 +30,8 @@ ServiceAccount controller creates `default` accounts. What the server is configu
   (`workload_api=False` leaves it off). It only adds resources: nothing else changes. Without the gate the
   API server silently drops spec.schedulingGroup from the pods it stores.
 
-Binaries: $PHALANX_K8S_BIN_DIR if set, else the cache directory hack/build-k8s-binaries.sh builds into
-(${PHALANX_K8S_CACHE:-~/.cache/phalanx/k8s}/<version pinned in hack/k8s-binaries/go.mod>/). The tools
-needed are `etcd`, `kube-apiserver` and `openssl` (for the service-account key pair).
+Binaries: found by phalanx.testing.k8s_binaries ($PHALANX_K8S_BIN_DIR, else what hack/build-k8s-binaries.sh
+built). The tools needed are `etcd`, `kube-apiserver` and `openssl` (for the service-account key pair).
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ import atexit
 import base64
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -55,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.testing.k8s_binaries import apiserver_version, find_k8s_bin_dir, has_binaries, k8s_cache_root
 from phalanx.testing.ports import free_port, free_ports
 
 if TYPE_CHECKING:
@@ -67,59 +66,11 @@ DEFAULT_SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # version, off by default. v1alpha2 (PodGroup objects, spec.schedulingGroup) is the 1.36 shape.
 WORKLOAD_API_ARGS = ("--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha2=true")
 WORKLOAD_API_SINCE = (1, 36)
-BINARIES = ("etcd", "kube-apiserver")
 APISERVER_MISSING_REASON = (
     "kube-apiserver/etcd binaries not found: run hack/build-k8s-binaries.sh (takes ~5 min) or set PHALANX_K8S_BIN_DIR"
 )
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]
-_GO_MOD = _REPO_ROOT / "hack" / "k8s-binaries" / "go.mod"
-
-
-# --- finding the binaries --------------------------------------------------------------------------------
-
-
-def pinned_k8s_version() -> str | None:
-    """The k8s.io/kubernetes version pinned in hack/k8s-binaries/go.mod, if this is a source checkout."""
-    try:
-        text = _GO_MOD.read_text()
-    except OSError:
-        return None
-    match = re.search(r"^\s*k8s\.io/kubernetes\s+(v\d\S*)", text, re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def k8s_cache_root() -> Path:
-    return Path(os.environ.get("PHALANX_K8S_CACHE") or Path.home() / ".cache" / "phalanx" / "k8s")
-
-
-def _has_binaries(d: Path) -> bool:
-    return all(os.access(d / name, os.X_OK) and (d / name).is_file() for name in BINARIES)
-
-
-def find_k8s_bin_dir() -> Path | None:
-    """The directory holding etcd and kube-apiserver, or None.
-
-    $PHALANX_K8S_BIN_DIR wins outright (None if it lacks a binary). Otherwise the cache directory of the
-    version pinned in go.mod; outside a source checkout, the newest version in the cache.
-    """
-    explicit = os.environ.get("PHALANX_K8S_BIN_DIR")
-    if explicit:
-        d = Path(explicit)
-        return d if _has_binaries(d) else None
-    root = k8s_cache_root()
-    version = pinned_k8s_version()
-    if version is not None:
-        d = root / version
-        return d if _has_binaries(d) else None
-    candidates = [d for d in root.glob("v*") if _has_binaries(d)]
-    if not candidates:
-        return None
-
-    def key(d: Path) -> tuple[int, ...]:
-        return tuple(int(n) for n in re.findall(r"\d+", d.name)[:3])
-
-    return max(candidates, key=key)
+# --- whether it can run here ------------------------------------------------------------------------------
 
 
 def apiserver_available() -> bool:
@@ -131,18 +82,6 @@ def apiserver_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def apiserver_version(bin_dir: Path) -> tuple[int, int] | None:
-    """(major, minor) of the kube-apiserver in `bin_dir` ("Kubernetes v1.36.3" from --version); None if unknown."""
-    try:
-        out = subprocess.run(
-            [str(bin_dir / "kube-apiserver"), "--version"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"v(\d+)\.(\d+)", out)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 # --- the server ------------------------------------------------------------------------------------------
@@ -188,7 +127,7 @@ class LocalApiServer:
             $PHALANX_KEEP_APISERVER_DIR. On a failed start the log tails are in the exception either way.
         """
         found = Path(bin_dir) if bin_dir is not None else find_k8s_bin_dir()
-        if found is None or not _has_binaries(found):
+        if found is None or not has_binaries(found):
             raise LocalApiServerError(f"{APISERVER_MISSING_REASON} (looked in {found or k8s_cache_root()})")
         self.bin_dir = found
         self._users: dict[str, list[str]] = {ADMIN_USER: ["system:masters"]}
