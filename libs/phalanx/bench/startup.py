@@ -56,7 +56,7 @@ class _Phalanx(PhalanxUnderTest):
     """bench-k8s's Phalanx, logging at INFO (the steps of its start), with the launch's wall clock."""
 
     def __init__(self, kubeconfig: str, run_dir: Path) -> None:
-        from phalanx.chaos.stack import ChaosStack, StackConfig
+        from phalanx.testing.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
         self.stack = ChaosStack.create(

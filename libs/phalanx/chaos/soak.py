@@ -20,7 +20,6 @@ from phalanx.chaos.cluster import PodCreator, core_api, create_namespaces, creat
 from phalanx.chaos.invariants import GangWatch, Violation
 from phalanx.chaos.kubelet import ApiWriter, Kubelet, finished_gangs
 from phalanx.chaos.snapshot import Snapshot, read_snapshot
-from phalanx.chaos.stack import ChaosStack, StackConfig
 from phalanx.chaos.trials import final_checks
 from phalanx.chaos.workload import (
     CPU_POD_CPU_MILLI,
@@ -33,6 +32,7 @@ from phalanx.chaos.workload import (
     size_nodes,
 )
 from phalanx.testing.apiserver import LocalApiServer
+from phalanx.testing.stack import ChaosStack, StackConfig
 
 
 @dataclass

@@ -23,10 +23,10 @@ from phalanx.chaos.cluster import PodCreator, core_api, create_namespaces, creat
 from phalanx.chaos.invariants import GangWatch, Violation
 from phalanx.chaos.kubelet import ApiWriter, Kubelet, finished_gangs
 from phalanx.chaos.snapshot import Snapshot, read_snapshot
-from phalanx.chaos.stack import REDIS, SERVICES, ChaosStack, StackConfig
 from phalanx.chaos.workload import Workload, WorkloadShape, make_workload
 from phalanx.faults import EXIT_CODE
 from phalanx.testing.apiserver import LocalApiServer
+from phalanx.testing.stack import REDIS, SERVICES, ChaosStack, StackConfig
 
 PROCESS_TARGETS = ("queue", "scheduler", "binder", "redis", "redis-empty")
 KILL_POINTS = ("binder.between_pods", "binder.before_commit", "scheduler.after_commit")

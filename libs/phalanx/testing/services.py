@@ -1,6 +1,6 @@
 """One Phalanx service (queue, binder or scheduler) as a child process: started as deployed
 (`python -m phalanx_<service>`), killed, restarted in place on the same address. The simulator's stack
-(phalanx.sim.services) and the chaos stack (phalanx.chaos.stack) both run their services through it.
+(phalanx.sim.services) and the chaos stack (phalanx.testing.stack) both run their services through it.
 
 Each start appends to the service's log, after a line naming the incarnation, and the child ends with this
 process (phalanx.testing.children).

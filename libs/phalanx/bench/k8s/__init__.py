@@ -16,7 +16,7 @@ BEFORE the scheduler under test is started; then it launches the scheduler and w
 - correctness, from a final LIST: no partial gang (each gang has 0 or >= minMember pods bound), no node
   over its allocatable cpu, memory, GPUs or pod count, and the expected number of pods bound.
 
-The schedulers: Phalanx as deployed (phalanx.chaos.stack.ChaosStack: Redis with a password and the queue,
+The schedulers: Phalanx as deployed (phalanx.testing.stack.ChaosStack: Redis with a password and the queue,
 binder and scheduler as separate processes with mutual TLS and the Kubernetes backend), and the peer:
 kube-scheduler with scheduler-plugins' Coscheduling (hack/build-peer-scheduler.sh). Both read the same
 objects: a scheduling.x-k8s.io PodGroup per gang, pods labelled scheduling.x-k8s.io/pod-group; only the

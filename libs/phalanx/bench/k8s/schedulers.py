@@ -1,6 +1,6 @@
 """bench-k8s's schedulers under test: Phalanx as deployed, and kube-scheduler with Coscheduling (the peer).
 
-Phalanx: phalanx.chaos.stack.ChaosStack (Redis with a password and the queue, binder and scheduler as
+Phalanx: phalanx.testing.stack.ChaosStack (Redis with a password and the queue, binder and scheduler as
 separate processes with mutual TLS and the Kubernetes backend). The peer: kube-scheduler with
 scheduler-plugins' Coscheduling, built by hack/build-peer-scheduler.sh for the versions in
 hack/peer-scheduler/go.mod.
@@ -47,7 +47,7 @@ class PhalanxUnderTest(SchedulerUnderTest):
     name = PHALANX
 
     def __init__(self, kubeconfig: str, run_dir: Path) -> None:
-        from phalanx.chaos.stack import ChaosStack, StackConfig
+        from phalanx.testing.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
         self.stack = ChaosStack.create(
