@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from phalanx.queueing.entry import Entry, SubQueue
 from phalanx.queueing.settings import QueueSettings
@@ -23,14 +24,23 @@ def backoff_delay(attempts: int, initial: float, maximum: float) -> float:
     return min(delay, maximum)
 
 
+class _Waiting(NamedTuple):
+    """A heap item: soonest first, then the earliest stamped."""
+
+    until: float
+    version: int
+    key: str
+
+
 class Backoff:
-    """A heap of (until, stamp, key); an item whose entry is gone, moved or re-stamped is skipped."""
+    """A heap of _Waiting; an item whose entry is gone, moved or re-stamped is skipped (heaps are cleaned
+    lazily)."""
 
     def __init__(self, entries: dict[str, Entry], settings: QueueSettings, versions: Iterator[int]) -> None:
         self._entries = entries
         self._settings = settings
         self._versions = versions  # shared with the active sub-queue: one stamp sequence
-        self._heap: list[tuple[float, int, str]] = []
+        self._heap: list[_Waiting] = []
 
     def push(self, e: Entry, now: float) -> None:
         """e waits backoff_delay(its attempts) from now."""
@@ -42,25 +52,25 @@ class Backoff:
         """e waits until the backoff_until it already has."""
         e.where = SubQueue.BACKOFF
         e.version = next(self._versions)
-        heapq.heappush(self._heap, (e.backoff_until, e.version, e.key))
+        heapq.heappush(self._heap, _Waiting(e.backoff_until, e.version, e.key))
 
     def due(self, now: float) -> list[Entry]:
         """Takes out the entries whose delay is over, soonest first (the caller activates them)."""
         out = []
-        while self._heap and self._heap[0][0] <= now:
-            _, version, key = heapq.heappop(self._heap)
-            e = self._entries.get(key)
-            if e is not None and self._current(e, version):
+        while self._heap and self._heap[0].until <= now:
+            item = heapq.heappop(self._heap)
+            e = self._entries.get(item.key)
+            if e is not None and self._current(e, item.version):
                 out.append(e)
         return out
 
     def next_ready_at(self) -> float | None:
         """When the first entry's delay is over (stale items at the head are dropped)."""
         while self._heap:
-            _, version, key = self._heap[0]
-            e = self._entries.get(key)
-            if e is not None and self._current(e, version):
-                return self._heap[0][0]
+            head = self._heap[0]
+            e = self._entries.get(head.key)
+            if e is not None and self._current(e, head.version):
+                return head.until
             heapq.heappop(self._heap)
         return None
 

@@ -2,55 +2,69 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from phalanx.queueing.entry import Entry
+
+
+@dataclass
+class _Gang:
+    members: set[str] = field(default_factory=set)  # keys of its entries, whatever sub-queue holds them
+    created_at: float | None = None  # as its first pod here said
+    failed_at: float | None = None  # while retried on a timer: when it last failed
 
 
 class Gangs:
     """A gang's place in line is its creation time as its first pod here said, or, while a failed gang is
-    retried on a timer, the time it last failed (see SchedulingQueue.gang_failed). Both go with the gang's
-    last entry: kept, they would grow with every gang ever seen; a pod of it added later starts afresh."""
+    retried on a timer, the time it last failed (see SchedulingQueue.gang_failed). Its record goes with its
+    last entry: kept, records would grow with every gang ever seen; a pod of it added later starts afresh."""
 
     def __init__(self) -> None:
-        self._members: dict[str, set[str]] = {}  # every entry of a gang, by key
-        self._created: dict[str, float] = {}
-        self._failed_at: dict[str, float] = {}
+        self._gangs: dict[str, _Gang] = {}
 
     def members(self, gang: str) -> set[str]:
-        """The keys of the gang's entries (whatever sub-queue holds them); empty for a gang not here."""
-        return self._members.get(gang, set())
+        """The keys of the gang's entries; empty for a gang not here."""
+        g = self._gangs.get(gang)
+        return g.members if g is not None else set()
 
     def created(self, gang: str, at: float) -> None:
         """A pod of the gang says when the gang was created; the first one to say it counts."""
-        if gang and gang not in self._created:
-            self._created[gang] = at
+        if not gang:
+            return
+        g = self._gangs.setdefault(gang, _Gang())
+        if g.created_at is None:
+            g.created_at = at
 
     def join(self, e: Entry) -> None:
         if e.gang:
-            self._members.setdefault(e.gang, set()).add(e.key)
+            self._gangs.setdefault(e.gang, _Gang()).members.add(e.key)
 
     def leave(self, e: Entry) -> None:
-        if not e.gang:
-            return
-        members = self._members.get(e.gang)
-        if members is not None:
-            members.discard(e.key)
-            if not members:
-                del self._members[e.gang]
-                self._created.pop(e.gang, None)
-                self._failed_at.pop(e.gang, None)
+        g = self._gangs.get(e.gang) if e.gang else None
+        if g is not None and e.key in g.members:
+            g.members.discard(e.key)
+            if not g.members:
+                del self._gangs[e.gang]
 
     def failed(self, gang: str, now: float) -> None:
         """The gang is retried on a timer: it sorts by when it failed, behind the others."""
-        self._failed_at[gang] = now
+        self._gangs.setdefault(gang, _Gang()).failed_at = now
 
     def keeps_turn(self, gang: str) -> None:
         """The gang waits for an event: it sorts by its creation time again."""
-        self._failed_at.pop(gang, None)
+        g = self._gangs.get(gang)
+        if g is not None:
+            g.failed_at = None
 
     def place(self, e: Entry) -> float:
         """The time a pod of a gang sorts by."""
-        return self._failed_at.get(e.gang, self._created.get(e.gang, e.gang_created_at))
+        g = self._gangs.get(e.gang)
+        if g is None:
+            return e.gang_created_at
+        if g.failed_at is not None:
+            return g.failed_at
+        return g.created_at if g.created_at is not None else e.gang_created_at
 
     def __bool__(self) -> bool:
-        """Does it remember anything (any gang's entries or place)?"""
-        return bool(self._members or self._created or self._failed_at)
+        """Does it remember any gang?"""
+        return bool(self._gangs)
