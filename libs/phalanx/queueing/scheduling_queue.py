@@ -107,7 +107,9 @@ class SchedulingQueue:
         self._shares.joined(e)
         self._gangs.join(e)
 
-    def _drop(self, e: Entry) -> None:
+    def _forget(self, e: Entry) -> None:
+        """e leaves the queue."""
+        self._leave(e)
         del self._entries[e.key]
         self._shares.left(e)
         self._gangs.leave(e)
@@ -137,8 +139,7 @@ class SchedulingQueue:
                     old.payload = payload  # the scheduler's verdict on the old copy still applies
                     return True
                 self._moves.settled(key)
-                self._leave(old)
-                self._drop(old)
+                self._forget(old)
             self._gangs.created(gang, gang_created_at)
             e = Entry(key, priority, created_at, gang, gang_created_at, payload)
             e.tenant = self._shares.tenant(tenant, queue_policy)
@@ -155,8 +156,7 @@ class SchedulingQueue:
                 self._moves.settled(key)
                 e = self._entries.get(key)
                 if e is not None:
-                    self._leave(e)
-                    self._drop(e)
+                    self._forget(e)
                     removed += 1
         return removed
 
@@ -237,8 +237,7 @@ class SchedulingQueue:
             e = self._entries.get(key)
             if outcome in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED):
                 if e is not None:
-                    self._leave(e)
-                    self._drop(e)
+                    self._forget(e)
                 return
             if e is None:
                 if payload is None:
