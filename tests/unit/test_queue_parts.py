@@ -47,13 +47,13 @@ def test_backoff_hands_out_what_is_due_soonest_first_and_skips_what_moved_since(
 
 
 def test_the_unschedulable_area_flushes_its_oldest_first_and_stops_at_the_first_not_due() -> None:
-    area = Unschedulable()
+    area = Unschedulable(QueueSettings(unschedulable_flush=10.0))
     for k, since in (("a", 1.0), ("b", 2.0), ("c", 3.0)):
         area.add(entry(k), since)
-    assert area.flush_at(10.0) == 11.0
-    assert [e.key for e in area.due(12.5, 10.0)] == ["a", "b"]
+    assert area.flush_at() == 11.0
+    assert [e.key for e in area.due(12.5)] == ["a", "b"]
     area.discard("a")
-    assert len(area) == 2 and area.flush_at(10.0) == 12.0
+    assert len(area) == 2 and area.flush_at() == 12.0
 
 
 def test_loans_come_back_on_a_new_incarnation_or_a_silent_lease_in_key_order() -> None:

@@ -65,7 +65,7 @@ class SchedulingQueue:
         self._shares = Shares(self.settings)
         self._active = ActiveQueue(self._entries, self._gangs, self._shares, versions)
         self._backoff = Backoff(self._entries, self.settings, versions)
-        self._unschedulable = Unschedulable()
+        self._unschedulable = Unschedulable(self.settings)
         self._loans = Loans(self._entries, self.settings, monotonic)
         self._moves = HintMoves(self._entries, self._unschedulable, self._gangs, self._active.sort_key)
 
@@ -84,14 +84,6 @@ class SchedulingQueue:
         self._unschedulable.discard(e.key)
         self._active.push(e)
         self._lock.notify_all()
-
-    def _to_backoff(self, e: Entry, now: float) -> None:
-        self._unschedulable.discard(e.key)
-        self._backoff.push(e, now)
-
-    def _to_backoff_keep(self, e: Entry) -> None:
-        self._unschedulable.discard(e.key)
-        self._backoff.keep(e)
 
     def _leave(self, e: Entry) -> None:
         """Takes e out of whatever sub-queue holds it (heaps are cleaned lazily by version)."""
@@ -177,10 +169,8 @@ class SchedulingQueue:
             self._to_active(e)
         for e in self._backoff.due(now):
             self._to_active(e)
-        flush = self.settings.unschedulable_flush
-        if flush > 0:
-            for e in self._unschedulable.due(now, flush):
-                self._to_active(e)
+        for e in self._unschedulable.due(now):
+            self._to_active(e)
 
     def _take(self, e: Entry, consumer: str) -> None:
         self._leave(e)
@@ -256,7 +246,7 @@ class SchedulingQueue:
             e.hint = hint if outcome == Outcome.UNSCHEDULABLE else None
             # A cluster event while the pod was being scheduled may have made it schedulable: retry it.
             if outcome == Outcome.BACKOFF or self._moves.missed(e):
-                self._to_backoff(e, now)
+                self._backoff.push(e, now)  # out of every sub-queue already
                 log.debug("%s: %s -> backoff until %.3f (attempt %d)", key, outcome.value, e.backoff_until, e.attempts)
             else:
                 log.debug("%s: unschedulable until a cluster event (move %d)", key, self._moves.seq)
@@ -305,7 +295,8 @@ class SchedulingQueue:
         log.debug("move %d: %d of %d unschedulable pods", self._moves.seq, len(targets), len(self._unschedulable))
         for e in targets:
             if e.backoff_until > now:
-                self._to_backoff_keep(e)
+                self._unschedulable.discard(e.key)
+                self._backoff.keep(e)
             else:
                 self._to_active(e)
         return len(targets)
@@ -339,14 +330,8 @@ class SchedulingQueue:
             return out
 
     def _next_ready_at(self) -> float | None:
-        times = []
-        backoff = self._backoff.next_ready_at()
-        if backoff is not None:
-            times.append(backoff)
-        flush = self.settings.unschedulable_flush
-        if flush > 0 and (oldest := self._unschedulable.flush_at(flush)) is not None:
-            times.append(oldest)
-        return min(times) if times else None
+        times = (self._backoff.next_ready_at(), self._unschedulable.flush_at())
+        return min((t for t in times if t is not None), default=None)
 
     def next_ready_at(self) -> float | None:
         with self._lock:
