@@ -308,7 +308,7 @@ def _stranded(h: Harness) -> list[str]:
     out = []
     for unit, pods in units.items():
         if pods[0].gang and unit == pods[0].gang:
-            members = [q._entries[k] for k in q._by_gang.get(unit, ())]
+            members = [q._entries[k] for k in q._gangs.members(unit)]
             if any(m.where != SubQueue.UNSCHEDULABLE for m in members):
                 continue  # part of it is in backoff: it is not waiting on an event alone
         if _placeable(h, pods):

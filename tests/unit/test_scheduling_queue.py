@@ -8,7 +8,8 @@ from fractions import Fraction
 
 import pytest
 
-from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue, backoff_delay
+from phalanx.queueing.backoff import backoff_delay
+from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue, SubQueue
 
 NS = "default"
 
@@ -233,7 +234,7 @@ def test_the_queue_keeps_nothing_of_gangs_whose_pods_all_left() -> None:
         add(q, f"p{g}", gang=f"g{g}", created=g)
     for entry in q.pop(2000, 0):
         q.done(entry.key, Outcome.BOUND, now=1)
-    assert len(q) == 0 and not q._gang_time  # memory follows the gangs in the queue, not all gangs ever seen
+    assert len(q) == 0 and not q._gangs  # memory follows the gangs in the queue, not all gangs ever seen
 
 
 def test_gang_failed_resorts_gang_pods_already_active() -> None:
