@@ -63,11 +63,12 @@ verify: $(STAMP) tools
 	PYTHON=$(PY) scripts/check-protos.sh
 	"$$(bash hack/build-helm.sh 2>/dev/null | tail -1)" lint --strict deploy/helm/phalanx
 
-## The tests that start no process and need no redis-server (tests/unit minus those using the redis_server
-## fixture or marked starts_processes): ~40 CPU s. tests/fast_layer.py switches process creation off for the
-## run, so a test that starts one fails here instead of slowing the layer. `make test` still runs everything.
+## The tests that start no process and need no redis-server: tests/unit minus those using the redis_server
+## fixture or marked starts_processes, and the deploy files' plugin names; ~40 CPU s. tests/fast_layer.py switches
+## process creation off for the run, so a test that starts one fails here instead of slowing the layer down.
+## `make test` still runs everything.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q --fast tests/unit
+	$(PY) -m pytest -q --fast tests/unit tests/deploy/test_plugin_names.py
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
