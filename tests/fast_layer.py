@@ -14,7 +14,7 @@ import _posixsubprocess
 import os
 import subprocess
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -116,16 +116,18 @@ def _patched(targets: list[tuple[Any, str, str]]) -> Iterator[None]:
 def _forbid_processes() -> Callable[[], None]:
     """Every way Python starts a process: subprocess (and asyncio's, built on it), multiprocessing's spawn and
     forkserver (_posixsubprocess) and fork (os.fork), os.system, os.posix_spawn. Returns the undo."""
-    ctx = _patched(
-        [
-            (subprocess.Popen, "_execute_child", "subprocess"),
-            (_posixsubprocess, "fork_exec", "_posixsubprocess.fork_exec"),
-            (os, "fork", "os.fork"),
-            (os, "forkpty", "os.forkpty"),
-            (os, "system", "os.system"),
-            (os, "posix_spawn", "os.posix_spawn"),
-            (os, "posix_spawnp", "os.posix_spawnp"),
-        ]
+    stack = ExitStack()
+    stack.enter_context(
+        _patched(
+            [
+                (subprocess.Popen, "_execute_child", "subprocess"),
+                (_posixsubprocess, "fork_exec", "_posixsubprocess.fork_exec"),
+                (os, "fork", "os.fork"),
+                (os, "forkpty", "os.forkpty"),
+                (os, "system", "os.system"),
+                (os, "posix_spawn", "os.posix_spawn"),
+                (os, "posix_spawnp", "os.posix_spawnp"),
+            ]
+        )
     )
-    ctx.__enter__()
-    return lambda: ctx.__exit__(None, None, None) and None
+    return stack.close
