@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from builders import model_pod
 
+from phalanx.explain.capacity import FILTER_REASONS
 from phalanx.framework.framework import Framework
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.profile import DEFAULT_FILTERS, Profile, ProfileError, load_profile
@@ -28,6 +29,7 @@ from phalanx.plugins.node_resources_fit import NodeResourcesFit
 from phalanx.plugins.node_unschedulable import NodeUnschedulable
 from phalanx.plugins.registry import BASIC_POLICY_SCORES, in_tree_framework, in_tree_registries, plugin_names
 from phalanx.plugins.taint_toleration import TaintToleration
+from phalanx.scheduling.hints import RESOURCE_FILTERS, STATIC_FILTERS
 
 GPU = "nvidia.com/gpu"
 UNSCHEDULABLE_KEY = "node.kubernetes.io/unschedulable"
@@ -436,6 +438,14 @@ def test_the_registry_is_the_one_list_of_plugin_names() -> None:
     profile = Profile()
     assert set(profile.filters) | set(profile.node_preparers) <= set(filters.names())
     assert set(profile.scores) <= set(scores.names())
+
+
+def test_code_that_treats_filters_by_name_names_registered_ones() -> None:
+    """The queueing hints and explain's reasons key on filter names (they may not import the plugins): a
+    renamed filter would silently lose its hint or its reason."""
+    filters, _ = plugin_names()
+    assert STATIC_FILTERS | RESOURCE_FILTERS <= set(filters)
+    assert set(FILTER_REASONS) == STATIC_FILTERS
 
 
 def test_a_policy_naming_an_unknown_plugin_fails_when_the_framework_is_built() -> None:
