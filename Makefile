@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: bench-starvation bench-preemption bench-burst bench-startup setup demo images test verify format test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: bench-starvation bench-preemption bench-burst bench-startup setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -62,6 +62,13 @@ verify: $(STAMP) tools
 	$(PY) -m mypy
 	PYTHON=$(PY) scripts/check-protos.sh
 	"$$(bash hack/build-helm.sh 2>/dev/null | tail -1)" lint --strict deploy/helm/phalanx
+
+## The tests that start no process and need no redis-server: tests/unit minus those using the redis_server
+## fixture or marked starts_processes, and the deploy files' plugin names; ~40 CPU s. tests/fast_layer.py switches
+## process creation off for the run, so a test that starts one fails here instead of slowing the layer down.
+## `make test` still runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q --fast tests/unit tests/deploy/test_plugin_names.py
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

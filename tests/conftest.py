@@ -13,6 +13,9 @@ from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
 from phalanx.testing.redis_server import RedisServer
 
+# `pytest --fast` (make test-fast): the tests that start no process; tests/fast_layer.py classifies and guards.
+pytest_plugins = ["fast_layer", "pytester"]
+
 _prefixes = itertools.count()
 
 

@@ -94,6 +94,7 @@ def test_percentile_matches_numpy() -> None:
         percentile([1.0], 101)
 
 
+@pytest.mark.starts_processes
 def test_process_probes_read_a_live_process_and_none_once_gone() -> None:
     import os
     import subprocess
@@ -141,6 +142,7 @@ def _check(r: dict[str, object]) -> None:
     assert r["grpc"]["calls"] > 0  # type: ignore[index]
 
 
+@pytest.mark.starts_processes
 @needs_redis
 def test_throughput_run_with_initial_pods(tmp_path: Path) -> None:
     from phalanx.bench.runner import RunOptions, run_workload
@@ -156,6 +158,7 @@ def test_throughput_run_with_initial_pods(tmp_path: Path) -> None:
     assert r["redis"]["by_command"].get("rpush", 0) >= 300  # one bind-log entry per pod
 
 
+@pytest.mark.starts_processes
 @needs_redis
 def test_cli_writes_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, txt = tmp_path / "bench.json", tmp_path / "bench.txt"

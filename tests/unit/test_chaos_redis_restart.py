@@ -3,9 +3,12 @@ what was acknowledged; a restart on an empty volume keeps nothing."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from phalanx.testing.redis_server import RedisServer
+
+pytestmark = pytest.mark.starts_processes  # its own redis-server, killed and restarted
 
 
 def test_a_killed_append_only_redis_comes_back_with_its_data_or_empty_on_a_new_volume() -> None:

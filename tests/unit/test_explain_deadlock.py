@@ -104,6 +104,7 @@ def _explain(capsys: pytest.CaptureFixture[str], pod_by_pod: tuple[Path, Path], 
     return out
 
 
+@pytest.mark.starts_processes
 def test_two_jobs_each_holding_what_the_other_needs_are_a_deadlock_naming_both(capsys, pod_by_pod) -> None:
     gangs = {g["name"]: g for g in json.loads(_explain(capsys, pod_by_pod, "-o", "json"))["gangs"]}
     assert set(gangs) == {"job-a", "job-b"}
@@ -116,6 +117,7 @@ def test_two_jobs_each_holding_what_the_other_needs_are_a_deadlock_naming_both(c
         assert [h["key"] for h in g["capacity"]["runsAfter"]] == [f"{NS}/{other}"]
 
 
+@pytest.mark.starts_processes
 def test_the_text_never_says_a_gang_waits_for_itself(capsys, pod_by_pod) -> None:
     blocks = {block.split()[0]: block for block in _explain(capsys, pod_by_pod).strip().split("\n\n")}
     for me, other in (("job-a", "job-b"), ("job-b", "job-a")):
@@ -125,6 +127,7 @@ def test_the_text_never_says_a_gang_waits_for_itself(capsys, pod_by_pod) -> None
         assert f"it waits for gang {NS}/{other} to finish, and {NS}/{other} for {NS}/{me} in turn" in block
 
 
+@pytest.mark.starts_processes
 def test_one_gang_asked_for_still_finds_its_deadlock(capsys, pod_by_pod) -> None:
     (job_a,) = json.loads(_explain(capsys, pod_by_pod, f"{NS}/job-a", "-o", "json"))["gangs"]
     assert job_a["deadlock"] == [f"{NS}/job-a", f"{NS}/job-b"]

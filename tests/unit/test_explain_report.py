@@ -22,6 +22,8 @@ import yaml
 from phalanx.cli.main import main
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME, LABEL_X_K8S_PODGROUP, SIM_DURATION
 
+pytestmark = pytest.mark.starts_processes  # the module's simulation runs `phalanx simulate` in a child
+
 GPU = "nvidia.com/gpu"
 GPUS = 4
 GPU_NODES = [f"gpu-{i}" for i in range(1, 5)]

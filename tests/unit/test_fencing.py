@@ -14,6 +14,7 @@ import pytest
 import redis
 from builders import gang_spec, model_node, model_pod
 from kubernetes.client.rest import ApiException
+from waiting import wait_for
 
 from phalanx.clock import Clock
 from phalanx.cluster.leader import (
@@ -426,8 +427,11 @@ def test_renewal_failure_loses_leadership_after_the_renew_deadline() -> None:
     while not started and time.monotonic() < deadline:
         time.sleep(0.01)
     assert started == [0] and e.is_leader()
-    time.sleep(0.3)
-    assert not lost, "renewing"
+    # Positive signal, not a sleep: renewals (each a Lease write) spanning more than the renew deadline. Had
+    # a renewal not pushed the deadline on, leadership would be lost by now; had none been written, this waits.
+    renewed_from = api.version
+    wait_for(lambda: lost or api.version - renewed_from >= 10, 10, "ten renewals of the Lease (> the renew deadline)")
+    assert not lost and e.is_leader(), f"lost while renewing: {lost}"
     api.fail = True
     failed_at = time.monotonic()
     thread.join(5)

@@ -724,6 +724,7 @@ def test_simulate_html_without_output(tmp_path: Path) -> None:
     assert "0/2 nodes are available" in section(html.read_text(), "Unbound pods")
 
 
+@pytest.mark.starts_processes
 def test_simulate_unwritable_html_fails_fast() -> None:
     proc = run_cli("simulate", "-f", "examples/demo-two-jobs.yaml", "--html", "/nonexistent-dir/r.html")
     assert proc.returncode == 2
@@ -731,6 +732,7 @@ def test_simulate_unwritable_html_fails_fast() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.starts_processes
 def test_compare_cli_html_and_errors(tmp_path: Path) -> None:
     import json
 

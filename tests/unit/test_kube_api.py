@@ -105,6 +105,7 @@ def test_what_it_cannot_send_as_the_generated_client_would_is_refused() -> None:
         k.read_namespaced_pod("", "ns")
 
 
+@pytest.mark.starts_processes
 def test_the_services_kubernetes_paths_do_not_import_the_generated_api_classes() -> None:
     """Importing kubernetes.client.CoreV1Api builds some 250 pydantic models: most of a second of each
     service's start on 2 shared cores. The binder's backend, the feed's collections and the Lease do not."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from builders import model_pod
 
+from phalanx.explain.capacity import FILTER_REASONS
 from phalanx.framework.framework import Framework
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.profile import DEFAULT_FILTERS, Profile, ProfileError, load_profile
@@ -22,11 +23,13 @@ from phalanx.model.objects import (
     Taint,
     Toleration,
 )
+from phalanx.model.policies import BASIC_POLICIES
 from phalanx.plugins.node_affinity import NodeAffinity, NodeSelector
 from phalanx.plugins.node_resources_fit import NodeResourcesFit
 from phalanx.plugins.node_unschedulable import NodeUnschedulable
-from phalanx.plugins.registry import in_tree_framework, in_tree_registries
+from phalanx.plugins.registry import BASIC_POLICY_SCORES, in_tree_framework, in_tree_registries, plugin_names
 from phalanx.plugins.taint_toleration import TaintToleration
+from phalanx.scheduling.hints import RESOURCE_FILTERS, STATIC_FILTERS
 
 GPU = "nvidia.com/gpu"
 UNSCHEDULABLE_KEY = "node.kubernetes.io/unschedulable"
@@ -422,6 +425,33 @@ def test_in_tree_registries_hold_the_builtin_plugins() -> None:
     ]
     for name in filters.names():
         assert filters.create(name).name == name
+
+
+def test_the_registry_is_the_one_list_of_plugin_names() -> None:
+    """plugin_names() (what the chart's schema lists, tests/deploy/test_plugin_names.py) is the registries'
+    names; every policy a job may name has a score set, naming registered plugins only."""
+    filters, scores = in_tree_registries()
+    assert plugin_names() == (filters.names(), scores.names())
+    assert tuple(BASIC_POLICY_SCORES) == BASIC_POLICIES
+    for policy, weights in BASIC_POLICY_SCORES.items():
+        assert set(weights or {}) <= set(scores.names()), policy
+    profile = Profile()
+    assert set(profile.filters) | set(profile.node_preparers) <= set(filters.names())
+    assert set(profile.scores) <= set(scores.names())
+
+
+def test_code_that_treats_filters_by_name_names_registered_ones() -> None:
+    """The queueing hints and explain's reasons key on filter names (they may not import the plugins): a
+    renamed filter would silently lose its hint or its reason."""
+    filters, _ = plugin_names()
+    assert STATIC_FILTERS | RESOURCE_FILTERS <= set(filters)
+    assert set(FILTER_REASONS) == STATIC_FILTERS
+
+
+def test_a_policy_naming_an_unknown_plugin_fails_when_the_framework_is_built() -> None:
+    """Not when a pod first names the policy, mid-run."""
+    with pytest.raises(ValueError, match="unknown score plugin 'Balanced'"):
+        Framework(Profile(), in_tree_registries(), {**BASIC_POLICY_SCORES, "BinPack": {"Balanced": 1.0}})
 
 
 def test_framework_refuses_a_profile_with_an_unknown_plugin() -> None:

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.starts_processes
 def test_generated_code_is_up_to_date() -> None:
     proc = subprocess.run(
         ["bash", "scripts/check-protos.sh"],

@@ -124,6 +124,7 @@ def test_templates_ship_with_the_package() -> None:
     assert '"phalanx.report.templates" = ["*.j2", "*.css"]' in pyproject
 
 
+@pytest.mark.starts_processes
 def test_check_can_render_names_the_extra() -> None:
     check_can_render(html=True, png=True)  # installed here (dev brings the report extra)
     code = (
@@ -141,6 +142,7 @@ def test_check_can_render_names_the_extra() -> None:
     assert proc.stdout.startswith("HTML reports need jinja2") and "phalanx[report]" in proc.stdout
 
 
+@pytest.mark.starts_processes
 def test_write_report_files_refuses_html_without_matplotlib() -> None:
     code = (
         "import sys\n"

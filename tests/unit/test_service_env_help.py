@@ -56,6 +56,7 @@ def service_help(module: str) -> str:
     return " ".join(out.stdout.split())  # argparse wraps lines
 
 
+@pytest.mark.starts_processes
 @pytest.mark.parametrize("module", sorted(SERVICES))
 def test_help_names_every_variable_the_service_reads_and_its_default(module: str) -> None:
     variables = variables_read(REPO / SERVICES[module])

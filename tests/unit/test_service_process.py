@@ -49,6 +49,7 @@ def test_the_command_line_is_the_services_own(stand_in: ServiceProcess) -> None:
     assert stand_in.metrics_url == "http://127.0.0.1:9100/metrics"
 
 
+@pytest.mark.starts_processes
 def test_each_incarnation_gets_its_own_fault(stand_in: ServiceProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAULT_ENV, "inherited:1")
     assert run(stand_in) == 3  # no fault given: the environment as it is
@@ -67,6 +68,7 @@ def test_each_incarnation_gets_its_own_fault(stand_in: ServiceProcess, monkeypat
     assert stand_in.incarnations == 3 and stand_in.exit_code() == 3 and not stand_in.alive()
 
 
+@pytest.mark.starts_processes
 def test_a_service_that_exits_while_starting_is_named_with_its_last_line(stand_in: ServiceProcess) -> None:
     with pytest.raises(ServiceExited) as exited:
         stand_in.start()
@@ -76,6 +78,7 @@ def test_a_service_that_exits_while_starting_is_named_with_its_last_line(stand_i
     )
 
 
+@pytest.mark.starts_processes
 def test_stop_forgets_the_process_and_kill_keeps_its_status(stand_in: ServiceProcess) -> None:
     run(stand_in)
     stand_in.kill()  # already exited: reaped, its status kept

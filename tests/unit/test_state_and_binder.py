@@ -12,6 +12,7 @@ import pytest
 import redis
 from builders import model_node, model_pod
 from process_workers import CarefulBackend
+from waiting import recording_calls, wait_for
 
 from phalanx.backends.base import BindFailure
 from phalanx.backends.simulated import SimulatedBackend
@@ -446,10 +447,16 @@ def test_a_bind_waits_for_the_mutex_held_by_another_binder(nodes: StateStore, ke
     reserve_gang(nodes, ["w0"])
     binder = make_binder(nodes, backend_cls(nodes.redis, keys))
     out: list[Any] = []
-    with FencedLock(nodes.redis, keys).hold() as held:
+    # Each path asks for the mutex its own way (in the bind script, or FencedLock first); either retries only
+    # when refused, so a second ask is the positive signal that the worker found the mutex held.
+    with (
+        recording_calls(nodes, "apply_fenced") as scripts,
+        recording_calls(binder.lock, "_try_acquire") as acquires,
+        FencedLock(nodes.redis, keys).hold() as held,
+    ):
         worker = threading.Thread(target=lambda: out.append(binder.bind(assignments(["w0"]), True, now=1.0)))
         worker.start()
-        time.sleep(0.15)
+        wait_for(lambda: out or len(scripts) + len(acquires) >= 2, 10, "the binder asking for the mutex again")
         assert out == [] and sim_binds(nodes) == []  # nothing written while another holds the mutex
     worker.join(timeout=10)
     results, fence = out[0]

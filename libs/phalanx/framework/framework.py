@@ -6,7 +6,7 @@ in-tree set is assembled by phalanx.plugins.registry, which the composition root
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -18,9 +18,12 @@ from phalanx.framework.profile import Profile
 from phalanx.framework.registry import Registry
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import NodeInfo, PodInfo, Resources
-from phalanx.model.policies import BASIC_POLICIES, basic_policy_of
+from phalanx.model.policies import basic_policy_of
 
 Registries = tuple[Registry[FilterPlugin], Registry[ScorePlugin]]
+# Basic policy -> {score plugin: weight}; None (or a policy not listed): the profile's own scores. Handed in
+# with the plugins (phalanx.plugins.registry.BASIC_POLICY_SCORES), as the framework names no plugin.
+PolicyScores = Mapping[str, Mapping[str, float] | None]
 
 
 @dataclass
@@ -35,11 +38,17 @@ class PlacementResult:
 
 
 class Framework:
-    def __init__(self, profile: Profile, registries: Registries) -> None:
+    def __init__(self, profile: Profile, registries: Registries, policies: PolicyScores | None = None) -> None:
         self.profile = profile
         filters, scores = registries
         self.filters = [filters.create(name) for name in self.profile.filters]
         self._score_registry = scores
+        self._policies: PolicyScores = policies or {}
+        # Every policy's plugins are built on first use; a name the registry lacks fails here, not mid-run.
+        for weights in self._policies.values():
+            for name in weights or ():
+                if name not in scores.names():
+                    scores.create(name)  # raises ValueError naming the known ones
         self._plugins: dict[str, ScorePlugin] = {}  # one instance per plugin, whichever policies use it
         self._policy_scores: dict[str, list[tuple[ScorePlugin, float]]] = {}
         self.scores = self._scores_of(self.profile.basic_policy)
@@ -47,11 +56,11 @@ class Framework:
         self._assigners = [f for f in self.filters if hasattr(f, "assign")]
 
     def _scores_of(self, policy: str) -> list[tuple[ScorePlugin, float]]:
-        """The weighted score plugins of a basic policy (see phalanx.model.policies); the "Default" policy
-        is the profile's own scores. Built on first use, sharing plugin instances between policies."""
+        """The weighted score plugins of a basic policy (see phalanx.model.policies and PolicyScores); the
+        "Default" policy is the profile's own scores. Built on first use, sharing plugin instances between policies."""
         chosen = self._policy_scores.get(policy)
         if chosen is None:
-            weights = BASIC_POLICIES[policy]
+            weights = self._policies.get(policy)
             if weights is None:
                 weights = self.profile.scores
             chosen = []

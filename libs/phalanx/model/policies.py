@@ -12,18 +12,17 @@ from phalanx.model.objects import PodInfo
 
 DEFAULT_POLICY = "Default"
 
-# Policy -> {score plugin: weight}. None: the profile's own scores.
-BASIC_POLICIES: Mapping[str, Mapping[str, float] | None] = {
-    DEFAULT_POLICY: None,
-    "Gang": None,  # seed 001's name for "just all-or-nothing": the profile's placement
-    # Fill used nodes first; GPUFragmentation still picks among equally full nodes where GPUs are shared.
-    "BinPack": {"MostAllocated": 100.0, "GPUFragmentation": 1.0},
-    # Keep each node's cpu and memory use balanced; packing breaks ties.
-    "MinFragment": {"MinFragment": 100.0, "MostAllocated": 1.0},
-    "LeaderFirst": {"LeaderFirst": 1.0},
-    "JobAffinity": {"JobAffinity": 1.0},
-    "JobAntiAffinity": {"JobAntiAffinity": 1.0},
-}
+# The policies a job may name. What each one weighs is the plugins' business, kept with them in
+# phalanx.plugins.registry (BASIC_POLICY_SCORES), so this layer names no plugin.
+BASIC_POLICIES: tuple[str, ...] = (
+    DEFAULT_POLICY,
+    "Gang",  # seed 001's name for "just all-or-nothing": the profile's placement
+    "BinPack",
+    "MinFragment",
+    "LeaderFirst",
+    "JobAffinity",
+    "JobAntiAffinity",
+)
 
 
 def _canonical(value: str, names: Iterable[str], what: str) -> str:
