@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from typing import Any, Generic, TypeVar
 
-from phalanx.intake import fields, names
+from phalanx.intake import bounds, fields, names
 from phalanx.intake.errors import IntakeError, Subject, quoted
-from phalanx.model import keys
+from phalanx.model import keys, limits
 from phalanx.model.objects import GangMode, GangSpec, PodInfo, Resources
 
 KOORDINATOR_ANNOTATIONS = "koordinator-annotations"
@@ -83,7 +83,6 @@ def timeout_mark_holds(pod: PodInfo) -> bool:
 
 
 _POSITIVE_INT = re.compile(r"\+?[0-9]{1,20}")
-_MAX_ROLE = 317  # characters of a role (an annotation value): the wire's limit on a map key (rpc.validation)
 
 T = TypeVar("T")
 
@@ -298,8 +297,8 @@ def positive_int(text: str) -> int:
     stripped = text.strip()
     if not _POSITIVE_INT.fullmatch(stripped) or int(stripped) <= 0:
         raise ValueError(f"{quoted(text)} is not a positive integer")
-    if int(stripped) > fields.INT32_MAX:
-        raise ValueError(f"{quoted(text)} is too large (at most {fields.INT32_MAX})")
+    if int(stripped) > limits.INT32_MAX:
+        raise ValueError(f"{quoted(text)} is too large (at most {limits.INT32_MAX})")
     return int(stripped)
 
 
@@ -314,6 +313,8 @@ def positive_duration(text: str) -> float:
     seconds = fields.duration_seconds(text)
     if seconds <= 0:
         raise ValueError(f"{quoted(text)} is not a positive duration")
+    if seconds > limits.MAX_TIME:
+        raise ValueError(f"{quoted(text)} is above the maximum {int(limits.MAX_TIME)} seconds")
     return seconds
 
 
@@ -338,6 +339,8 @@ def gang_groups(text: str) -> tuple[str, ...]:
         value = _unquoted_list(stripped)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ValueError(f'{quoted(text)} is not a list of "namespace/name" (e.g. ["ns-a/gang-a","ns-b/gang-b"])')
+    if len(value) > limits.MAX_ENTRIES:
+        raise ValueError(f"{len(value)} members is above the maximum {limits.MAX_ENTRIES}")
     members: list[str] = []
     for item in (entry.strip() for entry in value):
         namespace, _, name = item.partition("/")
@@ -512,18 +515,20 @@ def _min_task_member(raw: Any, subject: Subject) -> dict[str, int] | None:
     are accepted, as Volcano accepts them, and ignored as it ignores them (phalanx.gang.roles.role_minimums)."""
     where = "spec.minTaskMember"
     out: dict[str, int] = {}
-    for role, count in fields.mapping(raw, subject, where).items():
+    roles = fields.mapping(raw, subject, where)
+    bounds.count(roles, subject, where)
+    for role, count in roles.items():
         if not isinstance(role, str) or not role:
             raise subject.error(where, f"role {quoted(role)} is not a task name (a non-empty string)")
-        if len(role) > _MAX_ROLE:
-            raise subject.error(where, f"role {quoted(role)} is too long (at most {_MAX_ROLE} characters)")
+        if len(role) > limits.MAX_KEY:
+            raise subject.error(where, f"role {quoted(role)} is too long (at most {limits.MAX_KEY} characters)")
         at = f"{where}[{role}]"
         if not isinstance(count, int) or isinstance(count, bool):
             raise subject.error(at, f"{quoted(count)} is not an integer")
         if count < 0:
             raise subject.error(at, f"{quoted(count)} is negative (at least 0)")
-        if count > fields.INT32_MAX:
-            raise subject.error(at, f"{quoted(count)} is too large (at most {fields.INT32_MAX})")
+        if count > limits.INT32_MAX:
+            raise subject.error(at, f"{quoted(count)} is too large (at most {limits.INT32_MAX})")
         out[role] = count
     return out or None
 
@@ -550,7 +555,7 @@ def _read_configmap(obj: Mapping[str, Any], subject: Subject) -> GangParams:
 
 def _positive_field(raw: Any, subject: Subject, where: str) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool) and raw.bit_length() > 64:  # str() of it may fail
-        raise subject.error(where, f"{quoted(raw)} is too large (at most {fields.INT32_MAX})")
+        raise subject.error(where, f"{quoted(raw)} is too large (at most {limits.INT32_MAX})")
     try:
         return positive_int(fields.as_text(raw))
     except ValueError as exc:
@@ -567,6 +572,7 @@ def _timeout_seconds(raw: Any, subject: Subject, where: str) -> Declared[float] 
         seconds = fields.duration_seconds(raw if isinstance(raw, (int, float)) else fields.as_text(raw))
     except ValueError as exc:
         raise subject.error(where, str(exc)) from None
+    bounds.seconds(seconds, subject, where, raw)
     return Declared(seconds, subject, where) if seconds > 0 else None
 
 
