@@ -23,6 +23,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     labels = fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels")
     # The kubelet always sets it; hand-written nodes often omit it, yet selectors and spread rely on it.
     labels.setdefault(HOSTNAME_LABEL, subject.name)
+    bounds.count(labels, subject, "metadata.labels")  # with the hostname added
     return NodeInfo(
         name=subject.name,
         allocatable=_allocatable(obj, subject),
