@@ -16,7 +16,8 @@ import pytest
 from builders import make_node, make_pod, make_podgroup
 
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.gangs import build_spec, object_ref, read_gang_object
+from phalanx.intake.gang_objects import object_ref, read_gang_object
+from phalanx.intake.gangs import build_spec
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod
 from phalanx.model import keys

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from phalanx.intake import names
-from phalanx.intake.gangs import MATCH_POLICIES
+from phalanx.intake.gang_params import MATCH_POLICIES
 from phalanx.model.gpu import GPU
 from phalanx.model.limits import MAX_ENTRIES, MAX_ID, MAX_KEY, MAX_NODE_GPUS, MAX_TEXT, MAX_TRACE
 from phalanx.rpc.value_checks import (
