@@ -24,14 +24,9 @@ from phalanx.model.quantity import QuantityError, parse_quantity
 
 _UPPER = re.compile(r"(?<!^)(?=[A-Z])")
 
-# The wire's bounds (phalanx.model.limits), under the names the intake has always used.
-INT32_MAX = limits.INT32_MAX
-INT32_MIN = limits.INT32_MIN
-MAX_AMOUNT = limits.MAX_AMOUNT
 # Real quantities and durations are a few characters long; longer text is refused before it is parsed,
 # since "1e999999" would otherwise make a million-digit integer (seconds of CPU) or a decimal overflow.
 MAX_QUANTITY_TEXT = 64
-MAX_NODE_GPUS = limits.MAX_NODE_GPUS
 MAX_DURATION_TEXT = 64
 _EXPONENT = re.compile(r"[+-]?(\d*)\.?(\d*)[eE]([+-]?\d+)")
 
@@ -198,20 +193,20 @@ def resource_list(value: Any, subject: Subject, field: str) -> Resources:
 def quantity_milli(quantity: Any, subject: Subject, field: str) -> int:
     """One quantity in milli-units, refused by name when it is not a quantity or does not fit an int64."""
     if isinstance(quantity, int) and not isinstance(quantity, bool) and quantity.bit_length() > 64:
-        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {limits.MAX_AMOUNT} milli-units)")
     if isinstance(quantity, str):
         stripped = quantity.strip()
         if len(stripped) > MAX_QUANTITY_TEXT:
             raise subject.error(field, f"{quoted(quantity)} is not a quantity (too long)")
         exponent = _EXPONENT.fullmatch(stripped)
         if exponent is not None and int(exponent.group(3)) > 40 and (exponent.group(1) + exponent.group(2)).strip("0"):
-            raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+            raise subject.error(field, f"{quoted(quantity)} is too large (at most {limits.MAX_AMOUNT} milli-units)")
     try:
         milli = parse_quantity(quantity)
     except QuantityError as exc:
         raise subject.error(field, str(exc)) from None
-    if milli > MAX_AMOUNT:
-        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+    if milli > limits.MAX_AMOUNT:
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {limits.MAX_AMOUNT} milli-units)")
     return milli
 
 
@@ -219,9 +214,9 @@ def checked_total(resources: Resources, subject: Subject, field: str) -> Resourc
     """A sum of quantities (containers, overhead) must still be an amount the services accept."""
     bounds.count(resources, subject, field)
     for name, amount in resources.items():
-        if amount > MAX_AMOUNT:
+        if amount > limits.MAX_AMOUNT:
             raise subject.error(
-                f"{field}.{name}", f"the total of {amount} milli-units is too large (at most {MAX_AMOUNT})"
+                f"{field}.{name}", f"the total of {amount} milli-units is too large (at most {limits.MAX_AMOUNT})"
             )
     return resources
 
