@@ -12,6 +12,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Generic, TypeVar
 
 from phalanx.intake.errors import IntakeError, Subject
+from phalanx.intake.gang_kinds import PODGROUP_KIND
 from phalanx.model.objects import GangMode, Resources
 
 # The forms' names as GangSpec.source has them (a PodGroup's is "podgroup/<its API group>").
@@ -71,7 +72,7 @@ class ObjectRef:
 
     @property
     def source(self) -> str:
-        return f"podgroup/{self.group}" if self.kind == "PodGroup" else CONFIGMAP
+        return f"podgroup/{self.group}" if self.kind == PODGROUP_KIND else CONFIGMAP
 
     def describe(self) -> str:
         suffix = f" ({self.group})" if self.group else ""

@@ -1,4 +1,4 @@
-"""The gang declaration forms of docs compatibility.md, each read by one small function.
+"""A pod's gang declaration: which of the forms of docs compatibility.md it uses, read into a GangSpec.
 
 A pod names its gang in one of these ways; when it carries several, the first in this order wins:
 
@@ -22,6 +22,10 @@ Koordinator and coscheduling read themselves; the remaining forms are older or l
 own field comes last: it is the newest form, so a pod that also carries an older link keeps the gang it
 always had.
 
+Here: finding and reading the pod's link, the final GangSpec, and what a timeout does per form. The shapes
+read into are gang_shapes.py, Koordinator's annotations gang_params.py, the PodGroups and ConfigMaps a link
+names gang_objects.py (their kinds: gang_kinds.py).
+
 Whatever the form, the Koordinator parameter annotations on the pod (min-available, total-number, mode,
 waiting-time, groups, match-policy) override the form's own values, as Koordinator lets a pod's
 annotations override its PodGroup.
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from phalanx.intake.errors import IntakeError, Subject, quoted
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND
 from phalanx.intake.gang_params import (
     MATCH_POLICIES,
     POD_OVERRIDE_KEYS,
@@ -171,12 +176,12 @@ def _read_koordinator(pod: PodInfo, subject: Subject, site: LinkSite) -> GangLin
 
 
 def _read_podgroup_link(pod: PodInfo, subject: Subject, site: LinkSite) -> GangLink:
-    ref = ObjectRef("PodGroup", site.form, pod.namespace, site.name)
+    ref = ObjectRef(PODGROUP_KIND, site.form, pod.namespace, site.name)
     return GangLink(site.name, ref.source, GangParams(), ref=ref)
 
 
 def _read_configmap_link(pod: PodInfo, subject: Subject, site: LinkSite) -> GangLink:
-    ref = ObjectRef("ConfigMap", "", pod.namespace, site.name)
+    ref = ObjectRef(CONFIGMAP_KIND, "", pod.namespace, site.name)
     return GangLink(site.name, ref.source, GangParams(), ref=ref)
 
 
