@@ -17,7 +17,7 @@ from phalanx.model import keys
 from phalanx.model.objects import GangSpec, Placement, PodInfo
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.rpc.convert import gang_from_pb, gang_to_pb
-from phalanx.rpc.validation import gang_errors
+from phalanx.rpc.object_checks import gang_errors
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore
 

@@ -1,5 +1,6 @@
 """Property: whatever dict reaches the intake, it gives a model object or an IntakeError naming the object
-and the field, never another exception; and what it gives fits the protobuf messages it travels in."""
+and the field, never another exception; and what it gives fits the protobuf messages it travels in, and
+passes the services' checks of them (phalanx.rpc.object_checks: the same bounds, phalanx.model.limits)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from phalanx.intake.pods import parse_pod
 from phalanx.intake.resolver import GangResolver
 from phalanx.model import keys
 from phalanx.rpc.convert import gang_to_pb, node_to_pb, pod_to_pb
+from phalanx.rpc.object_checks import gang_errors, node_errors, pod_errors
 
 settings.register_profile(
     "intake",
@@ -339,6 +341,14 @@ configmaps = st.builds(
 )
 
 
+def wire_accepts_gang(spec: Any) -> None:
+    """A usable gang passes the services' checks; an invalid one is a placeholder its pods are refused by."""
+    message = gang_to_pb(spec)
+    message.SerializeToString()
+    if not spec.invalid:
+        assert gang_errors(message, "gang") == []
+
+
 def refused_by_name(exc: IntakeError) -> None:
     """An intake error names the object's kind and, unless the whole thing is not an object, the field."""
     assert exc.kind and exc.name
@@ -358,10 +368,11 @@ def test_any_pod_dict_gives_a_pod_that_fits_the_wire_or_a_named_error(raw: Any) 
         refused_by_name(exc)
         return
     pod_to_pb(pod).SerializeToString()
+    assert pod_errors(pod_to_pb(pod), "pod") == []
     # The gang declaration is read from the pod's own annotations and labels.
     resolution = GangResolver(default_wait_seconds=600.0).resolve(pod)
     if resolution.spec is not None:
-        gang_to_pb(resolution.spec).SerializeToString()
+        wire_accepts_gang(resolution.spec)
 
 
 @INTAKE
@@ -373,6 +384,7 @@ def test_any_node_dict_gives_a_node_that_fits_the_wire_or_a_named_error(raw: Any
         refused_by_name(exc)
         return
     node_to_pb(node).SerializeToString()
+    assert node_errors(node_to_pb(node), "node") == []
 
 
 @INTAKE
@@ -386,7 +398,7 @@ def test_any_gang_object_gives_a_gang_that_fits_the_wire_or_a_named_error(raw: A
         return
     spec = resolver.gang(key)
     assert spec is not None
-    gang_to_pb(spec).SerializeToString()
+    wire_accepts_gang(spec)
 
 
 @INTAKE
@@ -404,4 +416,4 @@ def test_pods_resolve_against_any_gang_object_without_a_traceback(obj: Any, raw:
         return
     resolution = resolver.resolve(pod)
     if resolution.spec is not None:
-        gang_to_pb(resolution.spec).SerializeToString()
+        wire_accepts_gang(resolution.spec)

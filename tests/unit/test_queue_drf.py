@@ -112,7 +112,8 @@ def test_bad_shares_are_refused_naming_the_field(
 
 def test_a_volcano_queue_is_read_and_checked_and_names_the_pods_tenant() -> None:
     from phalanx.intake.errors import IntakeError
-    from phalanx.intake.gangs import ObjectRef, read_gang_object
+    from phalanx.intake.gang_objects import read_gang_object
+    from phalanx.intake.gang_shapes import ObjectRef
     from phalanx.model import keys
     from phalanx.model.objects import PodInfo
     from phalanx.model.policies import job_ordering, with_gang_queue

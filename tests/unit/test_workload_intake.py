@@ -11,7 +11,7 @@ from builders import make_pod, make_podgroup
 from phalanx.cluster.feed import collections
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.gangs import object_ref
+from phalanx.intake.gang_objects import object_ref
 from phalanx.intake.pods import parse_pod
 from phalanx.intake.resolver import GangResolver, Resolution
 from phalanx.kube import podgroups

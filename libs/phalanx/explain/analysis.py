@@ -14,19 +14,32 @@ For a gang with pending pods this finds, with the scheduler's own filters and sc
   pods up.
 Nothing here plans a preemption itself: what the scheduler said about preempting (whom, where, or why it
 could not) is read from its reason message into `preemption`.
+
+This module chooses the gangs and analyses each; the answer's shapes are explanation.py, the holders and
+their release plan holders.py, the cycles of waits deadlock.py, and the one-sentence answer verdict.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Sequence
 
-from phalanx.explain.capacity import Capacity, Exclusion, needs_of
-from phalanx.explain.view import ClusterState, Condition, GangState, Holder, JobStatus, PodGroupStatus, PodState
+from phalanx.explain.capacity import Capacity, needs_of
+from phalanx.explain.deadlock import WaitsFor
+from phalanx.explain.explanation import (
+    NOT_RUNNING,
+    CapacityReport,
+    Explanation,
+    GangExplanation,
+    NodeRoom,
+    Standing,
+    gang_state,
+    resource_order,
+)
+from phalanx.explain.holders import holder_group, holders_of, release_plan
+from phalanx.explain.verdict import verdict
+from phalanx.explain.view import ClusterState, Condition, GangState, Holder, PodState
 from phalanx.framework.framework import Framework
-from phalanx.model.gpu import GPU
 from phalanx.model.objects import GangMode, PodInfo
 from phalanx.queueing.hints import fit_count
 
@@ -39,117 +52,7 @@ _RELEASED = "released the gang's reservations"
 _PREEMPTION = re.compile(r"((?:not )?preempting\b[^;]*(?:; nominated node\(s\)[^;]*)?)")
 
 
-class Standing(StrEnum):
-    """Where a gang stands, as explain judges it (the `state` of its JSON and text output)."""
-
-    WAITING = "Waiting"
-    TIMED_OUT = "TimedOut"
-    INVALID = "Invalid"
-    UNDECLARED = "Undeclared"
-    SATISFIED = "Satisfied"
-
-
-NOT_RUNNING = (Standing.WAITING, Standing.TIMED_OUT, Standing.INVALID, Standing.UNDECLARED)
-
-
-@dataclass(slots=True)
-class NodeRoom:
-    node: str
-    free: dict[str, int]  # milli-units of the resources the gang asks for
-    pods_fit: int  # pods of the gang this node alone holds now
-
-
-@dataclass(slots=True)
-class HolderGroup:
-    kind: str
-    key: str
-    pods: int
-    nodes: list[str]
-    holds: dict[str, int]  # milli-units of the gang's resources, on the nodes listed
-    ends_at: float | None
-    end_basis: str
-
-
-@dataclass(slots=True)
-class CapacityReport:
-    pods_to_place: int
-    per_pod: dict[str, int]  # the largest pod's needs (equal for every pod when `uniform`)
-    uniform: bool
-    total: dict[str, int]
-    fit_now: int
-    short: list[str]
-    nodes_total: int
-    eligible_nodes: list[str]
-    exclusions: list[Exclusion]
-    free_on_eligible: dict[str, int]
-    best_nodes: list[NodeRoom]
-    held_by: list[HolderGroup]  # on the best nodes
-    runs_after: list[HolderGroup] | None  # None: not even with every eligible node emptied
-    runs_at: float | None  # when the last of runs_after ends; None when one of them has no known end
-    fit_when_emptied: int | None = None  # pods placed with every holder on the eligible nodes gone
-    min_resources_short: dict[str, tuple[int, int]] = field(default_factory=dict)  # resource -> (wanted, free)
-
-
-@dataclass(slots=True)
-class GangExplanation:
-    namespace: str
-    name: str
-    state: Standing
-    declared_by: str
-    mode: str
-    error: str
-    waiting_for: str
-    min_member: int | None
-    total_number: int | None
-    pods: int
-    bound: int
-    pending: int
-    placed: int | None
-    waiting_since: float | None
-    wait_seconds: float | None
-    timer_started: float | None
-    timeout_at: float | None
-    reason: Condition | None
-    reason_pod: str
-    podgroup: PodGroupStatus | None
-    capacity: CapacityReport | None
-    capacity_note: str  # why there is no capacity analysis, or what limits it
-    verdict: str  # the answer in one sentence
-    preemption: str = ""  # what the scheduler said about preempting for it ("" when it said nothing)
-    # The gangs of its deadlock, itself first, each waiting for the next (the last for it); [] when none.
-    deadlock: list[str] = field(default_factory=list)
-    job: JobStatus | None = None  # the PhalanxJob it is the gang of
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(slots=True)
-class Explanation:
-    clock: str
-    now: float
-    source: dict[str, object]
-    scheduler_name: str
-    gangs: list[GangExplanation]
-    errors: list[str]
-    notes: list[str]
-
-
 # --- choosing gangs ----------------------------------------------------------------------------------------
-
-
-def gang_state(g: GangState) -> Standing:
-    if g.error:
-        return Standing.INVALID
-    if g.waiting_for:
-        return Standing.UNDECLARED
-    if g.timed_out or any(p.timed_out and p.pending for p in g.pods):
-        return Standing.TIMED_OUT
-    minimum = g.minimum
-    if minimum is not None and g.bound >= minimum:
-        return Standing.SATISFIED
-    return Standing.WAITING
 
 
 def select(state: ClusterState, wanted: str | None, namespace: str | None) -> list[GangState]:
@@ -177,11 +80,16 @@ def explain(state: ClusterState, gangs: Sequence[GangState], framework: Framewor
     capacity = _capacity(state, framework) if state.nodes is not None else None
     explained = [_explain_gang(state, g, capacity) for g in gangs]
     if capacity is not None:
-        waits = _WaitsFor(state, capacity, explained)
+        cap = capacity
+        waits = WaitsFor(
+            state,
+            explained,
+            lambda g: _capacity_report(state, g, sorted(g.pending_pods, key=lambda p: p.name), cap)[0],
+        )
         for g, e in zip(gangs, explained):
             e.deadlock = waits.cycle(e.key)
             if e.deadlock:
-                e.verdict = _verdict(e, g)
+                e.verdict = verdict(e, g)
     return Explanation(
         state.clock, state.now, state.source, state.scheduler_name, explained, list(state.errors), list(state.notes)
     )
@@ -245,7 +153,7 @@ def _explain_gang(state: ClusterState, g: GangState, cap: Capacity | None) -> Ga
     )
     match = _PREEMPTION.search(reason.message) if reason is not None else None
     out.preemption = match.group(1) if match is not None else ""
-    out.verdict = _verdict(out, g)
+    out.verdict = verdict(out, g)
     return out
 
 
@@ -304,11 +212,11 @@ def _capacity_report(
     )
     best = rooms[: len(pods)]
     best_names = {room.node for room in best}
-    holders = _holders(state, cap, set(eligibility.nodes), set(resources))
+    holders = holders_of(state, cap, set(eligibility.nodes), set(resources))
     # Its own bound pods hold room too, but it cannot wait for them: they end only once it has run.
     others = [(h, members) for h, members in holders if h != Holder("gang", g.key)]
     held_by = [
-        _group(holder, [p for p in members if p.node in best_names], set(resources))
+        holder_group(holder, [p for p in members if p.node in best_names], set(resources))
         for holder, members in holders
         if any(p.node in best_names for p in members)
     ]
@@ -334,205 +242,8 @@ def _capacity_report(
             r: (v, everywhere.get(r, 0)) for r, v in g.spec.min_resources.items() if everywhere.get(r, 0) < v
         }
     if fit_now < len(pods):
-        report.runs_after, report.fit_when_emptied = _release_plan(cap, pods, others, set(resources))
+        report.runs_after, report.fit_when_emptied = release_plan(cap, pods, others, set(resources))
         if report.runs_after:
             ends = [h.ends_at for h in report.runs_after]
             report.runs_at = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
     return report, ""
-
-
-def resource_order(resources: Iterable[str]) -> list[str]:
-    """GPUs first (usually what a gang waits for), then by name."""
-    return sorted(resources, key=lambda r: (r != GPU, r))
-
-
-# --- who holds the room -----------------------------------------------------------------------------------
-
-
-Members = list[tuple[Holder, list[PodState]]]
-
-
-def _holders(state: ClusterState, cap: Capacity, nodes: set[str], resources: set[str]) -> Members:
-    """Running pods on `nodes` holding any of `resources`, by gang or controller, soonest to end first
-    (those with no known end last, the biggest first)."""
-    members: dict[Holder, list[PodState]] = {}
-    for p in state.pods:
-        if not p.holds_capacity or p.node not in nodes or p.info is None or p.key not in cap.held:
-            continue
-        if not any(p.info.requests.get(r, 0) > 0 for r in resources):
-            continue
-        members.setdefault(p.holder or Holder("pod", p.key), []).append(p)
-    groups = {h: _group(h, pods, resources) for h, pods in members.items()}
-    order = sorted(
-        members,
-        key=lambda h: (groups[h].ends_at is None, groups[h].ends_at or 0.0, -sum(groups[h].holds.values()), h.key),
-    )
-    return [(h, members[h]) for h in order]
-
-
-def _group(holder: Holder, pods: list[PodState], resources: set[str]) -> HolderGroup:
-    holds: dict[str, int] = {}
-    for p in pods:
-        assert p.info is not None
-        for r in resource_order(resources):
-            holds[r] = holds.get(r, 0) + p.info.requests.get(r, 0)
-    ends = [p.ends_at for p in pods]
-    known = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-    bases = sorted({p.end_basis for p in pods if p.end_basis})
-    return HolderGroup(
-        holder.kind,
-        holder.key,
-        len(pods),
-        sorted({p.node for p in pods}),
-        {r: v for r, v in holds.items() if v},
-        known,
-        ", ".join(bases),
-    )
-
-
-MAX_PRUNED = 32  # holders tried one by one for "not needed after all"; beyond, the soonest-ending set stands
-
-
-def _release_plan(
-    cap: Capacity, pods: list[PodInfo], holders: Members, resources: set[str]
-) -> tuple[list[HolderGroup] | None, int]:
-    """The holders that must finish before the gang fits, and how many of its pods fit once they have.
-
-    Holders finish in the order given: the shortest prefix after which the gang fits is found by bisection
-    (more room never fits fewer pods, to the scheduler's scoring's approximation), then each holder of it
-    that is not needed after all is put back. None when the gang does not fit even with all of them gone."""
-
-    def fitted(chosen: Members) -> int:
-        snap = cap.copy()
-        cap.release(snap, [p.key for _, members in chosen for p in members])
-        return cap.place(pods, snap)
-
-    emptied = fitted(holders)
-    if emptied < len(pods):
-        return None, emptied
-    low, high = 1, len(holders)
-    while low < high:
-        middle = (low + high) // 2
-        if fitted(holders[:middle]) == len(pods):
-            high = middle
-        else:
-            low = middle + 1
-    needed = holders[:low]
-    if len(needed) <= MAX_PRUNED:
-        for entry in list(needed[:-1]):  # the last one is needed: without it the gang did not fit
-            if fitted([other for other in needed if other is not entry]) == len(pods):
-                needed.remove(entry)
-    return [_group(h, members, resources) for h, members in needed], len(pods)
-
-
-# --- deadlocks -------------------------------------------------------------------------------------------
-
-
-class _WaitsFor:
-    """Which gangs each gang waits for and that cannot finish first: gangs in its runs_after that are not
-    running themselves (they wait too) and hold pods with no known end. A cycle among them is a deadlock.
-    A gang not explained (only one was asked for) is analysed when a cycle passes through it."""
-
-    def __init__(self, state: ClusterState, cap: Capacity, explained: list[GangExplanation]) -> None:
-        self.state = state
-        self.cap = cap
-        self.reports: dict[str, CapacityReport | None] = {e.key: e.capacity for e in explained}
-        self.edges: dict[str, list[str]] = {}
-
-    def of(self, key: str) -> list[str]:
-        if key not in self.edges:
-            report = self.reports[key] if key in self.reports else self._report(key)
-            after = report.runs_after if report is not None else None
-            self.edges[key] = [
-                h.key for h in after or () if h.kind == "gang" and h.ends_at is None and self._stuck(h.key)
-            ]
-        return self.edges[key]
-
-    def cycle(self, start: str) -> list[str]:
-        """The shortest cycle of waits from `start` back to it, `start` first; [] when there is none."""
-        parent: dict[str, str] = {}
-        frontier = [start]
-        while frontier:
-            following: list[str] = []
-            for key in frontier:
-                for nxt in self.of(key):
-                    if nxt == start:
-                        path = [key]
-                        while path[-1] != start:
-                            path.append(parent[path[-1]])
-                        return path[::-1]
-                    if nxt not in parent:
-                        parent[nxt] = key
-                        following.append(nxt)
-            frontier = following
-        return []
-
-    def _stuck(self, key: str) -> bool:
-        g = self.state.gangs.get(key)
-        return g is not None and gang_state(g) in (Standing.WAITING, Standing.TIMED_OUT) and bool(g.pending_pods)
-
-    def _report(self, key: str) -> CapacityReport | None:
-        g = self.state.gangs.get(key)
-        if g is None or not self._stuck(key):
-            return None
-        return _capacity_report(self.state, g, sorted(g.pending_pods, key=lambda p: p.name), self.cap)[0]
-
-
-def deadlock_sentence(cycle: Sequence[str]) -> str:
-    """Names every gang of the deadlock; `cycle[0]` is the one explained."""
-    if len(cycle) == 2:
-        return (
-            f"deadlock: gangs {cycle[0]} and {cycle[1]} each hold capacity the other needs, and neither can run "
-            "until the other finishes; one of them must give its pods up"
-        )
-    chain = " -> ".join([*cycle, cycle[0]])
-    return (
-        f"deadlock: gangs {', '.join(cycle[:-1])} and {cycle[-1]} each wait for the next to finish, which holds "
-        f"capacity it needs ({chain}); one of them must give its pods up"
-    )
-
-
-# --- the one-sentence answer ------------------------------------------------------------------------------
-
-
-def _verdict(e: GangExplanation, g: GangState) -> str:
-    if e.state == Standing.INVALID:
-        return f"refused: {e.error}"
-    if e.state == Standing.UNDECLARED:
-        return f"{e.waiting_for}; its pods wait for it"
-    if e.state == Standing.SATISFIED:
-        return f"not waiting: {e.bound}/{e.min_member} pods bound"
-    prefix = (
-        "timed out: Phalanx will not schedule it again until its pods are recreated; "
-        if e.state == Standing.TIMED_OUT
-        else ""
-    )
-    if e.min_member is not None and e.bound + e.pending < e.min_member and g.bound_count is None:
-        return (
-            f"{prefix}only {e.bound + e.pending} of its {e.min_member} pods exist; "
-            f"it waits for {e.min_member - e.bound - e.pending} more to be created"
-        )
-    if e.preemption.startswith("preempting"):
-        return prefix + e.preemption  # lower-priority pods are being evicted for it: that is why it waits
-    c = e.capacity
-    if c is None:
-        return prefix + (e.reason.message if e.reason is not None else "no reason reported yet")
-    if c.min_resources_short:
-        return prefix + "its minResources exceed what the cluster has free"
-    if e.deadlock:
-        return prefix + deadlock_sentence(e.deadlock)
-    if c.runs_after is None:
-        return (
-            prefix + f"it cannot fit as the cluster stands: even with its {len(c.eligible_nodes)} eligible "
-            f"node{'s' if len(c.eligible_nodes) != 1 else ''} emptied, {c.fit_when_emptied} of "
-            f"{c.pods_to_place} pods fit"
-        )
-    if c.fit_now >= c.pods_to_place:
-        return (
-            prefix + f"all {c.pods_to_place} pending pods fit now; the scheduler has not placed them yet "
-            "(it retries after a backoff, or other gangs are ahead)"
-        )
-    if not c.eligible_nodes:
-        return prefix + "no node may take its pods (see excluded)"
-    what = ", ".join(c.short) if c.short else "no single resource, but no node has all it needs at once"
-    return prefix + f"{c.fit_now} of {c.pods_to_place} pods fit now; short of {what}"

@@ -20,7 +20,7 @@ from phalanx.config import env
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 
 if TYPE_CHECKING:
-    from phalanx.explain.analysis import Explanation
+    from phalanx.explain.explanation import Explanation
     from phalanx.explain.view import ClusterState
 
 EXIT_NOT_FOUND = 1

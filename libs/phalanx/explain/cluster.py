@@ -18,6 +18,7 @@ from typing import Any
 from phalanx.explain.view import ClusterState, Condition, Holder, JobStatus, PodGroupStatus, PodState, SourceError
 from phalanx.intake.errors import IntakeError, Subject
 from phalanx.intake.fields import timestamp
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND, PODGROUP_KINDS
 from phalanx.intake.gangs import find_link
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
@@ -198,15 +199,16 @@ def _read_podgroups(
     reader: _Reader, custom: Any, namespace: str | None, resolver: GangResolver, state: ClusterState
 ) -> dict[tuple[str, str, str], dict[str, Any]]:
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for group, version in podgroups.WATCHED_VERSIONS.items():
+    for gang_kind in PODGROUP_KINDS:
 
-        def call(group: str = group, version: str = version) -> Any:
+        def call(group: str = gang_kind.group, version: str = gang_kind.version) -> Any:
             if namespace:
                 return custom.list_namespaced_custom_object(group, version, namespace, podgroups.PLURAL, **_RAW)
             return custom.list_cluster_custom_object(group, version, podgroups.PLURAL, **_RAW)
 
+        group = gang_kind.group
         items = reader.items(
-            f"{podgroups.PLURAL}.{group}", call, kind="PodGroup", api_version=f"{group}/{version}", missing_ok=True
+            f"{podgroups.PLURAL}.{group}", call, kind=PODGROUP_KIND, api_version=gang_kind.api_version, missing_ok=True
         )  # 404: that CRD is not installed
         for obj in items or []:
             meta = _meta(obj)
@@ -238,7 +240,7 @@ def _read_configmaps(
             if exc.status != 404:  # 404: it does not exist (yet); the resolver says so for its pods
                 state.errors.append(f"cannot read ConfigMap {namespace}/{name}: {exc.status} {exc.reason}")
             continue
-        obj.setdefault("kind", "ConfigMap")
+        obj.setdefault("kind", CONFIGMAP_KIND)
         obj.setdefault("apiVersion", "v1")
         if GangResolver.is_gang_object(obj):
             try:

@@ -17,6 +17,7 @@ from typing import Any
 
 from phalanx.explain.view import ClusterState, Condition, Holder, PodState, SourceError
 from phalanx.intake.errors import IntakeError
+from phalanx.intake.gang_kinds import GANG_OBJECT_KINDS
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.intake.resolver import GangResolver
@@ -88,7 +89,7 @@ def _from_workload(state: ClusterState, w: Workload, entries: dict[str, dict[str
         try:
             if obj.kind == "Node":
                 nodes.append(parse_node(obj.obj))
-            elif obj.kind in ("PodGroup", "ConfigMap") and GangResolver.is_gang_object(obj.obj):
+            elif obj.kind in GANG_OBJECT_KINDS and GangResolver.is_gang_object(obj.obj):
                 resolver.add_object(obj.obj, created_at=obj.at)
         except IntakeError as exc:
             state.errors.append(f"{obj.origin}: {exc}")

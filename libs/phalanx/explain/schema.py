@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.explain.analysis import CapacityReport, Explanation, GangExplanation, HolderGroup
+from phalanx.explain.explanation import CapacityReport, Explanation, GangExplanation, HolderGroup
 
 SCHEMA_VERSION = 1
 

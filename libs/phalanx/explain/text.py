@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from phalanx.explain.analysis import CapacityReport, Explanation, GangExplanation, HolderGroup
 from phalanx.explain.capacity import Exclusion
+from phalanx.explain.explanation import CapacityReport, Explanation, GangExplanation, HolderGroup
 from phalanx.model.quantity import format_milli
 from phalanx.report.units import fmt_duration
 

@@ -15,25 +15,18 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from phalanx.intake import names
+from phalanx.intake import bounds, names
 from phalanx.intake.errors import IntakeError, Subject, quoted
+from phalanx.model import limits
 from phalanx.model.duration import parse_duration
 from phalanx.model.objects import Resources
 from phalanx.model.quantity import QuantityError, parse_quantity
 
 _UPPER = re.compile(r"(?<!^)(?=[A-Z])")
 
-# Every number that crosses the wire must fit its protobuf field (see protos/phalanx/v1/objects.proto).
-INT32_MAX = 2**31 - 1
-INT32_MIN = -(2**31)
-# Quantities are int64 on the wire, but the Redis state adds them up in Lua, whose numbers are doubles: past
-# 2^53 an amount is rounded and HINCRBY refuses it. 2^53 milli-units is 9e12 cores, or 8 TiB of memory.
-MAX_AMOUNT = 2**53 - 1
 # Real quantities and durations are a few characters long; longer text is refused before it is parsed,
 # since "1e999999" would otherwise make a million-digit integer (seconds of CPU) or a decimal overflow.
 MAX_QUANTITY_TEXT = 64
-# The scheduler keeps one column per GPU of a node (GPU sharing), so a node of 10^15 GPUs would never load.
-MAX_NODE_GPUS = 1024
 MAX_DURATION_TEXT = 64
 _EXPONENT = re.compile(r"[+-]?(\d*)\.?(\d*)[eE]([+-]?\d+)")
 
@@ -59,11 +52,14 @@ def mapping(value: Any, subject: Subject, field: str) -> Mapping[str, Any]:
     return value
 
 
-def sequence(value: Any, subject: Subject, field: str) -> list[Any]:
+def sequence(value: Any, subject: Subject, field: str, limit: int | None = None) -> list[Any]:
+    """The value as a list; `limit`: the most entries the wire takes (the list travels whole)."""
     if value is None:
         return []
     if not isinstance(value, (list, tuple)):
         raise subject.error(field, f"expected a list, got {type(value).__name__}")
+    if limit is not None:
+        bounds.count(value, subject, field, limit)
     return list(value)
 
 
@@ -115,11 +111,15 @@ def value_text(value: Any, subject: Subject, field: str) -> str:
 
 
 def string_map(value: Any, subject: Subject, field: str) -> dict[str, str]:
+    """Labels, annotations, selectors: within the wire's bounds on entries, key and value lengths."""
     out: dict[str, str] = {}
-    for key, item in mapping(value, subject, field).items():
+    raw = mapping(value, subject, field)
+    bounds.count(raw, subject, field)
+    for key, item in raw.items():
         name = value_text(key, subject, f"{field} key {quoted(key)}") if not isinstance(key, str) else key
-        name = wire_text(name, subject, f"{field} key")
-        out[name] = value_text(item, subject, f"{field}[{name}]")
+        name = bounds.key(wire_text(name, subject, f"{field} key"), subject, field)
+        text = value_text(item, subject, f"{field}[{name}]")
+        out[name] = bounds.length(text, subject, f"{field}[{name}]", limits.MAX_VALUE)
     return out
 
 
@@ -181,9 +181,11 @@ def timestamp(value: Any, subject: Subject, field: str) -> float | None:
 def resource_list(value: Any, subject: Subject, field: str) -> Resources:
     """A ResourceList in milli-units; each bad quantity is reported with its own path (`...requests.cpu`)."""
     out: Resources = {}
-    for key, quantity in mapping(value, subject, field).items():
+    raw = mapping(value, subject, field)
+    bounds.count(raw, subject, field)
+    for key, quantity in raw.items():
         name = key if isinstance(key, str) else value_text(key, subject, f"{field} key {quoted(key)}")
-        name = wire_text(name, subject, f"{field} key")
+        name = bounds.key(wire_text(name, subject, f"{field} key"), subject, field, "resource name")
         out[name] = quantity_milli(quantity, subject, f"{field}.{name}")
     return out
 
@@ -191,29 +193,30 @@ def resource_list(value: Any, subject: Subject, field: str) -> Resources:
 def quantity_milli(quantity: Any, subject: Subject, field: str) -> int:
     """One quantity in milli-units, refused by name when it is not a quantity or does not fit an int64."""
     if isinstance(quantity, int) and not isinstance(quantity, bool) and quantity.bit_length() > 64:
-        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {limits.MAX_AMOUNT} milli-units)")
     if isinstance(quantity, str):
         stripped = quantity.strip()
         if len(stripped) > MAX_QUANTITY_TEXT:
             raise subject.error(field, f"{quoted(quantity)} is not a quantity (too long)")
         exponent = _EXPONENT.fullmatch(stripped)
         if exponent is not None and int(exponent.group(3)) > 40 and (exponent.group(1) + exponent.group(2)).strip("0"):
-            raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+            raise subject.error(field, f"{quoted(quantity)} is too large (at most {limits.MAX_AMOUNT} milli-units)")
     try:
         milli = parse_quantity(quantity)
     except QuantityError as exc:
         raise subject.error(field, str(exc)) from None
-    if milli > MAX_AMOUNT:
-        raise subject.error(field, f"{quoted(quantity)} is too large (at most {MAX_AMOUNT} milli-units)")
+    if milli > limits.MAX_AMOUNT:
+        raise subject.error(field, f"{quoted(quantity)} is too large (at most {limits.MAX_AMOUNT} milli-units)")
     return milli
 
 
 def checked_total(resources: Resources, subject: Subject, field: str) -> Resources:
     """A sum of quantities (containers, overhead) must still be an amount the services accept."""
+    bounds.count(resources, subject, field)
     for name, amount in resources.items():
-        if amount > MAX_AMOUNT:
+        if amount > limits.MAX_AMOUNT:
             raise subject.error(
-                f"{field}.{name}", f"the total of {amount} milli-units is too large (at most {MAX_AMOUNT})"
+                f"{field}.{name}", f"the total of {amount} milli-units is too large (at most {limits.MAX_AMOUNT})"
             )
     return resources
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from phalanx.intake import fields
+from phalanx.intake import bounds, fields
 from phalanx.intake.errors import Subject, quoted
+from phalanx.model import limits
 from phalanx.model.objects import Placement, SelectorRequirement, SelectorTerm, Toleration
 
 _SET_OPERATORS = {"In", "NotIn"}
@@ -46,14 +47,18 @@ def _affinity_terms(spec: Mapping[str, Any], subject: Subject) -> tuple[Selector
         subject,
         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
     )
-    terms = fields.sequence(fields.get(required, "nodeSelectorTerms"), subject, _REQUIRED_TERMS)
+    terms = fields.sequence(fields.get(required, "nodeSelectorTerms"), subject, _REQUIRED_TERMS, limits.MAX_ENTRIES)
     return tuple(_term(term, subject, f"{_REQUIRED_TERMS}[{i}]") for i, term in enumerate(terms))
 
 
 def _term(raw: Any, subject: Subject, field: str) -> SelectorTerm:
     term = fields.mapping(raw, subject, field)
-    expressions = fields.sequence(fields.get(term, "matchExpressions"), subject, f"{field}.matchExpressions")
-    field_selectors = fields.sequence(fields.get(term, "matchFields"), subject, f"{field}.matchFields")
+    expressions = fields.sequence(
+        fields.get(term, "matchExpressions"), subject, f"{field}.matchExpressions", limits.MAX_ENTRIES
+    )
+    field_selectors = fields.sequence(
+        fields.get(term, "matchFields"), subject, f"{field}.matchFields", limits.MAX_ENTRIES
+    )
     return SelectorTerm(
         match_expressions=tuple(
             _requirement(item, subject, f"{field}.matchExpressions[{i}]", on_fields=False)
@@ -69,11 +74,12 @@ def _term(raw: Any, subject: Subject, field: str) -> SelectorTerm:
 def requirement_fields(raw: Any, subject: Subject, field: str) -> tuple[str, str, tuple[str, ...]]:
     """(key, operator, values) of a selector requirement (node or label selector); the key is required."""
     item = fields.mapping(raw, subject, field)
-    key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
+    key = bounds.length(fields.text(fields.get(item, "key"), subject, f"{field}.key"), subject, f"{field}.key")
     operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator")
+    raw_values = fields.sequence(fields.get(item, "values"), subject, f"{field}.values", limits.MAX_ENTRIES)
     values = tuple(
-        fields.value_text(value, subject, f"{field}.values[{i}]")
-        for i, value in enumerate(fields.sequence(fields.get(item, "values"), subject, f"{field}.values"))
+        bounds.length(fields.value_text(value, subject, f"{field}.values[{i}]"), subject, f"{field}.values[{i}]")
+        for i, value in enumerate(raw_values)
     )
     if not key:
         raise subject.error(f"{field}.key", "is required")
@@ -114,15 +120,16 @@ def _is_integer(value: str) -> bool:
 
 
 def _tolerations(spec: Mapping[str, Any], subject: Subject) -> tuple[Toleration, ...]:
-    items = fields.sequence(fields.get(spec, "tolerations"), subject, "spec.tolerations")
+    items = fields.sequence(fields.get(spec, "tolerations"), subject, "spec.tolerations", limits.MAX_ENTRIES)
     return tuple(_toleration(item, subject, f"spec.tolerations[{i}]") for i, item in enumerate(items))
 
 
 def _toleration(raw: Any, subject: Subject, field: str) -> Toleration:
     item = fields.mapping(raw, subject, field)
-    key = fields.text(fields.get(item, "key"), subject, f"{field}.key")
+    key = bounds.length(fields.text(fields.get(item, "key"), subject, f"{field}.key"), subject, f"{field}.key")
     operator = fields.text(fields.get(item, "operator"), subject, f"{field}.operator") or "Equal"
     value = fields.value_text(fields.get(item, "value"), subject, f"{field}.value")
+    bounds.length(value, subject, f"{field}.value")
     effect = fields.text(fields.get(item, "effect"), subject, f"{field}.effect")
     if operator not in ("Equal", "Exists"):
         raise subject.error(f"{field}.operator", f"{quoted(operator)} is not one of Equal, Exists")

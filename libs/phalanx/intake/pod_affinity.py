@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx.intake import fields
+from phalanx.intake import bounds, fields
 from phalanx.intake.errors import Subject, quoted
 from phalanx.intake.placement import check_operator, requirement_fields
+from phalanx.model import limits
 from phalanx.model.pod_affinity import (
     DO_NOT_SCHEDULE,
     HONOR,
@@ -51,14 +52,14 @@ def parse_pod_affinity(spec: Mapping[str, Any], subject: Subject) -> PodAffinity
 
 def _terms(parent: Mapping[str, Any], subject: Subject, field: str) -> tuple[PodAffinityTerm, ...]:
     path = f"{field}.{_REQUIRED}"
-    items = fields.sequence(fields.get(parent, _REQUIRED), subject, path)
+    items = fields.sequence(fields.get(parent, _REQUIRED), subject, path, limits.MAX_ENTRIES)
     return tuple(_term(item, subject, f"{path}[{i}]") for i, item in enumerate(items))
 
 
 def _weighted_terms(parent: Mapping[str, Any], subject: Subject, field: str) -> tuple[WeightedPodAffinityTerm, ...]:
     path = f"{field}.{_PREFERRED}"
     out = []
-    for i, raw in enumerate(fields.sequence(fields.get(parent, _PREFERRED), subject, path)):
+    for i, raw in enumerate(fields.sequence(fields.get(parent, _PREFERRED), subject, path, limits.MAX_ENTRIES)):
         item = fields.mapping(raw, subject, f"{path}[{i}]")
         weight = _integer(fields.get(item, "weight"), subject, f"{path}[{i}].weight", low=1, high=100)
         term = fields.get(item, "podAffinityTerm")
@@ -73,10 +74,9 @@ def _term(raw: Any, subject: Subject, field: str) -> PodAffinityTerm:
     key = fields.text(fields.get(item, "topologyKey"), subject, f"{field}.topologyKey")
     if not key:
         raise subject.error(f"{field}.topologyKey", "is required (a node label key, e.g. kubernetes.io/hostname)")
-    namespaces = tuple(
-        fields.text(ns, subject, f"{field}.namespaces[{i}]")
-        for i, ns in enumerate(fields.sequence(fields.get(item, "namespaces"), subject, f"{field}.namespaces"))
-    )
+    bounds.length(key, subject, f"{field}.topologyKey")
+    raw_namespaces = fields.sequence(fields.get(item, "namespaces"), subject, f"{field}.namespaces", limits.MAX_ENTRIES)
+    namespaces = tuple(fields.text(ns, subject, f"{field}.namespaces[{i}]") for i, ns in enumerate(raw_namespaces))
     ns_selector = _optional_selector(item, "namespaceSelector", subject, field)
     if ns_selector is not None:
         _known_namespace_labels(ns_selector, subject, f"{field}.namespaceSelector")
@@ -109,7 +109,9 @@ def _optional_selector(item: Mapping[str, Any], name: str, subject: Subject, fie
 def parse_label_selector(raw: Any, subject: Subject, field: str) -> LabelSelector:
     item = fields.mapping(raw, subject, field)
     labels = fields.string_map(fields.get(item, "matchLabels"), subject, f"{field}.matchLabels")
-    expressions = fields.sequence(fields.get(item, "matchExpressions"), subject, f"{field}.matchExpressions")
+    expressions = fields.sequence(
+        fields.get(item, "matchExpressions"), subject, f"{field}.matchExpressions", limits.MAX_ENTRIES
+    )
     return LabelSelector(
         # Sorted so equal selectors hash equal, and share their cached counts.
         match_labels=tuple(sorted(labels.items())),
@@ -129,7 +131,9 @@ def _spread_constraints(spec: Mapping[str, Any], subject: Subject) -> tuple[Topo
     path = "spec.topologySpreadConstraints"
     out: list[TopologySpreadConstraint] = []
     seen: set[tuple[str, str]] = set()
-    for i, raw in enumerate(fields.sequence(fields.get(spec, "topologySpreadConstraints"), subject, path)):
+    for i, raw in enumerate(
+        fields.sequence(fields.get(spec, "topologySpreadConstraints"), subject, path, limits.MAX_ENTRIES)
+    ):
         c = _spread_constraint(raw, subject, f"{path}[{i}]")
         pair = (c.topology_key, c.when_unsatisfiable)
         if pair in seen:
@@ -146,9 +150,11 @@ def _spread_constraints(spec: Mapping[str, Any], subject: Subject) -> tuple[Topo
 def _spread_constraint(raw: Any, subject: Subject, field: str) -> TopologySpreadConstraint:
     item = fields.mapping(raw, subject, field)
     max_skew = _integer(fields.get(item, "maxSkew"), subject, f"{field}.maxSkew", low=1)
+    bounds.at_most(max_skew, subject, f"{field}.maxSkew", limits.INT32_MAX)
     key = fields.text(fields.get(item, "topologyKey"), subject, f"{field}.topologyKey")
     if not key:
         raise subject.error(f"{field}.topologyKey", "is required (a node label key, e.g. topology.kubernetes.io/zone)")
+    bounds.length(key, subject, f"{field}.topologyKey")
     when = fields.text(fields.get(item, "whenUnsatisfiable"), subject, f"{field}.whenUnsatisfiable")
     if when not in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY):
         raise subject.error(
@@ -156,9 +162,11 @@ def _spread_constraint(raw: Any, subject: Subject, field: str) -> TopologySpread
         )
     raw_min = fields.get(item, "minDomains")
     min_domains = None if raw_min is None else _integer(raw_min, subject, f"{field}.minDomains", low=1)
+    if min_domains is not None:
+        bounds.at_most(min_domains, subject, f"{field}.minDomains", limits.INT32_MAX)
     if min_domains is not None and when != DO_NOT_SCHEDULE:
         raise subject.error(f"{field}.minDomains", f"may only be set when whenUnsatisfiable is {DO_NOT_SCHEDULE}")
-    keys = fields.sequence(fields.get(item, "matchLabelKeys"), subject, f"{field}.matchLabelKeys")
+    keys = fields.sequence(fields.get(item, "matchLabelKeys"), subject, f"{field}.matchLabelKeys", limits.MAX_ENTRIES)
     return TopologySpreadConstraint(
         max_skew=max_skew,
         topology_key=key,

@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from phalanx.intake import fields, names
+from phalanx.intake import bounds, fields, names
 from phalanx.intake.errors import Subject, quoted
 from phalanx.intake.placement import parse_placement
 from phalanx.intake.pod_affinity import parse_pod_affinity
-from phalanx.model import keys
+from phalanx.model import keys, limits
 from phalanx.model.objects import PodInfo, Resources
 from phalanx.model.policies import check_basic_policy, check_job_queue_policy
 from phalanx.model.quantity import add
@@ -37,9 +37,9 @@ def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
     return PodInfo(
         namespace=subject.namespace,
         name=subject.name,
-        uid=fields.text(fields.get(meta, "uid"), subject, "metadata.uid") or pod_uid(subject.namespace, subject.name),
+        uid=_uid(meta, subject),
         priority=_priority(spec, subject),
-        created_at=0.0 if created is None else created - epoch,
+        created_at=0.0 if created is None else _created_at(created - epoch, subject),
         requests=pod_requests(spec, subject),
         placement=parse_placement(spec, subject),
         node_name=_node_name(spec, subject),
@@ -63,13 +63,25 @@ def pod_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{namespace}/{name}"))
 
 
+def _uid(meta: Mapping[str, Any], subject: Subject) -> str:
+    uid = fields.text(fields.get(meta, "uid"), subject, "metadata.uid")
+    return bounds.length(uid, subject, "metadata.uid", limits.MAX_ID) or pod_uid(subject.namespace, subject.name)
+
+
+def _created_at(seconds: float, subject: Subject) -> float:
+    """The wire takes a creation time from 0 (1970, or the simulation's start) to MAX_TIME."""
+    if seconds < 0:
+        raise subject.error("metadata.creationTimestamp", "is before 1970-01-01T00:00:00Z (the start of Unix time)")
+    return bounds.seconds(seconds, subject, "metadata.creationTimestamp")
+
+
 def _priority(spec: Mapping[str, Any], subject: Subject) -> int:
     value = fields.get(spec, "priority")
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise subject.error("spec.priority", f"{quoted(value)} is not an integer")
-    if not fields.INT32_MIN <= value <= fields.INT32_MAX:
+    if not limits.INT32_MIN <= value <= limits.INT32_MAX:
         # Kubernetes priorities are int32, and so is the protobuf field the pod travels in.
         raise subject.error("spec.priority", f"{quoted(value)} is out of range (a 32-bit integer)")
     return value
@@ -110,10 +122,12 @@ def _node_name(spec: Mapping[str, Any], subject: Subject) -> str:
 def _duration(annotations: Mapping[str, str], subject: Subject) -> float | None:
     if keys.SIM_DURATION not in annotations:
         return None
+    where = f"metadata.annotations[{keys.SIM_DURATION}]"
     try:
-        return fields.duration_seconds(annotations[keys.SIM_DURATION])
+        seconds = fields.duration_seconds(annotations[keys.SIM_DURATION])
     except ValueError as exc:
-        raise subject.error(f"metadata.annotations[{keys.SIM_DURATION}]", str(exc)) from None
+        raise subject.error(where, str(exc)) from None
+    return bounds.seconds(seconds, subject, where, annotations[keys.SIM_DURATION])
 
 
 def _check_policies(annotations: Mapping[str, str], subject: Subject) -> None:

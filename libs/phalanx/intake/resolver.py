@@ -21,20 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.gangs import (
-    GangLink,
-    GangParams,
-    ObjectRef,
-    build_spec,
-    find_link,
-    invalid_spec,
-    object_ref,
-    read_gang_object,
-    read_link,
-)
-from phalanx.intake.gangs import (
-    is_gang_object as _is_gang_object,
-)
+from phalanx.intake.gang_objects import is_gang_object as _is_gang_object
+from phalanx.intake.gang_objects import object_ref, read_gang_object
+from phalanx.intake.gang_shapes import GangLink, GangParams, ObjectRef
+from phalanx.intake.gangs import build_spec, find_link, invalid_spec, read_link
 from phalanx.model.objects import GangSpec, PodInfo
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from phalanx.intake.errors import quoted
+from phalanx.intake.gang_kinds import GANG_OBJECT_KINDS
 from phalanx.jobs.api import JobSpecError
 from phalanx.sim.jobs import SimJob, expand
 
@@ -24,7 +25,7 @@ try:  # the C loader is several times faster on large traces
 except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _Loader
 
-KINDS = {"Node", "Pod", "PodGroup", "ConfigMap", "PhalanxJob"}  # a PhalanxJob becomes its pods (sim/jobs.py)
+KINDS = {"Node", "Pod", *GANG_OBJECT_KINDS, "PhalanxJob"}  # a PhalanxJob becomes its pods (sim/jobs.py)
 # Fields of a pod the simulator reads itself, before the intake: their shape is checked here, so a
 # `metadata: {annotations: "foo"}` is reported like any bad input instead of crashing the run.
 _POD_MAPPINGS = (("metadata", "annotations"), ("spec",))
@@ -192,6 +193,6 @@ def load_workload(paths: list[str | Path]) -> Workload:
     for job in w.jobs:
         job.arrival = arrivals.get((job.namespace, job.name), 0.0)
     # Stable order: by time, then nodes and gang objects before pods, then file order.
-    rank = {"Node": 0, "PodGroup": 1, "ConfigMap": 1, "Pod": 2}
+    rank = {"Node": 0, **dict.fromkeys(GANG_OBJECT_KINDS, 1), "Pod": 2}
     w.objects.sort(key=lambda o: (o.at, rank[o.kind]))
     return w
