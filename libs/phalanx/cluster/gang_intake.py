@@ -74,16 +74,17 @@ class GangIntake:
             self._parked.setdefault(res.gang_key, {})[key] = None
         return res
 
-    def admit(self, key: str, pod: PodInfo, parked_under: str = "") -> Admission:
-        """The decision on a pending pod (see `resolve` for parking). A pod to queue is resolved in place: its
-        gang, its gang's creation time and queue (spec.queue, for DRF) are set on `pod`."""
-        res = self.resolve(key, pod, parked_under)
+    def admit(self, key: str, pod: PodInfo, parked_under: str = "", park: bool = True) -> Admission:
+        """The decision on a pod: queue it, let it wait (parked, see `resolve`), or refuse it. A pod not
+        refused is resolved in place: its gang and, once the gang's object is known, the gang's creation time
+        and queue (spec.queue, for DRF) are set on `pod`."""
+        res = self.resolve(key, pod, parked_under, park)
         if res.error:
             return Admission(Decision.REFUSE, res.gang_key, res.spec, res.error)
+        pod.gang = res.gang_key
         if res.waiting_for:
             why = f"gang {res.gang_key}: {res.waiting_for}; the pod waits for it"
             return Admission(Decision.WAIT, res.gang_key, res.spec, why, res.waiting_for)
-        pod.gang = res.gang_key
         if res.spec is not None:
             pod.gang_created_at = res.spec.created_at
             with_gang_queue(pod, res.spec.queue)

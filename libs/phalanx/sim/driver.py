@@ -30,7 +30,7 @@ from typing import Any, Callable
 import grpc
 import redis
 
-from phalanx.cluster.gang_intake import GangIntake
+from phalanx.cluster.gang_intake import Decision, GangIntake
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
@@ -38,7 +38,6 @@ from phalanx.jobs.api import FINISHED
 from phalanx.jobs.objects import desired_pods
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
-from phalanx.model.policies import with_gang_queue
 from phalanx.rpc.clients import QueueClient, SchedulerClient
 from phalanx.rpc.validation import MAX_ITEMS
 from phalanx.sim import jobs as simjobs
@@ -565,7 +564,7 @@ class Simulation:
         track.duration = pod.duration
         self.parsed[pod.key] = pod
         resolved = self._resolve(pod, track)
-        if resolved is not None:
+        if resolved is not None or track.waiting_for:  # arrived, queued or parked
             self.series.pod_arrived(pod.requests, track.gang, obj.at)
             life = self._life(track.key, track.duration)
             if life is not None:
@@ -573,22 +572,25 @@ class Simulation:
         return resolved
 
     def _resolve(self, pod: PodInfo, track: PodTrack) -> PodInfo | None:
-        res = self.intake.resolve(pod.key, pod)  # parked (re-resolved with the next gang object) if it waits
-        if res.error:
-            track.reason = res.error
-            self.errors.append(f"{track.origin}: {res.error}")
+        """The pod to hand the scheduler, through the gang intake the cluster feed decides with too; None for a
+        pod refused, or parked until its gang's object arrives (resolved again then, in _reresolve_waiting).
+        A bound pod waits for nothing, as in the feed."""
+        bound = bool(pod.node_name)
+        admission = self.intake.admit(pod.key, pod, park=not bound)
+        if admission.decision == Decision.REFUSE:
+            track.reason = admission.reason
+            self.errors.append(f"{track.origin}: {admission.reason}")
             return None
-        track.gang = res.gang_key
-        if res.gang_key:
-            self.gang_refs.add(res.gang_key)
-        track.waiting_for = res.waiting_for
-        pod.gang = res.gang_key
-        pod.gang_created_at = res.spec.created_at if res.spec is not None else pod.created_at
-        if res.spec is not None:
-            with_gang_queue(pod, res.spec.queue)
+        track.gang = admission.gang
+        if admission.gang:
+            self.gang_refs.add(admission.gang)
+        track.waiting_for = admission.waiting_for
+        if admission.spec is None:
+            pod.gang_created_at = pod.created_at
         if self.opt.mode == "pod":
-            pod.gang = ""  # kube-scheduler alone knows no gangs
-        return pod
+            pod.gang = ""  # kube-scheduler alone knows no gangs, nor waits for their objects
+            return pod
+        return None if admission.decision == Decision.WAIT and not bound else pod
 
     def _reresolve_waiting(self, due: "_Due") -> list[PodInfo]:
         """Pods parked for a missing PodGroup/ConfigMap: resolve again (every one, whichever gang object
@@ -600,9 +602,9 @@ class Simulation:
                 continue
             pod = self.parsed[key]
             resolved = self._resolve(pod, track)
-            if resolved is None:
-                due.deleted.append(key)  # its gang object turned out invalid: out of the queue
-            elif not track.waiting_for:
+            if resolved is None and track.reason:
+                due.deleted.append(key)  # its gang object turned out invalid: out of the queue (pod mode) or parking
+            elif resolved is not None and not track.waiting_for:
                 out.append(resolved)
         return out
 
