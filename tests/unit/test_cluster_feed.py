@@ -18,19 +18,20 @@ from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, V
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
-from phalanx.state.store import StateStore
+from phalanx.state.store import StateStore, decoded
 from phalanx.testing.in_process import LocalBinder, LocalQueue
 
 NAME = "phalanx"
 
 
 class Reports:
+    """The feed's reporter: the PodGroup status (pods' refusals go through the scheduler's reports)."""
+
     def __init__(self) -> None:
-        self.pods: dict[str, str] = {}
         self.gangs: list[GangReport] = []
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
-        self.pods.update({p.pod_key: p.unschedulable_message for p in pods})
+        assert not pods
         self.gangs.extend(gangs)
 
 
@@ -104,6 +105,10 @@ class Harness:
         self.feed._apply(list(events), initial=self.first)
         self.first = False
 
+    def conditions(self) -> dict[str, str]:
+        """Each pod's PodScheduled=False message, as the scheduler's binder wrote it."""
+        return decoded(self.store.redis.hgetall(self.store.keys.sim_conditions))
+
     def reserved(self) -> dict[str, str]:
         return {k: r.state for k, r in self.store.load_pods().items()}
 
@@ -141,7 +146,7 @@ def test_rebuild_releases_what_redis_holds_but_the_cluster_lost(h: Harness) -> N
 
 def test_pods_wait_for_their_podgroup_then_queue(h: Harness) -> None:
     h.apply(node("n1"), pod("w0", annotations={VOLCANO_GROUP_NAME: "pg"}))
-    assert "does not exist yet" in h.reports.pods["ns/w0"]
+    assert "does not exist yet" in h.conditions()["ns/w0"]
     assert h.queue.queue.pop(10, 0.0) == []
     podgroup = {
         "kind": "PodGroup",
@@ -156,8 +161,21 @@ def test_pods_wait_for_their_podgroup_then_queue(h: Harness) -> None:
 
 def test_refused_pods_are_reported_not_queued(h: Harness) -> None:
     h.apply(node("n1"), pod("bad", annotations=koord("g", "abc")), pod("ok", annotations=koord("g2", "1")))
-    assert f"metadata.annotations[{KOORD_MIN_AVAILABLE}]" in h.reports.pods["ns/bad"]
+    assert f"metadata.annotations[{KOORD_MIN_AVAILABLE}]" in h.conditions()["ns/bad"]
     assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/ok"]
+
+
+def test_a_pod_refused_again_is_told_again_after_the_scheduler_told_it_something_else(h: Harness) -> None:
+    # One record of what each pod was last told (the scheduler's reports), whether the feed refused it or the
+    # scheduler found no room: a repeated refusal is not skipped as "said already" over the scheduler's word.
+    h.apply(node("n1", gpus=0), pod("w0", annotations=koord("g", "abc")))
+    refused = h.conditions()["ns/w0"]
+    assert KOORD_MIN_AVAILABLE in refused
+    h.apply(pod("w0", annotations=koord("g", "1"), kind="MODIFIED"))
+    h.sched.step(0.0)
+    assert h.conditions()["ns/w0"] != refused  # the scheduler's: no node has room
+    h.apply(pod("w0", annotations=koord("g", "abc"), kind="MODIFIED"))
+    assert h.conditions()["ns/w0"] == refused
 
 
 def test_timed_out_and_unchanged_pods_are_not_queued_again(h: Harness) -> None:

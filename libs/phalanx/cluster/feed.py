@@ -5,7 +5,7 @@ API group Phalanx reads, and ConfigMaps, and applies what changed in batches und
 through the scheduler's one set of cluster-event handlers (phalanx.scheduling.events) and the gang intake it
 shares with the simulator (gang_intake.py). It is the thin composition of one module per job: the mirror of what the API server holds
 (mirror.py), the intake flow turning our pods into queue work (intake_flow.py), the queue's outbox
-(outbox.py), the PodGroup status (gang_counts.py), the refusals reported (refusals.py), and reconciliation
+(outbox.py), the PodGroup status (gang_counts.py), and reconciliation
 (reconcile.py, a comparer that knows only the mirror, the scheduler and the feed's public handlers):
 
 - Nodes: upsert_nodes when a node's scheduling-relevant content changed; remove_nodes on deletion, whose
@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
@@ -45,13 +45,13 @@ from phalanx.cluster.intake_flow import IntakeFlow
 from phalanx.cluster.mirror import Mirror, MirroredPod, succeeded
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
-from phalanx.cluster.refusals import RefusalReports, Reporter
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.nodes import parse_node
 from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.kube import podgroups
 from phalanx.kube.watch import Collection, Watcher, object_key
+from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.objects import PodInfo
 from phalanx.scheduling.events import API_SERVER, ClusterChange, ClusterEvents
 from phalanx.scheduling.scheduler import GangScheduler
@@ -61,6 +61,12 @@ log = logging.getLogger(__name__)
 
 _NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
 _BUDGETS = "poddisruptionbudgets"  # for preemption's choice of victims (phalanx.scheduling.preemption)
+
+
+class Reporter(Protocol):
+    """The binder's report path, which the PodGroup status goes to."""
+
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
 
 
 def collections(api_client: Any) -> list[Collection]:
@@ -111,7 +117,7 @@ class ClusterFeed:
         self.counts = GangCounts()
         self.flow = IntakeFlow(self.mirror, self.counts)
         self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot)
-        self.refusals = RefusalReports(reporter)
+        self.reporter = reporter
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
         self._events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
@@ -241,8 +247,27 @@ class ClusterFeed:
                     log.exception("cluster feed: %s %s %s could not be handled", kind, collection, object_key(obj))
             self.flow.reresolve(b)
             self._commit(b, initial)
+            self._report_refusals(b.reports)
             gang_reports = self.counts.reports(b.counted, self.mirror, self.flow.intake.gang, self._reserved)
-        self.refusals.send(b.reports, gang_reports, self.now())
+        self._report_status(gang_reports)
+
+    def _report_refusals(self, refusals: Mapping[str, str]) -> None:
+        """Pods of ours refused at intake get PodScheduled=False and an Event, through the scheduler's reports:
+        one record of what each pod was last told, whether the feed or the scheduler told it, so a message
+        is neither repeated nor wrongly skipped as said already. Caller holds the lock."""
+        if not refusals:
+            return
+        for key, message in sorted(refusals.items()):
+            self.scheduler.reports.pod(key, message)
+        self.scheduler.reports.flush(self.scheduler.binder, self.now())  # kept there while the binder is down
+
+    def _report_status(self, gangs: list[GangReport]) -> None:
+        if not gangs:
+            return
+        try:
+            self.reporter.report([], gangs, self.now())
+        except Exception as exc:  # the binder is down: sent again when the gangs' pods change again
+            log.warning("cluster feed: reporting %d PodGroups failed: %s", len(gangs), exc)
 
     def _on_budget(self, kind: str, obj: Mapping[str, Any]) -> None:
         """A PodDisruptionBudget: preemption keeps within it. One that cannot be read is left out of the plans
@@ -339,8 +364,7 @@ class ClusterFeed:
         b.deleted.add(key)
         b.bound.pop(key, None)
         b.queue_add.pop(key, None)
-        b.reports.pop(key, None)
-        self.refusals.forget(key)
+        b.reports.pop(key, None)  # what it was told is forgotten with it (ClusterChange.forgotten)
         if prev is not None:
             self.flow.forget(key, prev, b)
             self.mirror.drop_pod(key)

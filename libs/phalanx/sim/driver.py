@@ -13,8 +13,11 @@ A pod's run time (annotation simulation.phalanx.dev/duration) starts when it bin
 gang, which starts only once its gang has its minimum bound — as a distributed training job's workers
 wait for each other. That is what turns partial placements into the deadlocks gang scheduling prevents.
 
-Pods are resolved to their gangs by the gang intake the cluster feed uses too (phalanx.cluster.gang_intake),
-and the scheduler applies the events with the same handlers (phalanx.scheduling.events) as the feed's.
+Pods are admitted by the gang intake the cluster feed uses too (phalanx.cluster.gang_intake): queued,
+parked until the gang object they name arrives, or refused, as in a cluster; and the scheduler applies the
+events with the same handlers (phalanx.scheduling.events) as the feed's. The driver's parts: the intake
+(admission.py), the look-ahead of quiet instants (lookahead.py), the pods' lives (lives.py) and the
+PhalanxJob controller (job_control.py), over one shared state (state.py).
 """
 
 from __future__ import annotations
@@ -54,8 +57,7 @@ class SimOptions:
 
 
 class Simulation(Lookahead, PodLives, JobControl):
-    """The driver: its parts are the intake (admission.py), the look-ahead (lookahead.py), the pods' lives
-    (lives.py) and the PhalanxJob controller (job_control.py), over one shared state (state.py)."""
+    """The driver, composed of its parts (see the module docstring)."""
 
     opt: SimOptions  # all of them (the parts read only what state.RunOptions names)
 

@@ -40,7 +40,7 @@ class PodLives(SimState):
         """The gang-level reports the scheduler sent since the last step (the PodGroup status a cluster shows):
         each gang's last word before it bound (why it waits), and, for each gang whose state changed, what it
         holds reserved now, counted from its reserved pods in Redis, from the instant of its last report. That
-        is exact: a gang changes only at a step's first instant (see _joins_waiting_gang)."""
+        is exact: a gang changes only at a step's first instant (see lookahead.Lookahead._joins_waiting_gang)."""
         raw = self.redis.lrange(self.keys.sim_events, self._events_cursor, -1)
         self._events_cursor += len(raw)
         changed: dict[str, float] = {}

@@ -94,7 +94,7 @@ class Lookahead(SimAdmission):
 
     def _joins_waiting_gang(self, pods: list[PodInfo]) -> bool:
         """A pod of a gang not started yet may change what gangs hold reserved, which is read as each step
-        ends (_read_gang_reports): it gets its own step, so that reading is exact at every instant. Nothing
+        ends (lives.PodLives._read_gang_reports): it gets its own step, so that reading is exact at every instant. Nothing
         else in a run of quiet instants can (the queue holds nothing but each instant's arrivals)."""
         return self.opt.mode == "gang" and any(
             (g := self.pods[p.key].gang) and g not in self.gang_started for p in pods
