@@ -42,13 +42,11 @@ from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.intake_flow import IntakeFlow
-from phalanx.cluster.mirror import Mirror, MirroredPod, succeeded
+from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.nodes import parse_node
-from phalanx.intake.pods import parse_pod, scheduler_name
 from phalanx.kube import podgroups
 from phalanx.kube.watch import Collection, Watcher, object_key
 from phalanx.model.binding import GangReport, PodReport
@@ -115,7 +113,7 @@ class ClusterFeed:
         self.events = ClusterEvents(scheduler, API_SERVER)
         self.mirror = Mirror()
         self.counts = GangCounts()
-        self.flow = IntakeFlow(self.mirror, self.counts)
+        self.flow = IntakeFlow(self.mirror, self.counts, scheduler_name)
         self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot)
         self.reporter = reporter
         self.stop_event = threading.Event()
@@ -236,9 +234,9 @@ class ClusterFeed:
             for collection, kind, obj in sorted(events, key=lambda e: rank.get(e[0], 1)):
                 try:
                     if collection == _NODES:
-                        self._on_node(kind, obj, b)
+                        self.flow.on_node(kind, obj, b)
                     elif collection == _PODS:
-                        self._on_pod(kind, obj, b)
+                        self.flow.on_pod(kind, obj, b)
                     elif collection == _BUDGETS:
                         self._on_budget(kind, obj)
                     else:
@@ -284,22 +282,6 @@ class ClusterFeed:
             return
         self.scheduler.preemption.set_budgets([budget], [])
 
-    def _on_node(self, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
-        name = object_key(obj)
-        if kind == "DELETED":
-            self.mirror.remove_node(name)
-            b.nodes.pop(name, None)
-            b.nodes_removed.add(name)
-            return
-        try:
-            node = parse_node(obj)
-        except IntakeError as exc:
-            log.warning("cluster feed: %s; the node is not used", exc)
-            return
-        if self.mirror.set_node(node):  # else status heartbeats and the like: nothing scheduling reads
-            b.nodes[name] = node
-            b.nodes_removed.discard(name)
-
     def _on_gang_object(self, collection: str, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
         if collection == _CONFIGMAPS:
             ref_kind = "ConfigMap"
@@ -308,66 +290,6 @@ class ClusterFeed:
         else:
             ref_kind = f"PodGroup.{collection.partition('.')[2]}"
         self.flow.on_gang_object(kind, ref_kind, obj, b)
-
-    def _on_pod(self, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
-        key = object_key(obj)
-        prev = self.mirror.pod(key)
-        if kind == "DELETED":
-            self._forget(key, prev, b)
-            return
-        meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))
-        uid = meta.get("uid") or ""
-        if prev is not None and prev.uid and uid and prev.uid != uid:
-            self._forget(key, prev, b)  # deleted and recreated under the same name between two events
-            prev = None
-        state = prev or MirroredPod(uid, scheduler_name(obj) == self.name)
-        self.mirror.put_pod(key, state)
-        phase, node = status.get("phase") or "", spec.get("nodeName") or ""
-        was_finished, state.phase = state.finished, phase
-        if state.ours and state.gang:
-            b.counted.add(state.gang)
-        if state.finished:
-            if not was_finished:  # the kubelet stopped it: its resources are free
-                b.released.add(key)
-                if succeeded(phase, meta, status):
-                    b.succeeded.add(key)
-                b.bound.pop(key, None)
-                if state.ours and not state.gang:  # first seen finished (a restart): count it in its gang
-                    try:
-                        self.flow.join_gang(key, parse_pod(obj), state, b)
-                    except IntakeError:
-                        pass
-            self.flow.take_back(key, state, b)
-            return
-        if node:
-            if state.node != node:
-                state.node = node
-                self._on_bound(key, obj, state, b)
-            self.flow.take_back(key, state, b)
-            return
-        if state.ours:
-            self.flow.on_pending(key, obj, state, b)
-
-    def _on_bound(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch) -> None:
-        try:
-            pod = parse_pod(obj)
-        except IntakeError as exc:
-            log.warning("cluster feed: %s; its resources are not counted", exc)
-            return
-        if state.ours:
-            self.flow.join_gang(key, pod, state, b)
-        state.info = pod  # what it holds: reconciliation re-counts it if Redis lost it
-        b.bound[key] = pod
-
-    def _forget(self, key: str, prev: MirroredPod | None, b: Batch) -> None:
-        b.released.add(key)
-        b.deleted.add(key)
-        b.bound.pop(key, None)
-        b.queue_add.pop(key, None)
-        b.reports.pop(key, None)  # what it was told is forgotten with it (ClusterChange.forgotten)
-        if prev is not None:
-            self.flow.forget(key, prev, b)
-            self.mirror.drop_pod(key)
 
     # -- one batch: committed ----------------------------------------------------------------------------
     def _commit(self, b: Batch, initial: bool) -> None:
