@@ -12,9 +12,11 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
+from phalanx.cluster.reconcile import Maintenance
 from phalanx.gang.manager import GangStatus
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
+from phalanx.model.objects import PodInfo
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
@@ -282,3 +284,37 @@ def test_nodes_repaired_by_reconciliation_give_unschedulable_pods_another_try(h:
     assert h.feed.maintenance.reconcile()["node"] == 1
     h.sched.step(3.0)
     assert h.reserved() == {"ns/w0": "bound"}
+
+
+class RecordingHandlers:
+    """The feed's public handlers, each call recorded (reconcile.FeedHandlers)."""
+
+    def __init__(self, feed: ClusterFeed) -> None:
+        self.feed = feed
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def add_bound(self, pods: list[PodInfo]) -> None:
+        self.calls.append(("add_bound", [p.key for p in pods]))
+        self.feed.add_bound(pods)
+
+    def resend_gangs(self) -> None:
+        self.calls.append(("resend_gangs", []))
+        self.feed.resend_gangs()
+
+    def requeue_missing(self) -> int:
+        self.calls.append(("requeue_missing", []))
+        return self.feed.requeue_missing()
+
+    def retry_unschedulable(self) -> None:
+        self.calls.append(("retry_unschedulable", []))
+        self.feed.retry_unschedulable()
+
+
+def test_reconciliation_compares_the_mirror_with_the_scheduler_and_repairs_through_public_handlers(h: Harness) -> None:
+    h.apply(node("n1"), pod("theirs", node_name="n1", scheduler="default-scheduler"))
+    h.sched.release_pods(["ns/theirs"])  # Redis lost it: the mirror still shows it bound
+    handlers = RecordingHandlers(h.feed)
+    maintenance = Maintenance(h.feed.mirror, h.sched, handlers, threading.Lock(), lambda: 0.0)
+    assert maintenance.reconcile()["uncounted-pod"] == 1
+    assert handlers.calls == [("add_bound", ["ns/theirs"]), ("requeue_missing", []), ("retry_unschedulable", [])]
+    assert h.reserved() == {"ns/theirs": "bound"}
