@@ -3,10 +3,12 @@
 Runs inside the scheduler process. It watches (phalanx.kube.watch) Nodes, all Pods, the PodGroups of every
 API group Phalanx reads, and ConfigMaps, and applies what changed in batches under the scheduler's lock,
 through the scheduler's one set of cluster-event handlers (phalanx.scheduling.events) and the gang intake it
-shares with the simulator (gang_intake.py). It is the thin composition of one module per job: the mirror of what the API server holds
-(mirror.py), the intake flow turning our pods into queue work (intake_flow.py), the queue's outbox
-(outbox.py), the PodGroup status (gang_counts.py), and reconciliation
-(reconcile.py, a comparer that knows only the mirror, the scheduler and the feed's public handlers):
+shares with the simulator (gang_intake.py). It is the thin composition of one module per job: the mirror
+of what the API server holds (mirror.py), the intake flow turning watched objects into scheduler and queue
+work (intake_flow.py), the queue's outbox (outbox.py), the PodGroup status (gang_counts.py), and
+reconciliation (reconcile.py, a comparer that knows only the mirror, the scheduler and the feed's public
+handlers). Pods refused at intake are told so through the scheduler's own reports (one record of what each
+pod was last told). What the batches do:
 
 - Nodes: upsert_nodes when a node's scheduling-relevant content changed; remove_nodes on deletion, whose
   reserved (not yet bound) pods go back to the queue.
