@@ -268,6 +268,9 @@ def test_pods_wait_for_their_podgroup_and_schedule_when_it_appears(tmp_path: Pat
     report = run(tmp_path, objects, until=20)
     assert report["summary"]["podsBound"] == 0
     assert all("PodGroup default/late" in p["reason"] and "does not exist" in p["reason"] for p in report["pods"])
+    # Parked until their PodGroup arrives, as the cluster feed parks them (phalanx.cluster.gang_intake.admit):
+    # the scheduler never tries them before.
+    assert report["summary"]["schedulingAttempts"] == 0
     report = run(tmp_path / "later", objects)
     assert [p["boundAt"] for p in report["pods"]] == [30.0, 30.0]
 

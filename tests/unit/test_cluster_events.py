@@ -12,7 +12,7 @@ import pytest
 from builders import gang_spec, make_pod, make_podgroup, model_node, model_pod
 from local_scheduler import LocalScheduler
 
-from phalanx.cluster.gang_intake import GangIntake
+from phalanx.cluster.gang_intake import Decision, GangIntake
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.pods import parse_pod
 from phalanx.model.keys import VOLCANO_GROUP_NAME
@@ -194,3 +194,29 @@ def test_a_spec_is_sent_when_new_or_changed() -> None:
     assert intake.note_sent(spec)
     intake.forget_sent()
     assert intake.is_new(spec)
+
+
+@pytest.mark.parametrize("retry_refused", [True, False])
+def test_admission_queues_lets_wait_or_refuses_alike_for_the_feed_and_the_simulator(retry_refused: bool) -> None:
+    intake = GangIntake(retry_refused=retry_refused)
+    pod = volcano_pod("a", "pg")
+    waiting = intake.admit("default/a", pod)
+    assert (waiting.decision, waiting.gang, pod.gang) == (Decision.WAIT, "default/pg", "default/pg")
+    assert waiting.reason == f"gang default/pg: {waiting.waiting_for}; the pod waits for it"
+    assert intake.parked("default/pg") == ["default/a"]  # parked by both: resolved again when the object comes
+    intake.add_object(make_podgroup("pg", api_version=VOLCANO).min_member(2).build(), created_at=5.0)
+    pod = volcano_pod("a", "pg")
+    queued = intake.admit("default/a", pod, parked_under="default/pg")
+    assert queued.decision == Decision.QUEUE and queued.spec is not None
+    assert (pod.gang, pod.gang_created_at, intake.parked("default/pg")) == ("default/pg", 5.0, [])
+    with pytest.raises(IntakeError):
+        intake.add_object(make_podgroup("bad", api_version=VOLCANO).min_member(-1).build(), created_at=0.0)
+    refused = intake.admit("default/b", volcano_pod("b", "bad"))
+    assert refused.decision == Decision.REFUSE and refused.reason
+    assert intake.parked("default/bad") == (["default/b"] if retry_refused else [])
+
+
+def test_a_bound_pod_is_admitted_without_being_parked() -> None:
+    intake = GangIntake(retry_refused=True)
+    assert intake.admit("default/a", volcano_pod("a", "pg"), park=False).decision == Decision.WAIT
+    assert intake.parked("default/pg") == []

@@ -12,25 +12,28 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
+from phalanx.cluster.reconcile import Maintenance
 from phalanx.gang.manager import GangStatus
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
+from phalanx.model.objects import PodInfo
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
-from phalanx.state.store import StateStore
+from phalanx.state.store import StateStore, decoded
 from phalanx.testing.in_process import LocalBinder, LocalQueue
 
 NAME = "phalanx"
 
 
 class Reports:
+    """The feed's reporter: the PodGroup status (pods' refusals go through the scheduler's reports)."""
+
     def __init__(self) -> None:
-        self.pods: dict[str, str] = {}
         self.gangs: list[GangReport] = []
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
-        self.pods.update({p.pod_key: p.unschedulable_message for p in pods})
+        assert not pods
         self.gangs.extend(gangs)
 
 
@@ -104,6 +107,10 @@ class Harness:
         self.feed._apply(list(events), initial=self.first)
         self.first = False
 
+    def conditions(self) -> dict[str, str]:
+        """Each pod's PodScheduled=False message, as the scheduler's binder wrote it."""
+        return decoded(self.store.redis.hgetall(self.store.keys.sim_conditions))
+
     def reserved(self) -> dict[str, str]:
         return {k: r.state for k, r in self.store.load_pods().items()}
 
@@ -141,7 +148,7 @@ def test_rebuild_releases_what_redis_holds_but_the_cluster_lost(h: Harness) -> N
 
 def test_pods_wait_for_their_podgroup_then_queue(h: Harness) -> None:
     h.apply(node("n1"), pod("w0", annotations={VOLCANO_GROUP_NAME: "pg"}))
-    assert "does not exist yet" in h.reports.pods["ns/w0"]
+    assert "does not exist yet" in h.conditions()["ns/w0"]
     assert h.queue.queue.pop(10, 0.0) == []
     podgroup = {
         "kind": "PodGroup",
@@ -156,8 +163,21 @@ def test_pods_wait_for_their_podgroup_then_queue(h: Harness) -> None:
 
 def test_refused_pods_are_reported_not_queued(h: Harness) -> None:
     h.apply(node("n1"), pod("bad", annotations=koord("g", "abc")), pod("ok", annotations=koord("g2", "1")))
-    assert f"metadata.annotations[{KOORD_MIN_AVAILABLE}]" in h.reports.pods["ns/bad"]
+    assert f"metadata.annotations[{KOORD_MIN_AVAILABLE}]" in h.conditions()["ns/bad"]
     assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/ok"]
+
+
+def test_a_pod_refused_again_is_told_again_after_the_scheduler_told_it_something_else(h: Harness) -> None:
+    # One record of what each pod was last told (the scheduler's reports), whether the feed refused it or the
+    # scheduler found no room: a repeated refusal is not skipped as "said already" over the scheduler's word.
+    h.apply(node("n1", gpus=0), pod("w0", annotations=koord("g", "abc")))
+    refused = h.conditions()["ns/w0"]
+    assert KOORD_MIN_AVAILABLE in refused
+    h.apply(pod("w0", annotations=koord("g", "1"), kind="MODIFIED"))
+    h.sched.step(0.0)
+    assert h.conditions()["ns/w0"] != refused  # the scheduler's: no node has room
+    h.apply(pod("w0", annotations=koord("g", "abc"), kind="MODIFIED"))
+    assert h.conditions()["ns/w0"] == refused
 
 
 def test_timed_out_and_unchanged_pods_are_not_queued_again(h: Harness) -> None:
@@ -264,3 +284,37 @@ def test_nodes_repaired_by_reconciliation_give_unschedulable_pods_another_try(h:
     assert h.feed.maintenance.reconcile()["node"] == 1
     h.sched.step(3.0)
     assert h.reserved() == {"ns/w0": "bound"}
+
+
+class RecordingHandlers:
+    """The feed's public handlers, each call recorded (reconcile.FeedHandlers)."""
+
+    def __init__(self, feed: ClusterFeed) -> None:
+        self.feed = feed
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def add_bound(self, pods: list[PodInfo]) -> None:
+        self.calls.append(("add_bound", [p.key for p in pods]))
+        self.feed.add_bound(pods)
+
+    def resend_gangs(self) -> None:
+        self.calls.append(("resend_gangs", []))
+        self.feed.resend_gangs()
+
+    def requeue_missing(self) -> int:
+        self.calls.append(("requeue_missing", []))
+        return self.feed.requeue_missing()
+
+    def retry_unschedulable(self) -> None:
+        self.calls.append(("retry_unschedulable", []))
+        self.feed.retry_unschedulable()
+
+
+def test_reconciliation_compares_the_mirror_with_the_scheduler_and_repairs_through_public_handlers(h: Harness) -> None:
+    h.apply(node("n1"), pod("theirs", node_name="n1", scheduler="default-scheduler"))
+    h.sched.release_pods(["ns/theirs"])  # Redis lost it: the mirror still shows it bound
+    handlers = RecordingHandlers(h.feed)
+    maintenance = Maintenance(h.feed.mirror, h.sched, handlers, threading.Lock(), lambda: 0.0)
+    assert maintenance.reconcile()["uncounted-pod"] == 1
+    assert handlers.calls == [("add_bound", ["ns/theirs"]), ("requeue_missing", []), ("retry_unschedulable", [])]
+    assert h.reserved() == {"ns/theirs": "bound"}

@@ -11,8 +11,8 @@ from phalanx.model.objects import GangMode, GangSpec
 from phalanx.report import causes, units
 from phalanx.report.compare import compare_rows
 from phalanx.report.summary import summary_lines
-from phalanx.sim.driver import PodTrack, SimResult
 from phalanx.sim.report import build_report
+from phalanx.sim.tracks import PodTrack, SimResult
 
 
 # -- causes ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""Pods resolved to their gangs, for whatever feeds the scheduler: the cluster feed (the API server's watch)
-and the simulator (its workload's objects) keep the same three records through this one class.
+"""Pods resolved to their gangs and admitted, for whatever feeds the scheduler: the cluster feed (the API server's
+watch) and the simulator (its workload's objects) decide through this one class which pending pods are
+schedulable now, which wait for their gang object, and which are refused (`admit`), and keep the same three
+records:
 
 - the gang objects seen (PodGroups, gang ConfigMaps), in the GangResolver;
 - the pods parked until the gang object they name exists (or, in the cluster feed, until the invalid one
@@ -10,10 +12,28 @@ and the simulator (its workload's objects) keep the same three records through t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from phalanx.intake.resolver import GangResolver, Resolution
 from phalanx.model.objects import GangSpec, PodInfo
+from phalanx.model.policies import with_gang_queue
+
+
+class Decision(StrEnum):
+    QUEUE = "queue"  # schedulable now: handed to the queue
+    WAIT = "wait"  # its gang object has not arrived: parked until it does
+    REFUSE = "refuse"  # its gang declaration is refused: not scheduled
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    decision: Decision
+    gang: str  # the gang key the pod names ("" for none), whatever the verdict
+    spec: GangSpec | None
+    reason: str = ""  # why it waits or is refused
+    waiting_for: str = ""  # what it waits for (the resolver's words)
 
 
 class GangIntake:
@@ -53,6 +73,22 @@ class GangIntake:
         if park and res.gang_key and (res.waiting_for or (res.error and self.retry_refused)):
             self._parked.setdefault(res.gang_key, {})[key] = None
         return res
+
+    def admit(self, key: str, pod: PodInfo, parked_under: str = "", park: bool = True) -> Admission:
+        """The decision on a pod: queue it, let it wait (parked, see `resolve`), or refuse it. A pod not
+        refused is resolved in place: its gang and, once the gang's object is known, the gang's creation time
+        and queue (spec.queue, for DRF) are set on `pod`."""
+        res = self.resolve(key, pod, parked_under, park)
+        if res.error:
+            return Admission(Decision.REFUSE, res.gang_key, res.spec, res.error)
+        pod.gang = res.gang_key
+        if res.waiting_for:
+            why = f"gang {res.gang_key}: {res.waiting_for}; the pod waits for it"
+            return Admission(Decision.WAIT, res.gang_key, res.spec, why, res.waiting_for)
+        if res.spec is not None:
+            pod.gang_created_at = res.spec.created_at
+            with_gang_queue(pod, res.spec.queue)
+        return Admission(Decision.QUEUE, res.gang_key, res.spec)
 
     def unpark(self, key: str, gang: str) -> None:
         waiting = self._parked.get(gang)

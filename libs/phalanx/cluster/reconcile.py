@@ -1,13 +1,17 @@
-"""Keeping the scheduler, Redis and the API server in agreement while the scheduler runs.
+"""Reconciliation: a comparer of the API server's truth, the scheduler's state (memory and Redis) and the queue.
+
+It only compares: what it reads comes through three small interfaces (the mirror of the API server, the
+scheduler, the feed's public handlers), and what it repairs goes through the same handlers and scheduler
+calls as watch events do. It knows no feed: the feed composes it (feed.ClusterFeed.maintenance).
 
 Three things can make them disagree, and each has its own repair here:
 - Redis restarted (new run id): it may have lost its last writes. The scheduler reloads its memory from
   Redis and reconciliation runs at once, a few times in a row.
 - Redis was emptied (its epoch key is gone): the scheduler reloads (nothing), learns every gang in use
-  again, and reconciliation refills nodes, bound pods and the queue from the feed's view of the API server.
+  again, and reconciliation refills nodes, bound pods and the queue from the mirror of the API server.
 - Drift of any other cause (a batch of events that failed to apply, a bug): the periodic pass.
 
-A pass compares the feed's mirror of the API server with Redis, and Redis with the scheduler's memory,
+A pass compares the mirror of the API server with Redis, and Redis with the scheduler's memory,
 like kube-scheduler's cache comparer, and repairs:
 - nodes missing or different in Redis; nodes Redis has that the API server does not;
 - pods bound in the API server that Redis does not count (added at once: over-counting is the safe side);
@@ -26,14 +30,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
+from phalanx.framework.framework import Framework
+from phalanx.framework.snapshot import Snapshot
 from phalanx.metrics.catalog import RECONCILE_REPAIRS
+from phalanx.model.objects import NodeInfo, PodInfo
+from phalanx.queueing.hints import FreedCapacity
 from phalanx.state.pod_state import PodState
-from phalanx.state.store import PodRecord
-
-if TYPE_CHECKING:
-    from phalanx.cluster.feed import ClusterFeed
+from phalanx.state.store import PodRecord, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +49,91 @@ FAST_PASSES_AFTER_RESTART = 3
 FAST_PASS_SECONDS = 2.0
 
 
+class ApiServerView(Protocol):
+    """The API server's truth, as last watched (cluster.mirror.Mirror)."""
+
+    def mirror_nodes(self) -> dict[str, NodeInfo]: ...
+
+    def mirror_bound(self) -> dict[str, PodInfo]:
+        """Every pod bound and not finished, whichever scheduler bound it, with its node."""
+        ...
+
+    def mirror_has(self, key: str) -> bool:
+        """Whether the pod exists and has not finished."""
+        ...
+
+
+class SchedulerState(Protocol):
+    """The scheduler's memory and Redis, and the calls that repair them (scheduling.scheduler.GangScheduler)."""
+
+    @property
+    def store(self) -> StateStore: ...
+
+    @property
+    def framework(self) -> Framework: ...
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    @property
+    def assumed(self) -> dict[str, PodRecord]: ...
+
+    @property
+    def bound(self) -> set[str]: ...
+
+    def resync(self) -> None: ...
+
+    def upsert_nodes(self, nodes: list[NodeInfo]) -> None: ...
+
+    def remove_nodes(self, names: list[str], now: float) -> list[PodRecord]: ...
+
+    def confirm_bound(self, pods: list[PodInfo], now: float) -> list[PodInfo]: ...
+
+    def release_pods(
+        self, keys: list[str], freed: FreedCapacity | None = None, succeeded: Collection[str] = ()
+    ) -> int: ...
+
+
+class FeedHandlers(Protocol):
+    """The feed's public handlers, which watch events go through too: what a pass repairs by, beside the
+    scheduler's own calls."""
+
+    def add_bound(self, pods: list[PodInfo]) -> None:
+        """Pods the API server shows bound that the scheduler does not count."""
+        ...
+
+    def resend_gangs(self) -> None:
+        """The scheduler learns every gang in use again."""
+        ...
+
+    def requeue_missing(self) -> int:
+        """The queue is handed again every pending pod the scheduler does not hold (those it has stay)."""
+        ...
+
+    def retry_unschedulable(self) -> None:
+        """Every unschedulable pod gets another try."""
+        ...
+
+
 class Maintenance:
     """Run from the feed's thread between event batches (`tick`)."""
 
-    def __init__(self, feed: "ClusterFeed", reconcile_interval: float = 10.0) -> None:
-        self.feed = feed
+    def __init__(
+        self,
+        api: ApiServerView,
+        scheduler: SchedulerState,
+        handlers: FeedHandlers,
+        lock: AbstractContextManager[Any],
+        now: Callable[[], float],
+        reconcile_interval: float = 10.0,
+    ) -> None:
+        self.api = api
+        self.scheduler = scheduler
+        self.handlers = handlers
+        self.lock = lock  # the scheduler's: a pass holds it as a batch of events does
+        self.now = now
         self.interval = reconcile_interval
+        self.specs_unsure = False  # a batch failed to apply: the gang specs it carried may not be in Redis
         self._clock = time.monotonic
         self._identity: tuple[str, str] | None = None
         self._next_identity_check = 0.0
@@ -58,7 +144,9 @@ class Maintenance:
         self._retry_after_restart = False  # Redis restarted or was emptied: the next pass retries everything
         self.totals: Counter[str] = Counter()
 
-    def request_reconcile(self) -> None:
+    def request_reconcile(self, specs_unsure: bool = False) -> None:
+        """A pass at the next tick; `specs_unsure`: a batch failed to apply, so every gang spec is re-sent."""
+        self.specs_unsure = self.specs_unsure or specs_unsure
         self._next_pass = 0.0
 
     def tick(self) -> None:
@@ -77,7 +165,7 @@ class Maintenance:
 
     # -- Redis restarts and wipes ----------------------------------------------------------------------
     def _check_identity(self) -> None:
-        identity = self.feed.scheduler.store.identity()
+        identity = self.scheduler.store.identity()
         previous, self._identity = self._identity, identity
         if previous is None or previous == identity:
             return
@@ -86,9 +174,9 @@ class Maintenance:
             log.error("Redis lost Phalanx's state (its epoch changed): rebuilding it from the API server")
         else:
             log.warning("Redis restarted (run id %s -> %s): reloading and reconciling", previous[0], identity[0])
-        with self.feed.lock:
-            self.feed.scheduler.resync()
-            self.feed.resend_gangs()  # a restarted Redis may have lost the newest specs, an emptied one all
+        with self.lock:
+            self.scheduler.resync()
+            self.handlers.resend_gangs()  # a restarted Redis may have lost the newest specs, an emptied one all
         self._suspects.clear()
         self._retry_after_restart = True  # verdicts given while Redis was away may have been on an empty view
         self._fast_passes = FAST_PASSES_AFTER_RESTART
@@ -96,16 +184,16 @@ class Maintenance:
 
     # -- one pass ----------------------------------------------------------------------------------------
     def reconcile(self) -> Counter[str]:
-        feed, s = self.feed, self.feed.scheduler
+        view, s, handlers = self.api, self.scheduler, self.handlers
         store = s.store
         repairs: Counter[str] = Counter()
-        with feed.lock:
-            now = feed.now()
-            if feed.specs_unsure:  # a batch failed to apply: the gang specs it carried may be lost
-                feed.resend_gangs()
-                feed.specs_unsure = False
+        with self.lock:
+            now = self.now()
+            if self.specs_unsure:  # a batch failed to apply: the gang specs it carried may be lost
+                handlers.resend_gangs()
+                self.specs_unsure = False
                 repairs["gang specs re-sent"] += 1
-            nodes = {name: s.framework.prepare_node(n) for name, n in feed.mirror_nodes().items()}
+            nodes = {name: s.framework.prepare_node(n) for name, n in view.mirror_nodes().items()}
             in_redis = {n.name: n for n in store.load_nodes()}
             changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]
             if changed:
@@ -113,20 +201,20 @@ class Maintenance:
                 repairs["node"] += len(changed)
 
             records = store.load_pods()
-            bound = feed.mirror_bound()
+            bound = view.mirror_bound()
             findings: set[tuple[str, ...]] = set()
             confirm = []
             add = []
             for key, rec in sorted(records.items()):
                 api = bound.get(key)
                 if api is None:
-                    if not feed.mirror_has(key):
+                    if not view.mirror_has(key):
                         findings.add(("stale-record", key, rec.node, rec.state))
-                    elif rec.state == "bound":
+                    elif rec.state == PodState.BOUND:
                         findings.add(("stale-bound", key, rec.node, rec.state))
                 elif api.node_name != rec.node:
                     findings.add(("moved", key, rec.node, api.node_name))
-                elif rec.state != "bound" and (not rec.pod.uid or rec.pod.uid == api.uid):
+                elif rec.state != PodState.BOUND and (not rec.pod.uid or rec.pod.uid == api.uid):
                     confirm.append(api)
             for key, pod in sorted(bound.items()):
                 if key not in records and pod.node_name in s.snapshot.index:
@@ -144,7 +232,7 @@ class Maintenance:
                 if confirmed:
                     repairs["unrecorded-binding"] += confirmed
             if add:
-                feed._add_bound(add)
+                handlers.add_bound(add)
                 repairs["uncounted-pod"] += len(add)
 
             # Releases only for what the previous pass saw too (see the module docstring).
@@ -157,7 +245,7 @@ class Maintenance:
                     repairs[kind] += n
                 moved_pods = [bound[f[1]] for f in sure if f[0] == "moved" and f[1] in bound]
                 if moved_pods:
-                    feed._add_bound(moved_pods)
+                    handlers.add_bound(moved_pods)
             gone_nodes = sorted(f[1] for f in sure if f[0] == "stale-node")
             if gone_nodes:
                 s.remove_nodes(gone_nodes, now)
@@ -176,9 +264,9 @@ class Maintenance:
                 differs = ""
             self._memory_suspect = bool(differs)
 
-            feed.requeue_missing()
+            handlers.requeue_missing()
             if repairs or self._retry_after_restart:
-                feed.retry_unschedulable()
+                handlers.retry_unschedulable()
                 self._retry_after_restart = False
         if repairs:
             self.totals.update(repairs)
@@ -193,9 +281,9 @@ class Maintenance:
 
     def _memory_differs(self, records: dict[str, PodRecord]) -> str:
         """How the scheduler's memory differs from Redis ("" when it does not), for the log line."""
-        s = self.feed.scheduler
+        s = self.scheduler
         assumed = {k for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
-        bound = {k for k, r in records.items() if r.state == "bound"}
+        bound = {k for k, r in records.items() if r.state == PodState.BOUND}
         out = []
         for name, mine, theirs in (("assumed", set(s.assumed), assumed), ("bound", s.bound, bound)):
             if mine != theirs:

@@ -8,7 +8,7 @@ from typing import Any
 from phalanx.intake.gangs import timeout_is_final
 from phalanx.model.keys import KOORD_TIMEOUT
 from phalanx.report import causes
-from phalanx.sim.driver import PodTrack, SimResult
+from phalanx.sim.tracks import PodTrack, SimResult
 
 
 def _phase(bound: int, finished: int, minimum: int, timed_out: bool) -> str:

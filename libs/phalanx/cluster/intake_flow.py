@@ -1,0 +1,280 @@
+"""The intake flow: watched nodes, pods and gang objects turned into scheduler and queue work, through the intake the simulator shares.
+
+Each object goes into the mirror, and what it changes for scheduling into the batch (batch.Batch), which the
+feed commits. Our pending pods are admitted by the gang intake (gang_intake.GangIntake.admit, the
+simulator's too): queued when schedulable, parked while the gang object they name is missing, refused with
+the reason (a refusal the user can fix in place, an invalid PodGroup say, is parked too, and resolved again
+when the object changes). Pods past scheduling (bound or finished), whichever scheduler's, hold or give
+back capacity; ours also join their gang, for its counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from phalanx.cluster.batch import Batch
+from phalanx.cluster.gang_counts import GangCounts
+from phalanx.cluster.gang_intake import Decision, GangIntake
+from phalanx.cluster.mirror import Mirror, MirroredPod, succeeded
+from phalanx.intake.errors import IntakeError
+from phalanx.intake.gangs import timeout_mark_holds
+from phalanx.intake.nodes import parse_node
+from phalanx.intake.pods import parse_pod, scheduler_name
+from phalanx.kube.watch import object_key
+from phalanx.model.keys import KOORD_TIMEOUT
+from phalanx.model.objects import GangSpec, PodInfo
+from phalanx.model.policies import with_gang_queue
+
+log = logging.getLogger(__name__)
+
+_PHALANX_WRITTEN = (KOORD_TIMEOUT,)  # annotations Phalanx itself writes: not a change by the user
+
+
+class IntakeFlow:
+    def __init__(self, mirror: Mirror, counts: GangCounts, scheduler_name: str) -> None:
+        self.mirror = mirror
+        self.counts = counts
+        self.name = scheduler_name  # our pods name it (spec.schedulerName)
+        self.intake = GangIntake(retry_refused=True)
+
+    def on_node(self, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
+        """A node added, changed or deleted: into the mirror, and into the batch when scheduling reads the change."""
+        name = object_key(obj)
+        if kind == "DELETED":
+            self.mirror.remove_node(name)
+            b.nodes.pop(name, None)
+            b.nodes_removed.add(name)
+            return
+        try:
+            node = parse_node(obj)
+        except IntakeError as exc:
+            log.warning("cluster feed: %s; the node is not used", exc)
+            return
+        if self.mirror.set_node(node):  # else status heartbeats and the like: nothing scheduling reads
+            b.nodes[name] = node
+            b.nodes_removed.discard(name)
+
+    # -- gang objects ------------------------------------------------------------------------------------
+    def on_gang_object(self, kind: str, ref_kind: str, obj: Mapping[str, Any], b: Batch) -> None:
+        """A PodGroup or gang ConfigMap added, changed or deleted (`kind`), as `ref_kind` names its kind."""
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        if kind == "DELETED":
+            key = self.intake.remove_object(ref_kind, namespace, name)
+            if key:
+                b.unreferenced.add(key)
+        else:
+            try:
+                key = self.intake.add_object(obj, created_at=_created(obj))
+            except IntakeError as exc:  # recorded as invalid: its pods are refused with this text
+                log.warning("cluster feed: %s", exc)
+                key = f"{namespace}/{name}"
+        if key:
+            b.changed_gangs.add(key)
+
+    def reresolve(self, b: Batch) -> None:
+        """Gangs whose object changed: a spec in use is sent again, and the pods parked for them resolved again."""
+        for gang in sorted(b.changed_gangs):
+            spec = self.intake.gang(gang)
+            if spec is not None and self.intake.was_sent(gang):
+                self._send_spec(spec, b)  # a gang in use changed (or became invalid)
+            for key in sorted(self.intake.parked(gang)):
+                state = self.mirror.pod(key)
+                if state is not None and state.info is not None and not state.node:
+                    self._admit(key, replace(state.info), state, b)
+
+    def _send_spec(self, spec: GangSpec, b: Batch) -> None:
+        if self.intake.note_sent(spec):
+            b.gangs[spec.key] = spec
+
+    def specs_in_use(self) -> list[GangSpec]:
+        """After Redis was emptied: every gang in use, all to be sent again."""
+        self.intake.forget_sent()
+        b = Batch()
+        for gang in self.counts.gangs():
+            spec = self.intake.gang(gang)
+            if spec is not None:
+                self._send_spec(spec, b)
+        return list(b.gangs.values())
+
+    # -- pods --------------------------------------------------------------------------------------------
+    def on_pod(self, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
+        """A pod, any scheduler's, added, changed or deleted: into the mirror, and into the batch what it changes."""
+        key = object_key(obj)
+        prev = self.mirror.pod(key)
+        if kind == "DELETED":
+            self._forget(key, prev, b)
+            return
+        meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))
+        uid = meta.get("uid") or ""
+        if prev is not None and prev.uid and uid and prev.uid != uid:
+            self._forget(key, prev, b)  # deleted and recreated under the same name between two events
+            prev = None
+        state = prev or MirroredPod(uid, scheduler_name(obj) == self.name)
+        self.mirror.put_pod(key, state)
+        phase, node = status.get("phase") or "", spec.get("nodeName") or ""
+        was_finished, state.phase = state.finished, phase
+        if state.ours and state.gang:
+            b.counted.add(state.gang)
+        if state.finished:
+            if not was_finished:  # the kubelet stopped it: its resources are free
+                b.released.add(key)
+                if succeeded(phase, meta, status):
+                    b.succeeded.add(key)
+                b.bound.pop(key, None)
+                if state.ours and not state.gang:  # first seen finished (a restart): count it in its gang
+                    try:
+                        self._join_gang(key, parse_pod(obj), state, b)
+                    except IntakeError:
+                        pass
+            self._take_back(key, state, b)
+            return
+        if node:
+            if state.node != node:
+                state.node = node
+                self._on_bound(key, obj, state, b)
+            self._take_back(key, state, b)
+            return
+        if state.ours:
+            self._on_pending(key, obj, state, b)
+
+    def _on_bound(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch) -> None:
+        try:
+            pod = parse_pod(obj)
+        except IntakeError as exc:
+            log.warning("cluster feed: %s; its resources are not counted", exc)
+            return
+        if state.ours:
+            self._join_gang(key, pod, state, b)
+        state.info = pod  # what it holds: reconciliation re-counts it if Redis lost it
+        b.bound[key] = pod
+
+    def _forget(self, key: str, prev: MirroredPod | None, b: Batch) -> None:
+        b.released.add(key)
+        b.deleted.add(key)
+        b.bound.pop(key, None)
+        b.queue_add.pop(key, None)
+        b.reports.pop(key, None)  # what it was told is forgotten with it (ClusterChange.forgotten)
+        if prev is not None:
+            self._leave(key, prev, b)
+            self.mirror.drop_pod(key)
+
+    def _on_pending(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch) -> None:
+        """A pending pod of ours, added or changed."""
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        if meta.get("deletionTimestamp") or (annotations.get(KOORD_TIMEOUT) == "true" and _timed_out_for_good(obj)):
+            # Being deleted, or its gang timed out for good: not scheduled again (until the user recreates it).
+            self._take_back(key, state, b)
+            return
+        try:
+            pod = parse_pod(obj)
+        except IntakeError as exc:
+            self._refuse(key, str(exc), state, b)
+            state.fingerprint = None
+            return
+        fingerprint = _fingerprint(pod)
+        if state.queued and state.fingerprint == fingerprint:
+            return  # our own writes (condition, annotations) or a change scheduling does not read
+        state.fingerprint, state.info = fingerprint, pod
+        self._admit(key, replace(pod), state, b)
+
+    def _admit(self, key: str, pod: PodInfo, state: MirroredPod, b: Batch) -> None:
+        # Parked when it waits, or is refused, for its gang: a new or corrected PodGroup/ConfigMap resolves it again.
+        admission = self.intake.admit(key, pod, parked_under=state.gang)
+        self._set_gang(key, state, admission.gang, b)
+        if admission.decision != Decision.QUEUE:
+            self._refuse(key, admission.reason, state, b)
+            return
+        if admission.spec is not None:
+            self._send_spec(admission.spec, b)
+        b.queue(key, pod)
+        state.queued, state.queued_as = True, pod
+
+    def _join_gang(self, key: str, pod: PodInfo, state: MirroredPod, b: Batch) -> None:
+        """Records which gang a pod that is past scheduling (bound or finished) belongs to."""
+        res = self.intake.resolve(key, pod, parked_under=state.gang, park=False)  # past scheduling: never waits
+        pod.gang = res.gang_key if not res.error else ""
+        self._set_gang(key, state, pod.gang, b)
+        if res.spec is not None:  # a rebuild after a lost Redis: the scheduler learns the gang too
+            with_gang_queue(pod, res.spec.queue)  # what it holds counts against its gang's queue (DRF)
+            self._send_spec(res.spec, b)
+
+    def _take_back(self, key: str, state: MirroredPod, b: Batch) -> None:
+        """The pod is not to be scheduled (any more): out of the queue if it was handed to it."""
+        b.queue_add.pop(key, None)
+        if state.queued:
+            b.queue_remove.add(key)
+            state.queued = False
+
+    def _leave(self, key: str, prev: MirroredPod, b: Batch) -> None:
+        """A pod deleted (or recreated under its name): out of the queue, its parking and its gang."""
+        if prev.queued:
+            b.queue_remove.add(key)
+        self.intake.unpark(key, prev.gang)
+        self._set_gang(key, prev, "", b)
+
+    def _set_gang(self, key: str, state: MirroredPod, gang: str, b: Batch) -> None:
+        for g in {state.gang, gang} - {""}:
+            b.counted.add(g)
+        if self.counts.move(key, state.gang, gang):
+            b.unreferenced.add(state.gang)
+        state.gang = gang
+
+    def unheld(self, held: Collection[str]) -> Batch:
+        """A batch with every pending pod of ours not in `held` (the pods the scheduler holds: reserved ones
+        wait for their gang in Redis, not in the queue), resolved to its gang as when it was first handed over."""
+        b = Batch()
+        for key, state in sorted(self.mirror.pods.items()):
+            if state.pending_ours and key not in held:
+                assert state.info is not None  # pending_ours says so
+                self._admit(key, replace(state.info), state, b)
+        return b
+
+    def forget_unreferenced(self, gangs: Collection[str]) -> list[str]:
+        """Gangs with no pod left forget their first pod's declaration; returns those no object declares
+        either (to be dropped from the scheduler)."""
+        idle = sorted(g for g in gangs if not self.counts.in_use(g))
+        for gang in idle:
+            self.intake.resolver.forget_link(gang)
+        return [g for g in idle if not self.intake.resolver.has_object(g)]
+
+    def _refuse(self, key: str, message: str, state: MirroredPod, b: Batch) -> None:
+        self._take_back(key, state, b)
+        b.reports[key] = message
+
+
+def _timed_out_for_good(obj: Mapping[str, Any]) -> bool:
+    """A pod marked timed out: whether the mark holds (phalanx.intake.gangs.timeout_mark_holds). One that
+    cannot be read is left alone, as every marked pod was."""
+    try:
+        return timeout_mark_holds(parse_pod(obj))
+    except IntakeError:
+        return True
+
+
+def _fingerprint(pod: PodInfo) -> tuple[Any, ...]:
+    annotations = tuple(sorted((k, v) for k, v in pod.annotations.items() if k not in _PHALANX_WRITTEN))
+    return (
+        pod.uid,
+        pod.priority,
+        tuple(sorted(pod.requests.items())),
+        pod.placement,
+        tuple(sorted(pod.labels.items())),
+        annotations,
+    )
+
+
+def _created(obj: Mapping[str, Any]) -> float:
+    raw = (obj.get("metadata") or {}).get("creationTimestamp")
+    if isinstance(raw, str) and raw:
+        try:
+            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return time.time()

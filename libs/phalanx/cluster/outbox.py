@@ -1,0 +1,106 @@
+"""The queue's outbox: adds, removes, verdicts and moves collected from the feed's batches, flushed to the queue in order.
+
+What the queue fails to take is kept and sent again with the next flush: the feed never forgets a pod
+because the queue was briefly unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from phalanx.framework.snapshot import Snapshot
+from phalanx.model.objects import PodInfo
+from phalanx.queueing.hints import FreedCapacity
+from phalanx.scheduling.hints import refresh_freed
+from phalanx.scheduling.ports import Carry, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class FeedQueue(Protocol):
+    """The queue client; one that also has `on_restart(listener)` gets its pods re-added after a queue restart."""
+
+    def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> Any: ...
+
+    def remove(self, keys: list[str]) -> None: ...
+
+    def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None: ...
+
+    def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None: ...
+
+
+@dataclass
+class _Pending:
+    """Queue calls not yet delivered."""
+
+    add: dict[str, PodInfo] = field(default_factory=dict)
+    remove: set[str] = field(default_factory=set)
+    verdicts: list[Verdict] = field(default_factory=list)
+    activate: set[str] = field(default_factory=set)  # gangs declared or changed: their pods get another try
+    move_all: bool = False  # nodes added or changed: every unschedulable pod gets another try
+    freed: FreedCapacity = field(default_factory=FreedCapacity)  # capacity freed: the pods it may help do
+
+    def any(self) -> bool:
+        return bool(self.add or self.remove or self.verdicts or self.activate or self.move_all or self.freed)
+
+
+class QueueOutbox:
+    def __init__(self, queue: FeedQueue, snapshot: Callable[[], Snapshot]) -> None:
+        self.queue = queue
+        self._snapshot = snapshot  # the scheduler's, for the current amounts of freed capacity
+        self._ops = _Pending()
+
+    def pending(self) -> bool:
+        return self._ops.any()
+
+    def stage(self, add: Mapping[str, PodInfo], remove: Iterable[str], carry: Carry | None = None) -> None:
+        """Adds and removes of one batch (an add wins over a remove of the same pod), and what the scheduler's
+        cluster-event handlers carry for the queue."""
+        ops = self._ops
+        for key in set(remove) - add.keys():
+            ops.add.pop(key, None)
+            ops.remove.add(key)
+        for key, pod in add.items():
+            ops.remove.discard(key)
+            ops.add[key] = pod
+        if carry is not None:
+            ops.verdicts += carry.verdicts
+            ops.activate.update(carry.activate)  # a gang declared or changed: its own pods may be schedulable now
+            ops.move_all = ops.move_all or carry.move_all
+            ops.freed.merge(carry.freed)
+
+    def move_all(self) -> None:
+        """Every unschedulable pod gets another try, as a node event gives it."""
+        self._ops.move_all = True
+
+    def add_missing(self, pods: list[PodInfo], now: float) -> None:
+        """Pods the queue may have lost, added at once; those it still holds stay where they are."""
+        if pods:
+            self.queue.add(pods, now, only_missing=True)
+
+    def flush(self, now: float) -> None:
+        ops = self._ops
+        try:
+            if ops.remove:
+                self.queue.remove(sorted(ops.remove))
+                ops.remove.clear()
+            if ops.add:
+                self.queue.add(list(ops.add.values()), now)
+                ops.add.clear()
+            if ops.verdicts or ops.activate:
+                self.queue.done(ops.verdicts, sorted(ops.activate), [], now)
+                ops.verdicts = []
+                ops.activate = set()
+            if ops.move_all:
+                self.queue.move_all("cluster-changed", now)
+                ops.move_all = False
+                ops.freed = FreedCapacity()
+            elif ops.freed:
+                refresh_freed(ops.freed, self._snapshot())  # current amounts, should this be a retry
+                self.queue.move_all("capacity-freed", now, ops.freed)
+                ops.freed = FreedCapacity()
+        except Exception as exc:
+            log.warning("cluster feed: the queue did not answer (%s); retrying", exc)
