@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Set
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -76,10 +76,10 @@ class SchedulerState(Protocol):
     def snapshot(self) -> Snapshot: ...
 
     @property
-    def assumed(self) -> dict[str, PodRecord]: ...
+    def assumed(self) -> Mapping[str, PodRecord]: ...
 
     @property
-    def bound(self) -> set[str]: ...
+    def bound(self) -> Set[str]: ...
 
     def resync(self) -> None: ...
 
