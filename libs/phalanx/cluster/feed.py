@@ -49,6 +49,7 @@ from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND, PODGROUP_KINDS
 from phalanx.kube import podgroups
 from phalanx.kube.watch import Collection, Watcher, object_key
 from phalanx.model.binding import GangReport, PodReport
@@ -76,17 +77,17 @@ def collections(api_client: Any) -> list[Collection]:
     out = [
         Collection(_NODES, api.list_node, "Node", "v1"),
         Collection(_PODS, api.list_pod_for_all_namespaces, "Pod", "v1"),
-        Collection(_CONFIGMAPS, api.list_config_map_for_all_namespaces, "ConfigMap", "v1"),
+        Collection(_CONFIGMAPS, api.list_config_map_for_all_namespaces, CONFIGMAP_KIND, "v1"),
         Collection(_BUDGETS, api.list_pod_disruption_budget_for_all_namespaces, "PodDisruptionBudget", "policy/v1"),
     ]
-    for group, version in podgroups.WATCHED_VERSIONS.items():
+    for k in PODGROUP_KINDS:  # the gang-declaring kinds' one list (intake/gang_kinds.py)
         out.append(
             Collection(
-                f"{podgroups.PLURAL}.{group}",
+                f"{podgroups.PLURAL}.{k.group}",
                 api.list_cluster_custom_object,
-                "PodGroup",
-                f"{group}/{version}",
-                args=(group, version, podgroups.PLURAL),
+                k.kind,
+                k.api_version,
+                args=(k.group, k.version, podgroups.PLURAL),
             )
         )
     return out
@@ -286,11 +287,11 @@ class ClusterFeed:
 
     def _on_gang_object(self, collection: str, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
         if collection == _CONFIGMAPS:
-            ref_kind = "ConfigMap"
+            ref_kind = CONFIGMAP_KIND
             if kind != "DELETED" and not GangIntake.is_gang_object(obj):
                 kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
         else:
-            ref_kind = f"PodGroup.{collection.partition('.')[2]}"
+            ref_kind = f"{PODGROUP_KIND}.{collection.partition('.')[2]}"
         self.flow.on_gang_object(kind, ref_kind, obj, b)
 
     # -- one batch: committed ----------------------------------------------------------------------------

@@ -33,10 +33,11 @@ import grpc
 
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.intake.errors import IntakeError
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, GANG_OBJECT_KINDS
 from phalanx.intake.nodes import parse_node
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
+from phalanx.model.limits import MAX_ITEMS
 from phalanx.rpc.clients import SchedulerClient
-from phalanx.rpc.validation import MAX_ITEMS
 from phalanx.sim.job_control import JobControl
 from phalanx.sim.lives import PodLives
 from phalanx.sim.lookahead import Lookahead
@@ -195,8 +196,8 @@ class Simulation(Lookahead, PodLives, JobControl):
                 if node is not None:
                     due.nodes.append(node)
                     self.series.node_added(node.allocatable, node.name)
-            elif obj.kind in ("PodGroup", "ConfigMap"):
-                if obj.kind == "ConfigMap" and not GangIntake.is_gang_object(obj.obj):
+            elif obj.kind in GANG_OBJECT_KINDS:
+                if obj.kind == CONFIGMAP_KIND and not GangIntake.is_gang_object(obj.obj):
                     continue  # an ordinary ConfigMap
                 try:
                     self.intake.add_object(obj.obj, created_at=obj.at)
