@@ -47,6 +47,7 @@ def _module(filename: str) -> str | None:
 class Entries:
     def __init__(self) -> None:
         self.count: Counter[str] = Counter()
+        self.edges: Counter[tuple[str, str]] = Counter()  # (caller module, callee module)
         self.on = False
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
@@ -60,13 +61,16 @@ class Entries:
         # counts as the way leaving one module and entering the next.
         while caller is not None and _module(caller.f_code.co_filename) is None:
             caller = caller.f_back
-        if caller is None or _module(caller.f_code.co_filename) != callee:
+        from_module = _module(caller.f_code.co_filename) if caller is not None else None
+        if from_module != callee:
             self.count[callee] += 1
+            self.edges[(from_module or "(outside)", callee)] += 1
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--into", action="append", default=[], help="also list who enters this module (repeatable)")
     args = ap.parse_args()
     entries = Entries()
     # Hooked before any thread of the stack starts (Python 3.11 cannot hook running threads); off until the
@@ -104,6 +108,11 @@ def main() -> None:
     print(f"window {elapsed:.2f} s; entries into a module from another, most first (returns = entries - 1):")
     for module, n in entries.count.most_common(args.top):
         print(f"  {n:5d}  {module}")
+    for into in args.into:
+        print(f"entries into {into}, by the module they came from:")
+        for (src, dst), n in entries.edges.most_common():
+            if dst == into:
+                print(f"  {n:5d}  {src}")
 
 
 if __name__ == "__main__":

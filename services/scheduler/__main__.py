@@ -209,7 +209,7 @@ def start_feed(
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
     if scheduler.popped_check is not None:
-        scheduler.popped_check.source = feed
+        scheduler.popped_check.attach(feed.mirror, feed.synced.is_set)
     return feed.start()
 
 

@@ -42,7 +42,8 @@ def test_a_forged_copy_is_placed_as_the_api_server_has_it(caplog: pytest.LogCapt
     real = model_pod("w0", "gc", gpus=1, cpu=1)
     forged = replace(real, requests={"cpu": 100})
     check, verdicts = PoppedPodCheck(), []  # type: ignore[var-annotated]
-    check.source = FeedView([real])
+    view = FeedView([real])
+    check.attach(view, view.ready)
     before = _count("differs")
     out = check.admit([Popped(forged, "trace-1")], verdicts)
     assert [p.pod.requests for p in out] == [real.requests] and out[0].trace == "trace-1"
@@ -53,7 +54,8 @@ def test_a_forged_copy_is_placed_as_the_api_server_has_it(caplog: pytest.LogCapt
 def test_a_pod_the_api_server_has_not_pending_is_dropped() -> None:
     ghost = model_pod("ghost", "gc", gpus=1)
     check, verdicts = PoppedPodCheck(), []  # type: ignore[var-annotated]
-    check.source = FeedView([model_pod("w0", "gc")])
+    view = FeedView([model_pod("w0", "gc")])
+    check.attach(view, view.ready)
     assert check.admit([Popped(ghost)], verdicts) == []
     assert [(v.item.pod.key, v.outcome) for v in verdicts] == [("default/ghost", Outcome.DROPPED)]
 
@@ -62,7 +64,8 @@ def test_nothing_is_placed_or_lost_before_the_feed_has_synced() -> None:
     pod = model_pod("w0", "gc")
     check, verdicts = PoppedPodCheck(), []  # type: ignore[var-annotated]
     assert check.admit([Popped(pod)], verdicts) == []  # no source attached yet
-    check.source = FeedView([pod], synced=False)
+    view = FeedView([pod], synced=False)
+    check.attach(view, view.ready)
     assert check.admit([Popped(pod)], verdicts) == []
     assert {v.outcome for v in verdicts} == {Outcome.BACKOFF}
 

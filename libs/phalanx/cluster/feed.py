@@ -371,10 +371,3 @@ class ClusterFeed:
         log.warning("cluster feed: the queue restarted; %d pending pods added again", len(b.queue_add))
 
     # -- the API server's copy of what is placed (phalanx.scheduling.pod_source.PodSource) ------------------
-    def schedulable_pod(self, key: str) -> PodInfo | None:
-        """The pending pod of ours this feed handed to the queue, as the API server has it (mirror.py).
-        Caller holds the lock."""
-        return self.mirror.schedulable_pod(key)
-
-    def ready(self) -> bool:
-        return self.synced.is_set()

@@ -11,6 +11,7 @@ its own pods, has no such source and the queue's copy stands.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from phalanx.metrics.catalog import UNTRUSTED_PODS
@@ -36,14 +37,10 @@ COMPARED = (
 MAX_LOGGED = 1_000  # distinct pods logged: a flood of forged pods must not flood the log
 
 
-class PodSource(Protocol):
+class PendingPods(Protocol):
     def schedulable_pod(self, key: str) -> PodInfo | None:
         """The pending pod of that key as the API server has it (resolved to its gang), or None when there
         is no such pod waiting to be scheduled."""
-        ...
-
-    def ready(self) -> bool:
-        """Whether the source has its first full view of the cluster (before it, "unknown" proves nothing)."""
         ...
 
 
@@ -56,13 +53,17 @@ class PoppedPodCheck:
     """Swaps each popped pod for the source's copy (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.source: PodSource | None = None  # attached when the cluster feed starts
+        self.pods: PendingPods | None = None  # the cluster feed's mirror, attached when the feed starts
+        self.synced: Callable[[], bool] = lambda: False  # whether it has its first full view of the cluster
         self._logged: set[str] = set()
+
+    def attach(self, pods: PendingPods, synced: Callable[[], bool]) -> None:
+        self.pods, self.synced = pods, synced
 
     def admit(self, items: list[Popped], verdicts: list[Verdict]) -> list[Popped]:
         """The popped pods to place, each as the source knows it; `verdicts` gets one for every pod not placed."""
-        source = self.source
-        if source is None or not source.ready():
+        pods = self.pods
+        if pods is None or not self.synced():  # before it, "unknown" proves nothing
             # Before the feed's first view nothing can be checked: nothing is placed, nothing is lost.
             why = "the scheduler's cluster feed has not synced yet; retried"
             verdicts.extend(Verdict(item, Outcome.BACKOFF, why) for item in items)
@@ -70,7 +71,7 @@ class PoppedPodCheck:
         out: list[Popped] = []
         for item in items:
             queued = item.pod
-            known = source.schedulable_pod(queued.key)
+            known = pods.schedulable_pod(queued.key)
             if known is None:
                 UNTRUSTED_PODS.labels("unknown").inc()
                 self._log(
