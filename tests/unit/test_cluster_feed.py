@@ -318,3 +318,45 @@ def test_reconciliation_compares_the_mirror_with_the_scheduler_and_repairs_throu
     assert maintenance.reconcile()["uncounted-pod"] == 1
     assert handlers.calls == [("add_bound", ["ns/theirs"]), ("requeue_missing", []), ("retry_unschedulable", [])]
     assert h.reserved() == {"ns/theirs": "bound"}
+
+
+class SpyBinder:
+    """The scheduler's binder, recording the gang reports the scheduler's reports send it."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.gangs: list[GangReport] = []
+
+    def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
+        self.gangs.extend(gangs)
+        self.real.report(pods, gangs, now)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_podgroup_status_has_one_author_the_scheduler_gives_it_facts(h: Harness) -> None:
+    """The scheduler's gang reports of a PodGroup gang go out as the feed's (gang_counts.py): counters and
+    phase computed there, message and Event from the scheduler. Bound before the watch shows it, the gang is
+    Scheduled with both pods counted (the scheduler's record), not Pending from the mirror's lag."""
+    spy = SpyBinder(h.sched.binder)
+    h.sched.binder = spy
+    h.apply(node("n1"), volcano_podgroup("pg", 2), member("w0"), member("w1"))
+    h.sched.step(0.0)
+    sent = [g for g in spy.gangs if g.gang_key == "ns/pg"]
+    assert sent and all(g.has_counts for g in sent)
+    last = sent[-1]
+    assert (last.phase, last.scheduled, last.event_reason) == ("Scheduled", 2, "GangScheduled")
+    # The pods' own changes report again with the scheduler's last message kept.
+    h.apply(*(member(f"w{i}", node_name="n1", phase="Running", kind="MODIFIED") for i in range(2)))
+    assert (h.reports.gangs[-1].phase, h.reports.gangs[-1].message) == ("Running", last.message)
+
+
+def test_a_gang_that_cannot_fit_is_pending_and_unschedulable_in_its_one_report(h: Harness) -> None:
+    spy = SpyBinder(h.sched.binder)
+    h.sched.binder = spy
+    h.apply(node("n1", gpus=1), volcano_podgroup("pg", 2), member("w0"), member("w1"))
+    h.sched.step(0.0)
+    last = [g for g in spy.gangs if g.gang_key == "ns/pg"][-1]
+    assert (last.phase, last.scheduled, last.unschedulable, last.has_counts) == ("Pending", 0, True, True)
+    assert "Insufficient nvidia.com/gpu" in last.message

@@ -116,6 +116,8 @@ class ClusterFeed:
         self.events = ClusterEvents(scheduler, API_SERVER)
         self.mirror = Mirror()
         self.counts = GangCounts()
+        # PodGroup status has one author, gang_counts.py: the scheduler's gang reports go through it.
+        self.scheduler.reports.gang_author = self._author_status
         self.flow = IntakeFlow(self.mirror, self.counts, scheduler_name)
         self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot)
         self.reporter = reporter
@@ -249,7 +251,7 @@ class ClusterFeed:
             self.flow.reresolve(b)
             self._commit(b, initial)
             self._report_refusals(b.reports)
-            gang_reports = self.counts.reports(b.counted, self.mirror, self.flow.intake.gang, self._reserved)
+            gang_reports = self.counts.reports(b.counted, self.mirror, self.flow.intake.gang, self._scheduler_view)
         self._report_status(gang_reports)
 
     def _report_refusals(self, refusals: Mapping[str, str]) -> None:
@@ -324,10 +326,16 @@ class ClusterFeed:
         self.outbox.stage(b.queue_add, b.queue_remove, carry)
         self.outbox.flush(now)
 
-    def _reserved(self, gang: str) -> int:
-        """Of the gang's pods, those the scheduler placed and has not bound yet (the mirror cannot see them)."""
+    def _scheduler_view(self, gang: str) -> tuple[int, int]:
+        """Of the gang's pods, those the scheduler placed and has not bound yet (the mirror cannot see them),
+        and those it has recorded bound (before the watch shows them). Caller holds the lock."""
         rec = self.scheduler.gangs.records.get(gang)
-        return len(rec.assumed) if rec is not None else 0
+        return (len(rec.assumed), len(rec.bound)) if rec is not None else (0, 0)
+
+    def _author_status(self, scheduler_reports: list[GangReport]) -> list[GangReport]:
+        """The scheduler's gang reports, made the PodGroups' one report each (gang_counts.py). Called by the
+        scheduler's reports as they are sent, under the lock."""
+        return self.counts.author(scheduler_reports, self.mirror, self.flow.intake.gang, self._scheduler_view)
 
     # -- public handlers, which reconciliation repairs through (reconcile.FeedHandlers) -----------------------
     def add_bound(self, pods: list[PodInfo]) -> None:

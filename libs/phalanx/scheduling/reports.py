@@ -1,6 +1,9 @@
 """What the scheduler tells the cluster about pods and gangs it could not place (or just placed).
 
-Reports are collected during a step and sent to the binder's report path in one message at its end.
+Reports are collected during a step and sent to the binder's report path in one message at its end. In
+Kubernetes mode a gang report first goes through the cluster feed's PodGroup status author
+(phalanx.cluster.gang_counts, `gang_author`), which writes a PodGroup's counters and phase; the scheduler's
+part is the facts: why, since when, which Event.
 Each pod's last message and each gang's last (phase, message) are remembered, so an unchanged verdict
 does not write the same condition and Event again on every retry.
 
@@ -15,6 +18,7 @@ its job; see phalanx.model.status.ScheduledReason).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from phalanx.gang.record import GangRecord
 from phalanx.model.binding import GangReport, PodReport
@@ -33,6 +37,9 @@ class StatusReports:
         self._pod_last: dict[str, tuple[str, bool]] = {}  # pod key -> last (message, waiting) sent
         self._gang_last: dict[str, tuple[GangPhase, str]] = {}  # gang key -> last (phase, message) sent
         self._first_attempt: dict[str, float] = {}  # gang key -> when the scheduler first reported it
+        # Kubernetes mode: the cluster feed's PodGroup status author (phalanx.cluster.gang_counts), which makes
+        # each gang report the PodGroup's one report; None on the simulator, whose reports go as they are.
+        self.gang_author: Callable[[list[GangReport]], list[GangReport]] | None = None
 
     def pod(
         self,
@@ -127,6 +134,8 @@ class StatusReports:
             return
         pods, self._pods = self._pods, []
         gangs, self._gangs = self._gangs, []
+        if gangs and self.gang_author is not None:
+            gangs = self.gang_author(gangs)
         try:
             binder.report(pods, gangs, now)
         except Exception as exc:
