@@ -56,8 +56,8 @@ def _incarnation(t: PodTrack) -> dict[str, Any]:
         "preemptedBy": t.preempted_by or None,
         "startedAt": t.started_at,
         "finishedAt": t.finished_at,
-        "ended": t.ended or None,
-        "deletedAt": t.deleted_at,
+        "ended": t.ended or None,  # a PhalanxJob's pod: Failed (planned) or Deleted (by the controller)
+        "deletedAt": t.deleted_at,  # a PhalanxJob's pod the controller deleted (cleanPodPolicy, a restart)
     }
 
 
@@ -85,14 +85,7 @@ def build_report(r: SimResult) -> dict[str, Any]:
             "namespace": t.namespace,
             "name": t.name,
             "gang": t.gang or None,
-            "node": t.node,
-            "createdAt": t.created_at,
-            "boundAt": t.bound_at,
-            "preemptedBy": t.preempted_by or None,
-            "startedAt": t.started_at,
-            "finishedAt": t.finished_at,
-            "ended": t.ended or None,  # a PhalanxJob's pod: Failed (planned) or Deleted (by the controller)
-            "deletedAt": t.deleted_at,  # a PhalanxJob's pod the controller deleted (cleanPodPolicy, a restart)
+            **_incarnation(t),  # its current incarnation, in the same fields as the earlier ones
             "annotations": annotations,
             "reason": reason,
             "cause": cause,
