@@ -240,3 +240,30 @@ def test_forgetting_gangs_keeps_one_with_reservations_and_clears_the_rest_everyw
     h.queue.add([pod("d1", "done", gpus=1)], 10)
     h.sched.step(10)
     assert "default/d1" not in h.bound() and "default/d1" in h.sched.assumed
+
+
+def test_a_placed_pods_reservation_is_written_once_on_the_snapshot(h: LocalScheduler, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One tentative state per attempt (scheduling/attempt.py): a gang placed whole holds each pod's capacity
+    once, with no undo and reserve-again around the commit; a Strict failure undoes exactly what it held."""
+    from phalanx.framework.snapshot import Snapshot
+
+    writes: list[tuple[str, int]] = []
+    real = Snapshot.reserve
+
+    def spy(self, i, requests, sign=1, pod=None):  # type: ignore[no-untyped-def]
+        writes.append((pod.key if pod is not None else "", sign))
+        return real(self, i, requests, sign=sign, pod=pod)
+
+    h.sched.upsert_nodes([node("n1", gpus=4)])
+    h.sched.upsert_gangs([gang("train", 3)])
+    monkeypatch.setattr(Snapshot, "reserve", spy)
+    h.queue.add([pod(f"w{i}", "train", gpus=1) for i in range(3)], 0)
+    h.sched.step(0)
+    assert sorted(h.bound()) == [f"default/w{i}" for i in range(3)]
+    assert sorted(writes) == [(f"default/w{i}", 1) for i in range(3)]
+
+    writes.clear()
+    h.sched.upsert_gangs([gang("big", 3)])
+    h.queue.add([pod("b0", "big", gpus=1), pod("b1", "big", gpus=2)], 1)  # b1 cannot fit: Strict fails
+    h.sched.step(1)
+    assert writes == [("default/b0", 1), ("default/b0", -1)]
