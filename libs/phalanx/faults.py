@@ -53,6 +53,12 @@ def configure(environ: Mapping[str, str] = os.environ) -> None:
         _limits[point] = int(n)
 
 
+def armed(point: str) -> bool:
+    """Whether a kill is configured at `point` (code that would otherwise skip past the point can step
+    through it then)."""
+    return point in _limits
+
+
 def reached(point: str) -> None:
     """Exits the process if this is the configured occurrence of `point`."""
     if not _limits or point not in _limits:

@@ -194,6 +194,8 @@ class Resp:
 class FakeCore:
     """The reads the view makes on a cache miss, counted."""
 
+    pipeline = None  # writes one by one (the pipeline has its own tests)
+
     def __init__(self, pods: dict[str, dict[str, Any]], nodes: set[str]) -> None:
         self.pods, self.nodes = pods, nodes
         self.gets: list[str] = []
@@ -300,7 +302,7 @@ def test_a_binding_without_a_uid_is_made_for_the_incarnation_checked_as_ours() -
 
     core = Core({"ns/mine": pod_obj("ns/mine", "u1"), "ns/theirs": pod_obj("ns/theirs", "u2", "other")})
     backend = KubernetesBackend(None, component="phalanx")
-    backend.core = core  # type: ignore[assignment]
+    backend.core = backend.bind_api = core  # type: ignore[assignment]
     backend.view.core = core
     try:
         failures = backend.bind(

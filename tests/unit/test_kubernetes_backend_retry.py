@@ -29,6 +29,8 @@ class Resp:
 
 
 class FakeCore:
+    pipeline = None  # the per-pod path (a pipeline's first attempts are tested in test_kube_pipeline.py)
+
     def __init__(self, bind_answers: list[Exception | None], pod: dict[str, Any] | None = None) -> None:
         self.bind_answers = bind_answers
         self.pod = pod
@@ -54,7 +56,7 @@ class FakeCore:
 
 def bind(core: FakeCore) -> dict[str, Any]:
     backend = KubernetesBackend(None, retry=RetryPolicy(attempts=4, initial_delay=0.001, max_delay=0.002))
-    backend.core = core  # type: ignore[assignment]
+    backend.core = backend.bind_api = core  # type: ignore[assignment]
     try:
         return backend.bind([Assignment(pod_key="ns/p", uid="u1", node="n1")], 0.0, Txn())
     finally:

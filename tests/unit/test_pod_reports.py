@@ -114,6 +114,8 @@ class Resp:
 class FakeCore:
     """The pod `ns/p` of scheduler phalanx, unbound; records status patches and Events."""
 
+    pipeline = None  # writes one by one (the pipeline has its own tests)
+
     def __init__(self) -> None:
         self.pod: dict[str, Any] = {
             "metadata": {"namespace": "ns", "name": "p", "uid": "u1", "resourceVersion": "7"},

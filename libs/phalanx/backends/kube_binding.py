@@ -12,8 +12,8 @@ Pods of a batch are bound concurrently. What an answer means:
 from __future__ import annotations
 
 import time
-from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 from phalanx import faults
 from phalanx.backends.api_calls import api_message, release, transient
@@ -22,15 +22,59 @@ from phalanx.backends.kube_writer import KubeWriter
 from phalanx.model.binding import Assignment
 from phalanx.model.status import EventReason
 
+BETWEEN_PODS = "binder.between_pods"
+
 
 class _Retry(Exception):
     """A transient answer: try again after the backoff."""
 
 
 class PodBinding(KubeWriter):
-    """One pod's binding, with its retries and the reading of a conflict (KubernetesBackend.bind runs them)."""
+    """A batch's bindings and one pod's retries and the reading of a conflict (KubernetesBackend.bind runs
+    them)."""
 
-    def _bind_one(self, a: Assignment) -> BindFailure | None:
+    def _bind_batch(self, assignments: list[Assignment]) -> list[BindFailure | None]:
+        """First attempts of the whole batch through the pipeline (one TLS write for the gang), then each
+        pod whose answer says "later" on the per-pod path with its retries. With a kill configured between
+        pods (fault tests), the bindings are written one at a time, so the kill does fall between two."""
+        one_by_one = faults.armed(BETWEEN_PODS)
+        sent: list[tuple[Assignment, Any]] = []
+        for a in assignments:
+            built = self._binding(a)
+            if isinstance(built, BindFailure):
+                sent.append((a, built))
+                continue
+            future = self.bind_api.send("POST", built[0], built[1])
+            future.uid = built[1]["metadata"]["uid"]  # type: ignore[attr-defined]  # for its Event
+            if one_by_one:
+                future.exception()  # wait: answered (or failed) before the next pod is written
+            sent.append((a, future))
+        outcomes: list[BindFailure | None] = []
+        for a, future in sent:
+            if isinstance(future, BindFailure):
+                outcomes.append(future)
+                continue
+            try:
+                reply = future.result()
+            except Exception:  # no answer: the per-pod path tries again (a binding made is a 409 read back)
+                outcomes.append(self._bind_one(a))
+                continue
+            if 200 <= reply.status <= 299:
+                self._bound(a, future.uid)
+                outcomes.append(None)
+                continue
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                outcomes.append(self._bind_error(a, ApiException(reply.status, reply.reason, reply)))
+            except _Retry:
+                outcomes.append(self._bind_one(a))
+            except Exception as unexpected:
+                outcomes.append(BindFailure(f"binding {a.pod_key} to {a.node} failed: {unexpected}"))
+        return outcomes
+
+    def _binding(self, a: Assignment) -> tuple[str, dict[str, Any]] | BindFailure:
+        """The request binding `a`: its path and body."""
         namespace, name = a.pod_key.split("/", 1)
         uid = a.uid
         if not uid:  # every binding names the incarnation checked as ours: take the uid from the view
@@ -46,6 +90,21 @@ class PodBinding(KubeWriter):
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
         }
+        return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding", body
+
+    def _bound(self, a: Assignment, uid: str) -> None:
+        """A binding made: its `Scheduled` Event (not waited for: the bind, and the bind mutex, go on)."""
+        faults.reached(BETWEEN_PODS)
+        namespace, name = a.pod_key.split("/", 1)
+        target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+        self._event_safe(target, EventReason.SCHEDULED, f"Successfully assigned {a.pod_key} to {a.node}")
+
+    def _bind_one(self, a: Assignment) -> BindFailure | None:
+        built = self._binding(a)
+        if isinstance(built, BindFailure):
+            return built
+        namespace, name = a.pod_key.split("/", 1)
+        body = built[1]
         delay, last = self.retry.initial_delay, ""
         for attempt in range(self.retry.attempts):
             if attempt:
@@ -54,7 +113,7 @@ class PodBinding(KubeWriter):
             try:
                 # _preload_content=False: the answer (a Status) is read raw.
                 release(
-                    self.core.create_namespaced_pod_binding(
+                    self.bind_api.create_namespaced_pod_binding(
                         name,
                         namespace,
                         body,
@@ -72,15 +131,7 @@ class PodBinding(KubeWriter):
                     return BindFailure(f"binding {a.pod_key} to {a.node} failed: {unexpected}")
                 if failure is not None:
                     return failure
-            # The Event is written by the report thread: the bind (and the bind mutex) does not wait for it.
-            faults.reached("binder.between_pods")
-            target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
-            self._writes.put(
-                a.pod_key,
-                partial(
-                    self._event_safe, target, EventReason.SCHEDULED, f"Successfully assigned {a.pod_key} to {a.node}"
-                ),
-            )
+            self._bound(a, body["metadata"]["uid"])
             return None
         return BindFailure(
             f"binding {a.pod_key} to {a.node} failed after {self.retry.attempts} attempts: {last}", retryable=True

@@ -11,8 +11,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from phalanx.backends.api_calls import json_or_none, release
 from phalanx.backends.kube_guard import NORMAL_EVENT_REASONS, ClusterView
@@ -40,7 +43,9 @@ class RetryPolicy:
 class KubeWriter:
     """Set by KubernetesBackend.__init__."""
 
-    core: KubeApi
+    core: KubeApi  # pods, Events, PodGroups (its writes pipelined when it has a pipeline)
+    bind_api: KubeApi  # bindings, on connections of their own
+    events_api: KubeApi  # Events, likewise
     custom: KubeApi
     component: str  # the pods' spec.schedulerName this binder binds and reports on; the Events' source
     instance: str
@@ -84,6 +89,10 @@ class KubeWriter:
             "lastTimestamp": stamp,
             "count": 1,
         }
+        if self.events_api.pipeline is not None:  # sent with the next batch, not waited for
+            path = f"/api/v1/namespaces/{quote(target['namespace'], safe='')}/events"
+            self.events_api.send("POST", path, body).add_done_callback(partial(_event_written, target, reason))
+            return
         release(
             self.core.create_namespaced_event(
                 target["namespace"],
@@ -98,3 +107,14 @@ class KubeWriter:
             self._event(target, reason, message)
         except Exception as exc:  # an Event is worth a log line, never a failed bind
             log.warning("event %s on %s/%s failed: %s", reason, target["namespace"], target["name"], exc)
+
+
+def _event_written(target: dict[str, Any], reason: str, done: Future[Any]) -> None:
+    """A pipelined Event's answer: worth a log line when it failed, never a failed bind."""
+    try:
+        status = done.result().status
+    except Exception as exc:
+        log.warning("event %s on %s/%s failed: %s", reason, target["namespace"], target["name"], exc)
+        return
+    if not 200 <= status <= 299:
+        log.warning("event %s on %s/%s refused: %s", reason, target["namespace"], target["name"], status)

@@ -59,15 +59,33 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         eviction_mode: str = "api",
     ) -> None:
         from phalanx.kube.api import KubeApi
+        from phalanx.kube.pipeline import Pipeline, supported
 
+        self.retry = retry or RetryPolicy()
+        # Writes are pipelined (kube/pipeline.py: the requests waiting for a connection go in one TLS write, a
+        # quarter of the CPU each): bindings, status writes and Events each on connections of their own, so
+        # a binding never queues behind a burst of Events, nor a PodGroup status behind them.
+        cfg = getattr(api_client, "configuration", None)
+        why = "no client configuration" if cfg is None else supported(cfg)
+        if why:
+            log.info("API writes not pipelined: %s", why)
+        timeout = self.retry.request_timeout
+        shapes = {"k8s-bind": (bind_workers, 8), "k8s-write": (4, 16), "k8s-event": (8, 64)}
+        self._pipelines = (
+            []
+            if why
+            else [Pipeline(cfg, connections=c, max_batch=b, timeout=timeout, name=n) for n, (c, b) in shapes.items()]
+        )
         # Not the client's generated API classes (their import costs the binder's start-up most of a second,
         # and pydantic checks every call): the same requests, made raw (kube/api.py).
-        self.core = self.custom = KubeApi(api_client)
+        pipes: list[Pipeline | None] = list(self._pipelines) or [None, None, None]
+        self.bind_api = KubeApi(api_client, pipes[0])
+        self.core = self.custom = KubeApi(api_client, pipes[1])
+        self.events_api = KubeApi(api_client, pipes[2])
         # The pods' spec.schedulerName this binder binds and reports on, and the Events' source, like
         # kube-scheduler's "default-scheduler".
         self.component = component
         self.instance = socket.gethostname()[:128]
-        self.retry = retry or RetryPolicy()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="k8s-bind")
         # Started by from_args (the binder), else on first use: a backend built only to bind needs no watch.
         self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
@@ -96,6 +114,8 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
     def close(self) -> None:
         self._writes.close()
         self._binders.shutdown(wait=True)
+        for p in self._pipelines:
+            p.close()
         self.view.stop()
 
     # -- checks ----------------------------------------------------------------------------------------
@@ -115,7 +135,10 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
 
     # -- binding ---------------------------------------------------------------------------------------
     def bind(self, assignments: list[Assignment], now: float, commit: Txn) -> dict[str, BindFailure]:
-        outcomes = list(self._binders.map(self._bind_one, assignments))
+        if self.bind_api.pipeline is not None:
+            outcomes = self._bind_batch(assignments)
+        else:
+            outcomes = list(self._binders.map(self._bind_one, assignments))
         return {a.pod_key: failure for a, failure in zip(assignments, outcomes) if failure is not None}
 
     # -- reports ---------------------------------------------------------------------------------------
@@ -130,7 +153,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Waits until every report handed in so far is written."""
-        return self._writes.flush(timeout)
+        return self._writes.flush(timeout) and all(p.flush(timeout) for p in self._pipelines)
 
     def _report_pod_safe(self, p: PodReport) -> None:
         try:

@@ -18,11 +18,18 @@ differently fails loudly instead.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phalanx.kube.pipeline import Pipeline
 
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 # The generated methods' query parameters Phalanx uses, by their Python names.
 QUERY = {
@@ -42,12 +49,24 @@ class KubeApi:
     module docstring). `api_client`: a kubernetes ApiClient (phalanx.kube.client.api_client); None: the
     client's default one, as the generated classes do."""
 
-    def __init__(self, api_client: Any = None) -> None:
+    def __init__(self, api_client: Any = None, pipeline: Pipeline | None = None) -> None:
         if api_client is None:
             from kubernetes.client.api_client import ApiClient
 
             api_client = ApiClient.get_default()
         self.api_client = api_client
+        # Writes (POST, PUT, PATCH, DELETE) go through `pipeline` when given (kube/pipeline.py: many in one
+        # TLS write); reads, lists and watches always through the client's pool.
+        self.pipeline = pipeline
+
+    def send(self, method: str, path: str, body: Any, content_type: str | None = None) -> Future[Any]:
+        """A write through the pipeline, not waited for: the future's result is the answer (any status)."""
+        if self.pipeline is None:
+            raise RuntimeError("KubeApi.send needs a pipeline")
+        from phalanx.kube.pipeline import Request
+
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        return self.pipeline.submit(Request(method, path, data, content_type or JSON))
 
     def request(
         self,
@@ -66,6 +85,11 @@ class KubeApi:
 
         if preload_content:
             raise ValueError("KubeApi answers raw (as _preload_content=False): read the response's .data")
+        if self.pipeline is not None and method in _WRITES and not params:
+            reply = self.send(method, path, body, content_type).result(timeout=self.pipeline.timeout * 2 + 5)
+            if not 200 <= reply.status <= 299:
+                raise ApiException.from_response(http_resp=reply, body=None, data=None)
+            return reply
         query = []
         for name, value in params.items():
             if name not in QUERY:

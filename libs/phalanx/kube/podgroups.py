@@ -17,6 +17,8 @@ only conditions (PodGroupScheduled, which kube-scheduler sets), and no counters.
 
 from __future__ import annotations
 
+import functools
+import math
 import uuid
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -69,8 +71,14 @@ def api_version(group: str) -> str:
     return f"{group}/{VERSIONS[group]}"
 
 
+@functools.lru_cache(maxsize=4)
+def _rfc3339_second(second: int) -> str:
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """`t` to the second, as the API server writes times (formatted once per second: every Event has two)."""
+    return _rfc3339_second(math.floor(t))
 
 
 def pods_phase(

@@ -1,0 +1,195 @@
+"""kube/pipeline.py against a small HTTP/1.1 server on a real socket: answers in order, batches formed while
+connections are busy, chunked and Connection: close answers, a connection closed before answering (sent
+again once), one closed mid-batch (the unanswered fail), and the bearer token asked for every batch."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from phalanx.kube.api import KubeApi
+from phalanx.kube.pipeline import Pipeline, Request, supported
+
+Answer = Callable[[int, bytes], bytes | None]  # (request number, request bytes) -> raw answer, None: close
+
+
+def plain(status: int, body: bytes, extra: str = "") -> bytes:
+    return f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+
+class Server:
+    """Reads requests (Content-Length bodies) one after another per connection and answers each in order."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.reads: list[int] = []  # requests found complete in each read: > 1 is a pipelined batch
+        self.connections = 0
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+        self.gate.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                done = []
+                while (end := buf.find(b"\r\n\r\n")) >= 0:
+                    head = buf[:end].decode()
+                    length = 0
+                    for line in head.split("\r\n")[1:]:
+                        k, _, v = line.partition(":")
+                        if k.strip().lower() == "content-length":
+                            length = int(v)
+                    if len(buf) < end + 4 + length:
+                        break
+                    done.append(buf[: end + 4 + length])
+                    buf = buf[end + 4 + length :]
+                if done:
+                    self.reads.append(len(done))
+                self.gate.wait(10)
+                for req in done:
+                    with self.lock:
+                        self.requests.append(req)
+                        n = len(self.requests)
+                    out = self.answer(n, req)
+                    if out is None:
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
+                    conn.sendall(out)
+
+    def config(self, token: list[str] | None = None) -> Any:
+        tokens = token or ["Bearer t0"]
+
+        def auth() -> dict[str, Any]:
+            return {"BearerToken": {"in": "header", "key": "authorization", "value": tokens[0]}}
+
+        return SimpleNamespace(host=f"http://127.0.0.1:{self.port}", proxy=None, auth_settings=auth)
+
+
+def echo(n: int, req: bytes) -> bytes:
+    return plain(201, req.split(b"\r\n", 1)[0])
+
+
+def test_answers_come_back_to_their_requests_in_order_and_batch_while_busy() -> None:
+    server = Server(echo)
+    server.gate.clear()  # the server sits on its first read: what follows queues, then goes as one write
+    pipe = Pipeline(server.config(), connections=1, timeout=5)
+    try:
+        futures = [pipe.submit(Request("POST", f"/p/{i}", b"{}")) for i in range(20)]
+        server.gate.set()
+        replies = [f.result(5) for f in futures]
+        assert [r.data for r in replies] == [f"POST /p/{i} HTTP/1.1".encode() for i in range(20)]
+        assert all(r.status == 201 for r in replies)
+        assert max(server.reads) > 1 and pipe.batches < 20  # several requests went in one write
+        assert server.connections == 1
+        assert pipe.flush(1)
+    finally:
+        pipe.close()
+
+
+def test_chunked_and_connection_close_answers() -> None:
+    def answer(n: int, req: bytes) -> bytes:
+        if n == 1:
+            return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: 1\r\n\r\n"
+        if n == 2:
+            return plain(200, b"bye", "Connection: close\r\n")
+        return plain(200, b"again")
+
+    server = Server(answer)
+    server.gate.clear()
+    pipe = Pipeline(server.config(), connections=1, timeout=5)
+    try:
+        futures = [pipe.submit(Request("GET", f"/{i}")) for i in range(3)]
+        server.gate.set()
+        assert [f.result(5).data for f in futures] == [b"abcde", b"bye", b"again"]
+        assert server.connections == 2  # the third went again on a new connection after "close"
+    finally:
+        pipe.close()
+
+
+def test_a_connection_closed_before_any_answer_is_retried_once_and_one_closed_mid_batch_fails_the_rest() -> None:
+    closed: set[bytes] = set()
+
+    def answer(n: int, req: bytes) -> bytes | None:
+        line = req.split(b"\r\n", 1)[0]
+        if (b"/a " in line or b"/b1 " in line) and line not in closed:  # the first time each is seen
+            closed.add(line)
+            return None
+        return plain(201, line.split(b" ")[1])
+
+    server = Server(answer)
+    pipe = Pipeline(server.config(), connections=1, timeout=5)
+    try:
+        assert pipe.submit(Request("POST", "/a", b"1")).result(5).data == b"/a"  # closed unanswered: sent again
+        assert server.connections == 2
+        server.gate.clear()
+        hold = pipe.submit(Request("POST", "/hold", b"1"))  # the sender waits for this answer...
+        futures = [pipe.submit(Request("POST", f"/b{i}", b"1")) for i in range(3)]  # ...while these queue
+        server.gate.set()
+        assert hold.result(5).data == b"/hold"
+        assert futures[0].result(5).data == b"/b0"
+        for f in futures[1:]:  # closed after an answer of the batch: the rest may have been taken; not resent
+            with pytest.raises(OSError):
+                f.result(5)
+    finally:
+        pipe.close()
+
+
+def test_the_token_is_asked_for_every_batch_and_sent() -> None:
+    server = Server(echo)
+    tokens = ["Bearer first"]
+    pipe = Pipeline(server.config(tokens), connections=1, timeout=5)
+    try:
+        pipe.submit(Request("POST", "/x", b"{}")).result(5)
+        tokens[0] = "Bearer refreshed"
+        pipe.submit(Request("POST", "/y", b"{}")).result(5)
+        assert b"Authorization: Bearer first" in server.requests[0]
+        assert b"Authorization: Bearer refreshed" in server.requests[1]
+        assert b"Content-Length: 2\r\n" in server.requests[1] and server.requests[1].endswith(b"\r\n\r\n{}")
+    finally:
+        pipe.close()
+
+
+def test_kube_api_raises_the_clients_exception_for_a_refusal_through_the_pipeline() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    server = Server(lambda n, req: plain(409, b'{"message":"already bound"}'))
+    pipe = Pipeline(server.config(), connections=1, timeout=5)
+    api = KubeApi(SimpleNamespace(configuration=server.config()), pipe)
+    try:
+        with pytest.raises(ApiException) as err:
+            api.create_namespaced_pod_binding("p", "ns", {"target": {"name": "n"}})
+        assert err.value.status == 409 and "already bound" in str(err.value.body)
+        assert server.requests[0].startswith(b"POST /api/v1/namespaces/ns/pods/p/binding HTTP/1.1")
+    finally:
+        pipe.close()
+
+
+def test_a_proxy_is_not_pipelined() -> None:
+    assert "proxy" in supported(SimpleNamespace(host="https://k:6443", proxy="http://proxy:3128"))
+    assert supported(SimpleNamespace(host="https://k:6443", proxy=None)) == ""
+    with pytest.raises(ValueError, match="proxy"):
+        Pipeline(SimpleNamespace(host="https://k:6443", proxy="http://p:1"))
