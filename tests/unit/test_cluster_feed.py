@@ -320,6 +320,34 @@ def test_reconciliation_compares_the_mirror_with_the_scheduler_and_repairs_throu
     assert h.reserved() == {"ns/theirs": "bound"}
 
 
+def test_a_slow_pass_spaces_the_next_so_reconciliation_stays_a_twentieth_of_the_time(h: Harness) -> None:
+    from phalanx.cluster import reconcile
+
+    clock = [100.0]
+    maintenance = Maintenance(h.feed.mirror, h.sched, RecordingHandlers(h.feed), threading.Lock(), lambda: 0.0)
+    maintenance._clock = lambda: clock[0]
+    maintenance._identity = h.sched.store.identity()
+    passes: list[float] = []
+
+    def slow_pass() -> Any:
+        passes.append(clock[0])
+        clock[0] += 2.0  # a pass of 2 s (a large cluster): the next no sooner than 40 s after it ends
+        return None
+
+    maintenance.reconcile = slow_pass  # type: ignore[method-assign]
+    maintenance.request_reconcile()
+    maintenance.tick()
+    assert passes == [100.0]
+    for t in (112.0, 141.0):  # after the 10 s interval, not yet after 20 x 2 s
+        clock[0] = t
+        maintenance.tick()
+    assert passes == [100.0]
+    clock[0] = 142.0
+    maintenance.tick()
+    assert passes == [100.0, 142.0]
+    assert reconcile.PASS_COST_FACTOR * 2.0 > maintenance.interval
+
+
 class SpyBinder:
     """The scheduler's binder, recording the gang reports the scheduler's reports send it."""
 

@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 IDENTITY_CHECK_SECONDS = 1.0
 FAST_PASSES_AFTER_RESTART = 3
 FAST_PASS_SECONDS = 2.0
+# A pass reads every pod record from Redis and holds the scheduler's lock: its cost grows with the cluster
+# (about 50 ms per 1,000 pods here). The next regular pass waits at least this many times as long as the last
+# took, so reconciliation stays under 1/20 of the scheduler's time however large the cluster.
+PASS_COST_FACTOR = 20.0
 
 
 class ApiServerView(Protocol):
@@ -157,11 +161,12 @@ class Maintenance:
         if now >= self._next_pass:
             self._next_pass = now + FAST_PASS_SECONDS  # a failed pass is retried, not spun on
             self.reconcile()
+            took = self._clock() - now
             if self._fast_passes > 0:
                 self._fast_passes -= 1
                 self._next_pass = self._clock() + FAST_PASS_SECONDS
             else:
-                self._next_pass = self._clock() + self.interval
+                self._next_pass = self._clock() + max(self.interval, PASS_COST_FACTOR * took)
 
     # -- Redis restarts and wipes ----------------------------------------------------------------------
     def _check_identity(self) -> None:
