@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: bench-starvation bench-preemption bench-burst bench-startup setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: precompile bench-starvation bench-preemption bench-burst bench-startup setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 setup: $(STAMP)
+
+## Phalanx's modules compiled to bytecode, as the container image has them (an editable install under
+## PYTHONDONTWRITEBYTECODE=1 would otherwise compile them at every service start, ~0.1 CPU s each): the
+## start-up benchmarks measure the services as deployed.
+precompile: $(STAMP)
+	@$(PY) -m compileall -q -j 0 libs services
 
 ## The main job: seed 003's deadlock pod by pod, and the same workload as gangs, side by side.
 demo: $(STAMP)
@@ -118,7 +124,7 @@ bench-starvation: $(STAMP)
 ## commit before issue 25's start-up work) beside this one.
 STARTUP_RUNS ?= 5
 STARTUP_LABEL ?= after
-bench-startup: $(STAMP) tools
+bench-startup: $(STAMP) tools precompile
 	$(PY) -m phalanx.bench.startup --runs $(STARTUP_RUNS) --label "$(STARTUP_LABEL)" --out bench
 
 ## NVIDIA knavigator's all-or-nothing gang burst (examples/knavigator-gang-burst.yaml) through the services:
@@ -174,7 +180,7 @@ peer-scheduler:
 	@if command -v go >/dev/null 2>&1; then bash hack/build-peer-scheduler.sh >/dev/null; \
 	else echo "Go is missing: bench-k8s will run Phalanx only" >&2; fi
 
-bench-k8s: $(STAMP) tools peer-scheduler
+bench-k8s: $(STAMP) tools peer-scheduler precompile
 	$(VENV)/bin/phalanx bench-k8s --repeats $(BENCH_K8S_REPEATS) $(BENCH_K8S_FLAGS) \
 	  --output bench/k8s.json --table bench/k8s.txt
 
