@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: precompile bench-starvation bench-preemption bench-burst bench-startup setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: precompile bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -126,6 +126,15 @@ STARTUP_RUNS ?= 5
 STARTUP_LABEL ?= after
 bench-startup: $(STAMP) tools precompile
 	$(PY) -m phalanx.bench.startup --runs $(STARTUP_RUNS) --label "$(STARTUP_LABEL)" --out bench
+
+## Phalanx restarted on a fresh kube-apiserver holding 5,000 nodes and 10,000 PodGroups of 3 = 30,000 bound pods
+## (issue 25: scheduling again within 10 s): the whole stack launched, then the scheduler alone SIGKILLed and
+## restarted, each to a new gang bound; peak RSS and CPU of each process; with kube-scheduler + Coscheduling's
+## memory on the same cluster (RESTART_FLAGS=--peer needs `make peer-scheduler`). About 5 minutes of setup.
+RESTART_LABEL ?= now
+RESTART_FLAGS ?= --peer
+bench-restart: $(STAMP) tools precompile
+	$(PY) -m phalanx.bench.restart --label "$(RESTART_LABEL)" $(RESTART_FLAGS) --out bench
 
 ## NVIDIA knavigator's all-or-nothing gang burst (examples/knavigator-gang-burst.yaml) through the services:
 ## makespan against its ideal (270 s), gangs started out of turn; under 10 s; bench/burst.txt and .json.

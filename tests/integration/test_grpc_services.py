@@ -436,3 +436,32 @@ def test_a_restarted_queue_orders_by_the_shares_the_next_pop_carries() -> None:
     finally:
         client.close()
         server.stop(0)
+
+
+def test_queue_client_sends_more_than_one_requests_worth_of_gangs_and_removals() -> None:
+    """A rebuild of 10,000 PodGroups activates more gangs than the queue takes in one call (MAX_ITEMS): the
+    client splits Done and Remove, the activations after every verdict, and the queue accepts each part
+    (bench-restart's 30,000 bound pods were refused as one request, forever, before)."""
+    from phalanx.rpc.clients import QueueClient
+    from phalanx.rpc.validation import MAX_ITEMS
+    from phalanx_queue import __main__ as queue_main
+
+    args = queue_main.parser().parse_args(["--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual"])
+    server = queue_main.build(args).start()
+    client = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT)
+    sent: list[tuple[int, int]] = []
+    done = client.stub.Done
+
+    def counting(req, timeout):  # type: ignore[no-untyped-def]
+        sent.append((len(req.results), len(req.activate_gangs)))
+        return done(req, timeout=timeout)
+
+    client.stub.Done = counting
+    try:
+        gangs = [f"ns/g{i}" for i in range(2 * MAX_ITEMS + 1)]
+        client.done([], gangs, [], 0.0)
+        assert sent == [(0, MAX_ITEMS), (0, MAX_ITEMS), (0, 1)]
+        client.remove([f"ns/p{i}" for i in range(MAX_ITEMS + 1)])
+    finally:
+        client.close()
+        server.stop(0)

@@ -208,3 +208,66 @@ def test_a_watcher_takes_one_sink_and_remembers_its_last_failure() -> None:
         raise AssertionError(f"accepted {sinks}")
     _, _, watcher = run([ApiException(status=500, reason="Internal Server Error"), listing("1")])
     assert watcher.last_error == "500 Internal Server Error" and watcher.synced.is_set()
+
+
+def page(rv: str, token: str, *items: dict[str, Any]) -> Resp:
+    """One page of a paginated list: `token` is its metadata.continue ("" on the last page)."""
+    resp = listing(rv, *items)
+    body = json.loads(resp.data)
+    body["metadata"]["continue"] = token
+    resp.data = json.dumps(body).encode()
+    return resp
+
+
+def test_a_paginated_list_follows_continue_and_delivers_once_every_page_is_in() -> None:
+    """Three pages of one snapshot: every call asks for `limit`, the later ones with the previous page's
+    token; the watch starts from the first page's resourceVersion; a re-list in pages still finds what
+    vanished meanwhile (its diff sees the whole set, not one page)."""
+    stop = threading.Event()
+    script = Script(
+        stop,
+        [
+            page("10", "t1", obj("a", "1"), obj("b", "2")),
+            page("99", "t2", obj("c", "3"), obj("d", "4")),  # (a later page's version is not the snapshot's)
+            page("99", "", obj("e", "5")),
+            Resp(events=[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}]),
+            page("20", "u1", obj("a", "1"), obj("c", "6")),
+            page("20", "", obj("e", "5"), obj("f", "7")),
+        ],
+    )
+    seen: list[tuple[str, str]] = []
+    watcher = Watcher(
+        Collection("pods", script, "Pod", "v1"), lambda c, k, o: seen.append((k, o["metadata"]["name"])), stop, limit=2
+    )
+    watcher.start()
+    watcher.join(5)
+    assert seen[:7] == [*[("ADDED", n) for n in "abcde"], ("MODIFIED", "c"), ("ADDED", "f")]
+    assert sorted(seen[7:]) == [("DELETED", "b"), ("DELETED", "d")]  # (a set's order)
+    lists = [c for c in script.calls if not c.get("watch")]
+    assert [(c.get("limit"), c.get("_continue")) for c in lists[:5]] == [
+        (2, None),
+        (2, "t1"),
+        (2, "t2"),
+        (2, None),
+        (2, "u1"),
+    ]
+    watches = [c for c in script.calls if c.get("watch")]
+    assert [c["resource_version"] for c in watches[:2]] == ["10", "20"]
+    assert watcher.pages == len(lists) and watcher.relists >= 1
+
+
+def test_an_expired_continue_lists_again_whole_and_delivers_each_object_once() -> None:
+    """A 410 on a continue (etcd compacted the snapshot's revision between two pages): the pages read so far
+    are dropped undelivered and the list starts again, unpaginated, so nothing is delivered twice or lost."""
+    seen, script, watcher = run(
+        [
+            page("10", "t1", obj("a", "1"), obj("b", "2")),
+            ApiException(status=410, reason="Expired"),
+            listing("30", obj("a", "1"), obj("c", "3")),  # the whole list, in one answer
+        ]
+    )
+    assert seen[:2] == [("ADDED", "a", "1"), ("ADDED", "c", "3")]  # b went away meanwhile: never delivered
+    lists = [c for c in script.calls if not c.get("watch")]
+    assert [(c.get("limit"), c.get("_continue")) for c in lists[:3]] == [(500, None), (500, "t1"), (None, None)]
+    assert [c["resource_version"] for c in script.calls if c.get("watch")][:1] == ["30"]
+    assert watcher.pages == len(lists)

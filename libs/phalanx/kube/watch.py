@@ -1,8 +1,12 @@
 """List-then-watch of one Kubernetes collection in a daemon thread, delivering raw JSON objects.
 
 What client-go's reflector does, for the few collections the scheduler needs:
-- list, remember every object's resourceVersion, then watch from the list's resourceVersion (with
-  bookmarks, so an idle watch still advances it);
+- list in pages of `limit` objects (following `metadata.continue`: the pages are one consistent snapshot,
+  at the first page's resourceVersion), remember every object's resourceVersion, then watch from the list's
+  resourceVersion (with bookmarks, so an idle watch still advances it); the list is delivered once every
+  page is in, so a re-list's diff sees the whole set; a continue token that expired (410: etcd compacted
+  the snapshot's revision meanwhile) drops the pages read so far, undelivered, and lists again from scratch
+  in one unpaginated request, as client-go's pager does (so a list slower than compaction still ends);
 - a watch that ends (the server's timeout, a dropped connection) resumes from the last version seen;
 - 410 Gone (that version was compacted away) re-lists and diffs against what it knew: objects that vanished
   meanwhile are delivered as DELETED, changed ones as MODIFIED, so no deletion is ever missed;
@@ -79,6 +83,7 @@ class Watcher:
         missing_retry: float = 30.0,
         max_backoff: float = 30.0,
         request_timeout: float = 60.0,
+        limit: int = 500,
     ) -> None:
         if (sink is None) == (timed_sink is None):
             raise ValueError("Watcher: give either sink or timed_sink")
@@ -90,6 +95,8 @@ class Watcher:
         self.missing_retry = missing_retry
         self.max_backoff = max_backoff
         self.request_timeout = request_timeout
+        self.limit = limit  # objects per list page (0: one unpaginated list)
+        self.pages = 0  # list requests made, every page of every list counted
         self.synced = threading.Event()  # set after the first list (or the first 404 of a missing collection)
         self.relists = 0  # lists after the first: 410s and reconnections that lost their place
         self.served: bool | None = None  # whether the API server has the collection (a CRD may be missing)
@@ -156,7 +163,7 @@ class Watcher:
                         log.debug("%s: not served by the API server; retrying every %gs", name, self.missing_retry)
                     missing_logged = True
                     self.served = False
-                    self._replace([])
+                    self._replace([(time.monotonic(), [])])
                     self.synced.set()
                     version = None
                     self.stop.wait(self.missing_retry)
@@ -180,30 +187,63 @@ class Watcher:
         return c.list_fn(*c.args, **c.kwargs, **extra, _preload_content=False)
 
     def _list(self) -> str:
-        resp = self._call(_request_timeout=self.request_timeout)
-        data = resp.data  # read here: the list's items arrived once the whole answer has
-        arrived = time.monotonic()
-        body = _decode(data)
-        items = body.get("items") or []
-        for item in items:
-            item.setdefault("kind", self.collection.kind)
-            item.setdefault("apiVersion", self.collection.api_version)
-        self._replace(items, arrived)
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+        """Lists every page, then delivers the difference; returns the snapshot's resourceVersion."""
+        from kubernetes.client.rest import ApiException
 
-    def _replace(self, items: list[dict[str, Any]], arrived: float | None = None) -> None:
-        """Delivers the difference between what a (re-)list returned and what was known before it."""
-        arrived = time.monotonic() if arrived is None else arrived
+        limit = self.limit
+        while True:
+            pages: list[tuple[float, list[dict[str, Any]]]] = []
+            version: str | None = None
+            token: str | None = None
+            try:
+                while True:
+                    extra: dict[str, Any] = {"limit": limit} if limit > 0 else {}
+                    if token:
+                        extra["_continue"] = token
+                    self.pages += 1
+                    resp = self._call(_request_timeout=self.request_timeout, **extra)
+                    data = resp.data  # read here: the page's items arrived once the whole answer has
+                    arrived = time.monotonic()
+                    body = _decode(data)
+                    meta = body.get("metadata") or {}
+                    if version is None:  # the first page's: every later page is of the same snapshot
+                        version = str(meta.get("resourceVersion") or "")
+                    pages.append((arrived, body.get("items") or []))
+                    token = meta.get("continue") or None
+                    if not token:
+                        break
+            except ApiException as exc:
+                if exc.status != 410 or not token:
+                    raise
+                log.info(
+                    "%s: list's continue token expired after %d pages; listing again whole",
+                    self.collection.name,
+                    len(pages),
+                )
+                limit = 0
+                continue
+            for _, items in pages:
+                for item in items:
+                    item.setdefault("kind", self.collection.kind)
+                    item.setdefault("apiVersion", self.collection.api_version)
+            self._replace(pages)
+            return version or ""
+
+    def _replace(self, pages: list[tuple[float, list[dict[str, Any]]]]) -> None:
+        """Delivers the difference between what a (re-)list returned, page by page (each page's objects with
+        the time it arrived), and what was known before it."""
         fresh: dict[str, str] = {}
-        for obj in items:
-            key = object_key(obj)
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-            fresh[key] = version
-            before = self._known.get(key)
-            if before is None:
-                self._deliver("ADDED", obj, arrived)
-            elif before != version:
-                self._deliver("MODIFIED", obj, arrived)
+        arrived = time.monotonic()
+        for arrived, items in pages:
+            for obj in items:
+                key = object_key(obj)
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                fresh[key] = version
+                before = self._known.get(key)
+                if before is None:
+                    self._deliver("ADDED", obj, arrived)
+                elif before != version:
+                    self._deliver("MODIFIED", obj, arrived)
         for key in self._known.keys() - fresh.keys():
             self._deliver("DELETED", _stub(self.collection, key), arrived)
         self._known = fresh

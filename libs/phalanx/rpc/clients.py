@@ -176,15 +176,28 @@ class QueueClient(_Client):
         return PopResult(items, resp.next_ready_at or None, resp.pending)
 
     def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
+        """In requests of at most MAX_ITEMS of each list (the queue's limit per call): every verdict and
+        failure first, the gangs to activate last (an activation never precedes a verdict of the same call,
+        as in one request). Should the queue fail between two requests, the call raises and the caller (the
+        feed's outbox) sends it all again: the verdicts delivered twice find their pods already settled, and
+        activating a gang twice is activating it; a queue that restarted meanwhile is refilled by the feed
+        (on_restart). Should the scheduler die between two, its successor starts with release_in_flight."""
         self._fresh()
         if not verdicts and not activate and not failed:
             return
-        self.stub.Done(_done_request(verdicts, activate, failed, now), timeout=self.timeout)
+        m = MAX_ITEMS
+        for i in range(0, max(len(verdicts), len(failed), 1), m):
+            last = i + m >= max(len(verdicts), len(failed))
+            head = activate[:m] if last else []
+            self.stub.Done(_done_request(verdicts[i : i + m], head, failed[i : i + m], now), timeout=self.timeout)
+        for j in range(m, len(activate), m):
+            self.stub.Done(_done_request([], activate[j : j + m], [], now), timeout=self.timeout)
 
     def remove(self, keys: list[str]) -> None:
+        """In requests of at most MAX_ITEMS keys (the queue's limit per call); removing twice is harmless."""
         self._fresh()
-        if keys:
-            self.stub.Remove(queue_pb2.RemoveRequest(pod_keys=keys), timeout=self.timeout)
+        for i in range(0, len(keys), MAX_ITEMS):
+            self.stub.Remove(queue_pb2.RemoveRequest(pod_keys=keys[i : i + MAX_ITEMS]), timeout=self.timeout)
 
     def move_all(self, event: str, now: float, freed: FreedCapacity | None = None) -> None:
         """`freed`: the event only freed this capacity (moves only the pods it may help); None: moves all."""
