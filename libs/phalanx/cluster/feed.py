@@ -204,6 +204,7 @@ class ClusterFeed:
                 self.maintenance.request_reconcile(specs_unsure=True)
             if first:
                 first = False
+                self.maintenance.rebuilt()
                 self.synced.set()
                 log.info(
                     "cluster feed: rebuilt from the API server (%d nodes, %d pods)",
