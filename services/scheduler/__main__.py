@@ -189,9 +189,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def start_feed(
-    args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer | None = None
+    args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer | None = None, *, gated: bool = False
 ) -> ClusterFeed | None:
-    """Kubernetes mode on the wall clock: watch the cluster, after recover() has loaded Redis."""
+    """Kubernetes mode on the wall clock: watch the cluster, applied after recover() has loaded Redis (`gated`:
+    the lists start now, the caller opens the feed once it has recovered)."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
     from phalanx.cluster.feed import ClusterFeed, collections
@@ -206,6 +207,7 @@ def start_feed(
         collections(api_client(args.kubeconfig)),
         scheduler_name=args.scheduler_name,
         reconcile_interval=args.reconcile_interval,
+        gated=gated,
     )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
@@ -214,12 +216,15 @@ def start_feed(
     return feed.start()
 
 
-def duties_of(args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer) -> SchedulingDuties:
-    """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock)."""
+def duties_of(
+    args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer, *, gated: bool = False
+) -> SchedulingDuties:
+    """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock).
+    `gated`: the feed lists at once and applies once opened (SchedulingDuties.open_feed, after recovery)."""
     return SchedulingDuties(
         servicer.loop,
         server.monitor,
-        start_feed=lambda: start_feed(args, servicer, server),
+        start_feed=lambda: start_feed(args, servicer, server, gated=gated),
         run_loop=args.clock == "real",
         liveness_timeout=args.liveness_timeout,
         sync_timeout=args.dependency_timeout,
@@ -249,7 +254,7 @@ class Leadership(leader_election.Leadership):
             config,
             servicer.loop,
             server.monitor,
-            lambda: duties_of(args, servicer, server),
+            lambda: duties_of(args, servicer, server, gated=True),
             on_lost=on_lost,
             ready=dependencies.ready if dependencies is not None else None,
         )

@@ -46,6 +46,11 @@ class SchedulingDuties:
     def start_feed(self) -> None:
         self.feed = self._start_feed()
 
+    def open_feed(self) -> None:
+        """A feed started gated (leadership.py: listing while the scheduler recovers) may apply now."""
+        if self.feed is not None:
+            self.feed.open()
+
     def wait_synced(self, keep_waiting: Callable[[], bool] = lambda: True) -> None:
         """Waits for the feed's first batch (at most `sync_timeout`, and only while `keep_waiting()`)."""
         if self.feed is None:

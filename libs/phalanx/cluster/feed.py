@@ -107,7 +107,10 @@ class ClusterFeed:
         watch_timeout: int = 300,
         missing_retry: float = 30.0,
         reconcile_interval: float = 10.0,
+        gated: bool = False,
     ) -> None:
+        """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
+        leader lists the API server while it recovers its memory from Redis; the rebuild needs both)."""
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -123,6 +126,9 @@ class ClusterFeed:
         self.reporter = reporter
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
+        self.applying = threading.Event()  # the gate: set once the scheduler may be fed (see `gated`)
+        if not gated:
+            self.applying.set()
         self._events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
         self._watchers = [
             Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
@@ -142,6 +148,12 @@ class ClusterFeed:
         self._thread = threading.Thread(target=self._run, name="cluster-feed", daemon=True)
         self._thread.start()
         return self
+
+    def open(self) -> None:
+        """Opens the gate (`gated`): the scheduler recovered from Redis, the feed may apply to it. What the
+        watches delivered meanwhile waits in the feed's own queue, untouched; if the process dies before this,
+        nothing was applied and the next leader lists again."""
+        self.applying.set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         return self.synced.wait(timeout)
@@ -163,7 +175,9 @@ class ClusterFeed:
         self._events.put((collection, kind, obj))
 
     def _run(self) -> None:
-        while not self.stop_event.is_set() and not all(w.synced.is_set() for w in self._watchers):
+        while not self.stop_event.is_set() and not (
+            self.applying.is_set() and all(w.synced.is_set() for w in self._watchers)
+        ):
             self.stop_event.wait(0.02)
         watched = [w.collection.name for w in self._watchers if w.served]
         missing = [w.collection.name for w in self._watchers if w.served is False]
@@ -204,6 +218,7 @@ class ClusterFeed:
                 self.maintenance.request_reconcile(specs_unsure=True)
             if first:
                 first = False
+                self.maintenance.rebuilt()
                 self.synced.set()
                 log.info(
                     "cluster feed: rebuilt from the API server (%d nodes, %d pods)",

@@ -19,11 +19,11 @@ log = logging.getLogger(__name__)
 
 
 class Leadership:
-    """Standby (serving health) until it wins the Lease; then it claims the fencing term in Redis, rebuilds
-    the scheduler's memory from Redis (recover), starts the cluster feed (a full list of the API server) and,
-    once it has synced, the scheduling loop. Losing the Lease, or a write refused as fenced out, stops the
-    loop and the feed at once and calls `on_lost(reason)` (the service exits, as kube-scheduler does, and
-    restarts as a standby). A graceful `stop` releases the Lease.
+    """Standby (serving health) until it wins the Lease; then it claims the fencing term in Redis, starts the
+    cluster feed gated (its full lists of the API server run meanwhile), rebuilds the scheduler's memory from
+    Redis (recover), opens the feed to apply what it listed and, once it has synced, starts the scheduling
+    loop. Losing the Lease, or a write refused as fenced out, stops the loop and the feed at once and calls
+    `on_lost(reason)` (the service exits, as kube-scheduler does, and restarts as a standby). A graceful `stop` releases the Lease.
 
     `api_client`: a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs; `ready`,
     if given, blocks on the takeover thread after the term is claimed until what recovery and scheduling
@@ -90,13 +90,19 @@ class Leadership:
         if self.ready is not None and not self.ready():
             return
         log.info("leader election: %s took over with fencing term %d; recovering from Redis", self.identity, claimed)
-        if self._retry(self._recover, "recovering from Redis") is None:
-            return
+        # The feed's lists start now, gated: they run while memory is recovered from Redis, and nothing is
+        # applied to the scheduler before that ends (the rebuild compares the API server with what Redis holds).
         with self._lock:
             if self.closed:
                 return
             self.scheduling = scheduling = self.new_duties()
             scheduling.start_feed()
+        if self._retry(self._recover, "recovering from Redis") is None:
+            return  # lost or stopping: _lose / stop halt the feed, which applied nothing
+        with self._lock:
+            if self.closed:
+                return
+            scheduling.open_feed()
         scheduling.wait_synced(lambda: not self.closed)
         with self._lock:
             if self.closed:
