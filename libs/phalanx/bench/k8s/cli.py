@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from phalanx.bench.k8s.report import header, summarize, table
+from phalanx.bench.k8s.report import derive_cpu_per_pod, header, summarize, table
 from phalanx.bench.k8s.runner import RunOptions, run_suite
 from phalanx.bench.k8s.schedulers import peer_binary_path, peer_config, peer_versions
 from phalanx.bench.k8s.workloads import PEER, PHALANX, Shape, workloads
@@ -63,6 +63,7 @@ def main(args: Any) -> int:
         by_name = {
             w["name"]: Shape(**{k: w[k] for k in Shape.__dataclass_fields__ if k in w}) for w in doc["workloads"]
         }
+        derive_cpu_per_pod(doc["runs"])
         doc["summary"] = summarize(doc["runs"])
         text = header(doc) + table(doc["summary"], by_name)
         print(text)

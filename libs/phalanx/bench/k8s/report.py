@@ -157,6 +157,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def derive_cpu_per_pod(runs: list[dict[str, Any]]) -> None:
+    """Runs recorded before CPU per bound pod was a field (`--render` of an older JSON): derived from the
+    figures they hold, scheduler_cpu_s and each process's cpu_s over the pods bound."""
+    for r in runs:
+        bound = (r.get("correctness") or {}).get("pods_bound")
+        if "error" in r or "cpu_per_bound_pod_ms" in r or not bound:
+            continue
+        r["cpu_per_bound_pod_ms"] = round(r["scheduler_cpu_s"] * 1000 / bound, 3)
+        for m in r["processes"].values():
+            m["cpu_per_bound_pod_ms"] = round(m["cpu_s"] * 1000 / bound, 3)
+
+
 def paired_ratios(runs: list[dict[str, Any]], workload: str) -> dict[str, Any]:
     """For each PAIRED figure: the median over repeats of (phalanx's / the peer's) in the same repeat."""
     by_rep: dict[int, dict[str, dict[str, Any]]] = {}
