@@ -155,8 +155,12 @@ def test_profile_summary_reads_the_runs_meta(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_older_runs_get_cpu_per_pod_from_what_they_recorded() -> None:
-    old = {"scheduler_cpu_s": 3.0, "processes": {"binder": {"cpu_s": 2.0}}, "correctness": {"pods_bound": 1000}}
-    failed = {"error": "x"}
+    old: dict[str, Any] = {
+        "scheduler_cpu_s": 3.0,
+        "processes": {"binder": {"cpu_s": 2.0}},
+        "correctness": {"pods_bound": 1000},
+    }
+    failed: dict[str, Any] = {"error": "x"}
     report.derive_cpu_per_pod([old, failed])
     assert old["cpu_per_bound_pod_ms"] == 3.0 and old["processes"]["binder"]["cpu_per_bound_pod_ms"] == 2.0
     assert "cpu_per_bound_pod_ms" not in failed
