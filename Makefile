@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: precompile bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s e2e-compose e2e-image
+.PHONY: precompile bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-large e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -182,7 +182,8 @@ soak: $(STAMP) tools
 ## ~/.cache/phalanx by hack/build-peer-scheduler.sh: ~5 min on 2 cores the first time, instant afterwards).
 ## Each workload x scheduler BENCH_K8S_REPEATS times, alternating, on a fresh API server every run (about
 ## 15 minutes); medians and ratios in bench/k8s.txt and bench/k8s.json. BENCH_K8S_FLAGS=--large adds the
-## 5,000-node variants.
+## 5,000-node variants; `make bench-k8s-large` runs the 5,000-node, 10,000-gang shape once per scheduler
+## (bench/k8s-large.txt and .json).
 BENCH_K8S_REPEATS ?= 3
 BENCH_K8S_FLAGS ?=
 peer-scheduler:
@@ -192,6 +193,10 @@ peer-scheduler:
 bench-k8s: $(STAMP) tools peer-scheduler precompile
 	$(VENV)/bin/phalanx bench-k8s --repeats $(BENCH_K8S_REPEATS) $(BENCH_K8S_FLAGS) \
 	  --output bench/k8s.json --table bench/k8s.txt
+
+bench-k8s-large: $(STAMP) tools peer-scheduler precompile
+	$(VENV)/bin/phalanx bench-k8s --large --only gang-5000n-10000x3 --repeats 1 \
+	  --output bench/k8s-large.json --table bench/k8s-large.txt
 
 ## docker-compose.yml + docker-compose.observability.yml up for real on podman's Docker API (no Docker engine
 ## or public registry needed): Compose, the collector and Jaeger built from Go modules, the Debian base,

@@ -117,6 +117,18 @@ def test_quick_run_measures_both_halves_or_says_why_not(tmp_path: Path, capsys: 
         assert r["scheduler_cpu_s"] > 0 and r["scheduler_peak_rss_mib"] > 0, where
         assert r["apiserver_cpu_s"] > 0 and r["apiserver_peak_rss_mib"] > 0, where
         assert r["scheduler_alive_at_end"] and not r["watch_errors"], where
+        # The lead figure: CPU per bound pod, all processes and each.
+        assert r["cpu_per_bound_pod_ms"] == pytest.approx(r["scheduler_cpu_s"] * 1000 / c["pods_bound"], rel=0.01)
+        assert all(m["cpu_per_bound_pod_ms"] > 0 for m in r["processes"].values()), where
+        if shape.steady:  # gangs created at the shape's rate after the warm-up gang, each pod's latency measured
+            a = r["arrival"]
+            assert a["error_count"] == 0 and a["gangs_created"] == shape.gangs, (where, a)
+            assert a["pods_bound"] == shape.gangs * shape.gang_size, where
+            assert a["achieved_gangs_per_s"] == pytest.approx(shape.arrival_gps, rel=0.1), where
+            assert 0 < a["latency_ms"]["p50"] <= a["latency_ms"]["p99"] <= a["latency_ms"]["max"], where
+            assert "POST pods" not in r["api_requests"], where  # the harness's creations are left out
+        else:
+            assert r["arrival"] is None, where
         if r["scheduler"] == PHALANX:
             assert set(r["processes"]) == {"redis", "queue", "binder", "scheduler"}, where
             if shape.gangs:  # Phalanx reports each bound gang on its PodGroup
@@ -127,3 +139,5 @@ def test_quick_run_measures_both_halves_or_says_why_not(tmp_path: Path, capsys: 
         assert set(expected) <= set(entry), wl
         if peer is not None:
             assert entry["ratio_phalanx_over_peer"]["pods_per_second"] > 0, wl
+            assert entry["paired_ratio_phalanx_over_peer"]["cpu_per_bound_pod_ms"] > 0, wl
+    assert table.count("CPU per bound pod, ms (all scheduler processes)") == len(shapes)

@@ -22,8 +22,10 @@ kube-scheduler with scheduler-plugins' Coscheduling (hack/build-peer-scheduler.s
 objects: a scheduling.x-k8s.io PodGroup per gang, pods labelled scheduling.x-k8s.io/pod-group; only the
 pods' schedulerName differs.
 
-The modules: workloads (the shapes and the objects created), schedulers (the two under test), observe (the
-watches and the final check), runner (one run, the suite), report (medians, the table), cli (the command);
+The modules: workloads (the shapes and the objects created), arrival (a steady shape's gangs created at a
+fixed rate during the run), schedulers (the two under test), observe (the watches and the final check),
+runner (one run, the suite), report (medians, the table), profile (py-spy on Phalanx's processes, and its
+summary), cli (the command);
 kubeapi sends the harness's requests through phalanx.kube.api.KubeApi, and observe watches through
 phalanx.kube.watch.
 """

@@ -1,6 +1,7 @@
 """`phalanx bench-k8s`: its command line; runs the suite (runner.py) and writes the table and the JSON.
 
-`--render` prints the table of an earlier run's JSON again (after a change of format) and runs nothing.
+`--render` prints the table of an earlier run's JSON again (after a change of format) and runs nothing;
+`--profile-summary` prints what `--profile` recorded (profile.py) and runs nothing either.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from phalanx.bench.k8s.report import header, summarize, table
+from phalanx.bench.k8s.report import derive_cpu_per_pod, header, summarize, table
 from phalanx.bench.k8s.runner import RunOptions, run_suite
 from phalanx.bench.k8s.schedulers import peer_binary_path, peer_config, peer_versions
 from phalanx.bench.k8s.workloads import PEER, PHALANX, Shape, workloads
@@ -53,9 +54,16 @@ def main(args: Any) -> int:
     from phalanx.bench.report import machine
     from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
 
+    if args.profile_summary:
+        from phalanx.bench.k8s.profile import summary_main
+
+        return summary_main(args.profile_summary, args.pods, args.top)
     if args.render:  # the table again from a JSON this command wrote (e.g. after a format change)
         doc = json.loads(Path(args.render).read_text())
-        by_name = {w["name"]: Shape(**{k: w[k] for k in Shape.__dataclass_fields__}) for w in doc["workloads"]}
+        by_name = {
+            w["name"]: Shape(**{k: w[k] for k in Shape.__dataclass_fields__ if k in w}) for w in doc["workloads"]
+        }
+        derive_cpu_per_pod(doc["runs"])
         doc["summary"] = summarize(doc["runs"])
         text = header(doc) + table(doc["summary"], by_name)
         print(text)
@@ -105,7 +113,11 @@ def main(args: Any) -> int:
         f"phalanx bench-k8s: {len(shapes)} workload(s) x {', '.join(schedulers)} x {repeats} repeat(s) on "
         f"{info['cpu_count']} cores ({info['cpu_model']})"
     )
-    opts = RunOptions(peer_binary=peer_binary, log_dir=Path(args.log_dir) if args.log_dir else None)
+    opts = RunOptions(
+        peer_binary=peer_binary,
+        log_dir=Path(args.log_dir) if args.log_dir else None,
+        profile_dir=Path(args.profile) if args.profile else None,
+    )
     if opts.log_dir is not None:
         opts.log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -155,7 +167,9 @@ def add_bench_k8s_command(sub: Any) -> None:
         "--repeats", type=int, default=None, metavar="N", help="runs per workload and scheduler (default 3; quick: 1)"
     )
     p.add_argument("--quick", action="store_true", help="small shapes, 1 repeat (CI smoke)")
-    p.add_argument("--large", action="store_true", help="also the 5,000-node variants")
+    p.add_argument(
+        "--large", action="store_true", help="also the 5,000-node variants (10,000 gangs of 3; 2,000 plain pods)"
+    )
     p.add_argument(
         "--only", action="append", metavar="NAME", help="only workloads whose name contains NAME (repeatable)"
     )
@@ -166,6 +180,19 @@ def add_bench_k8s_command(sub: Any) -> None:
     p.add_argument("--output", "-o", metavar="FILE.json", help="write runs, medians and ratios as JSON")
     p.add_argument("--table", metavar="FILE.txt", help="write the printed table here")
     p.add_argument("--log-dir", metavar="DIR", help="keep each run's scheduler logs and configs here")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="py-spy (--gil, 100 Hz) each Phalanx Python process of every run into DIR/<run>-<process>.txt",
+    )
+    p.add_argument(
+        "--profile-summary",
+        nargs="+",
+        metavar="FILE",
+        help="top functions (self and inclusive) of --profile files, in CPU us per bound pod; runs nothing",
+    )
+    p.add_argument("--pods", type=int, default=None, help="--profile-summary: pods bound (default: the run's meta)")
+    p.add_argument("--top", type=int, default=15, help="--profile-summary: functions listed (default 15)")
     p.add_argument("--strict", action="store_true", help="exit 1 if any run fails a correctness check")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument(

@@ -23,21 +23,32 @@ def _pct(values: Iterable[float], q: float) -> float | None:
 
 
 def dist(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, Any]:
-    """n, p50, p95 and max of `values` times `scale`, rounded to `digits` (None for each when empty)."""
+    """n, p50, p95, p99 and max of `values` times `scale`, rounded to `digits` (None for each when empty)."""
     if not values:
-        return {"n": 0, "p50": None, "p95": None, "max": None}
-    p50, p95 = _pct(values, 0.5), _pct(values, 0.95)
-    assert p50 is not None and p95 is not None  # `values` is not empty
-    return {
-        "n": len(values),
-        "p50": round(p50 * scale, digits),
-        "p95": round(p95 * scale, digits),
-        "max": round(max(values) * scale, digits),
-    }
+        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
+    out: dict[str, Any] = {"n": len(values)}
+    for key, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+        v = _pct(values, q)
+        assert v is not None  # `values` is not empty
+        out[key] = round(v * scale, digits)
+    out["max"] = round(max(values) * scale, digits)
+    return out
 
 
+LEAD = "cpu_per_bound_pod_ms"  # the first row: its ratio is the median of the repeats' own ratios (PAIRED)
+PAIRED = (LEAD, "scheduler_peak_rss_mib")
+ARRIVAL_FIELDS: list[tuple[str, str, str]] = [
+    ("steady: gangs/s created (achieved rate)", "arrival.achieved_gangs_per_s", "{:.2f}"),
+    ("steady: gang POSTed after its due time, max ms", "arrival.start_lag_ms.max", "{:,.0f}"),
+    ("steady: pod created -> bound, p50 ms", "arrival.latency_ms.p50", "{:,.0f}"),
+    ("steady: pod created -> bound, p95 ms", "arrival.latency_ms.p95", "{:,.0f}"),
+    ("steady: pod created -> bound, p99 ms", "arrival.latency_ms.p99", "{:,.0f}"),
+    ("steady: pod created -> bound, max ms", "arrival.latency_ms.max", "{:,.0f}"),
+]
 MEDIAN_FIELDS: list[tuple[str, str, str]] = [
     # (label, dotted path in a run, format)
+    ("CPU per bound pod, ms (all scheduler processes)", LEAD, "{:.2f}"),
+    *ARRIVAL_FIELDS,
     ("pods/s (launch -> last binding)", "pods_per_second", "{:,.1f}"),
     ("launch -> last binding, s", "launch_to_last_binding_s", "{:.2f}"),
     ("launch -> first binding, s", "first_binding_s", "{:.2f}"),
@@ -63,6 +74,13 @@ MEDIAN_FIELDS: list[tuple[str, str, str]] = [
 ]
 
 NOTES = [
+    "CPU per bound pod: user + system CPU of the scheduler's processes (Phalanx: redis + queue + binder +",
+    "scheduler; peer: kube-scheduler) from launch (start-up included) until the statuses settled, divided by",
+    "the pods bound; then each process alone. Its ratio (and peak RSS's) is the median over repeats of that",
+    "repeat's phalanx/peer ratio (the two runs are adjacent; who goes first alternates); other ratios are",
+    "ratios of medians. Steady arrival: gangs created by this harness at a fixed rate once the scheduler has",
+    "bound a warm-up gang; created -> bound runs from just before a pod's POST to its binding on the watch;",
+    "the harness's own POSTs are left out of its API requests per pod.",
     "Times are from the scheduler's launch (its processes started; Phalanx's include Python start-up, Redis and",
     "the three services becoming healthy) as seen by this harness's watches on the same machine. Status lag: the",
     "pod's `Scheduled` Event (or PodScheduled condition, or its gang's PodGroup status saying scheduled) seen",
@@ -108,7 +126,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             med_kinds = {k: _median([r["api_requests_per_pod_by_kind"].get(k, 0.0) for r in rs]) for k in kinds}
             procs = sorted({p for r in rs for p in r["processes"]})
             med_procs = {
-                p: {m: _median([r["processes"].get(p, {}).get(m) for r in rs]) for m in ("cpu_s", "peak_rss_mib")}
+                p: {
+                    m: _median([r["processes"].get(p, {}).get(m) for r in rs])
+                    for m in ("cpu_s", "peak_rss_mib", "cpu_per_bound_pod_ms")
+                }
                 for p in procs
             }
             entry[which] = {
@@ -131,8 +152,53 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 a, b = entry[PHALANX]["median"][path], entry[PEER]["median"][path]
                 ratios[path] = round(a / b, 3) if a is not None and b is not None and a > 0 and b > 0 else None
             entry["ratio_phalanx_over_peer"] = ratios
+            entry["paired_ratio_phalanx_over_peer"] = paired_ratios(runs, wl)
         out[wl] = entry
     return out
+
+
+def derive_cpu_per_pod(runs: list[dict[str, Any]]) -> None:
+    """Runs recorded before CPU per bound pod was a field (`--render` of an older JSON): derived from the
+    figures they hold, scheduler_cpu_s and each process's cpu_s over the pods bound."""
+    for r in runs:
+        bound = (r.get("correctness") or {}).get("pods_bound")
+        if "error" in r or "cpu_per_bound_pod_ms" in r or not bound:
+            continue
+        r["cpu_per_bound_pod_ms"] = round(r["scheduler_cpu_s"] * 1000 / bound, 3)
+        for m in r["processes"].values():
+            m["cpu_per_bound_pod_ms"] = round(m["cpu_s"] * 1000 / bound, 3)
+
+
+def paired_ratios(runs: list[dict[str, Any]], workload: str) -> dict[str, Any]:
+    """For each PAIRED figure: the median over repeats of (phalanx's / the peer's) in the same repeat."""
+    by_rep: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in runs:
+        if r["workload"] == workload and "error" not in r:
+            by_rep.setdefault(int(r.get("repeat", 1)), {})[r["scheduler"]] = r
+    out: dict[str, Any] = {}
+    for path in PAIRED:
+        ratios = []
+        for pair in by_rep.values():
+            a, b = _get(pair.get(PHALANX, {}), path), _get(pair.get(PEER, {}), path)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
+                ratios.append(a / b)
+        out[path] = round(statistics.median(ratios), 3) if ratios else None
+        out[path + "_pairs"] = len(ratios)
+    return out
+
+
+def _process_rows(entry: dict[str, Any], cols: list[str], has_ratio: bool) -> list[str]:
+    """CPU per bound pod of each process (the lead row's parts), under the lead row."""
+    rows = []
+    for c in cols:
+        for p, m in entry[c]["processes"].items():
+            vals = [m.get(LEAD) if c2 == c else None for c2 in cols]
+            rows.append(
+                f"{'  ' + p + ' (' + c + ')':48}"
+                + "".join(f"{fmt('{:.2f}', v):>14}" for v in vals)
+                + (f"{'-':>14}" if has_ratio else "")
+            )
+    return rows
 
 
 def fmt(spec: str, v: Any) -> str:
@@ -165,9 +231,12 @@ def table(summary: dict[str, Any], shapes: dict[str, Shape]) -> str:
                 continue
             row = f"{label:48}" + "".join(f"{fmt(spec, v):>14}" for v in vals)
             if has_ratio:
-                r = entry["ratio_phalanx_over_peer"][path]
+                paired = entry.get("paired_ratio_phalanx_over_peer") or {}
+                r = paired[path] if path in PAIRED and path in paired else entry["ratio_phalanx_over_peer"][path]
                 row += f"{fmt('{:.2f}x', r):>14}"
             lines.append(row)
+            if path == LEAD:
+                lines += _process_rows(entry, cols, has_ratio)
         kinds = sorted(
             {k for c in cols for k in entry[c]["api_requests_per_pod_by_kind"]},
             key=lambda k: -max(entry[c]["api_requests_per_pod_by_kind"].get(k) or 0 for c in cols),
@@ -222,6 +291,9 @@ def header(doc: dict[str, Any]) -> str:
         f"{PEER_PERMIT_WAIT_SECONDS}; clientConnection qps/burst 5000; no leader election)"
         + ("" if doc.get("peer_ran") else f" -- NOT RUN: {doc.get('peer_skipped_reason')}"),
         "gangs: scheduling.x-k8s.io/v1alpha1 PodGroup per gang, pods labelled scheduling.x-k8s.io/pod-group",
+        f"first row: CPU per bound pod, ms = user+system CPU of all the scheduler's processes (phalanx: redis + "
+        f"queue + binder + scheduler; peer: kube-scheduler) from launch to statuses settled / pods bound, "
+        f"against that real kube-apiserver on this {m.get('cpu_count')}-core machine, then per process",
         "workloads:",
         *(f"  {s['name']}: {s['describe']}" for s in doc["workloads"]),
         "",

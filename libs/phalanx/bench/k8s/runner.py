@@ -3,7 +3,10 @@
 A run starts a fresh etcd + kube-apiserver (LocalApiServer) with the PodGroup CRD, creates every object
 (workloads.py), starts the watches (observe.py), samples kube-apiserver's request counters and CPU, then
 launches the scheduler (schedulers.py) and waits for the expected bindings, then for their statuses; a
-final LIST checks the placements. The harness sends no request between the two samples of the counters.
+final LIST checks the placements. The harness sends no request between the two samples of the counters,
+except in a steady-arrival run: there it creates the gangs once the warm-up gang is bound (arrival.py), and
+those POSTs are taken out of the counts. With a profile directory, py-spy records Phalanx's Python
+processes from the launch's end to the last status (profile.py).
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.bench.k8s.arrival import Arrivals, figures
 from phalanx.bench.k8s.kubeapi import BenchK8sError, connect, delta, get, metrics
 from phalanx.bench.k8s.observe import Observed, Watches, correctness
+from phalanx.bench.k8s.profile import Profiler
 from phalanx.bench.k8s.report import dist, fmt
 from phalanx.bench.k8s.schedulers import PeerUnderTest, PhalanxUnderTest, SchedulerUnderTest
 from phalanx.bench.k8s.workloads import (
+    PG_GROUP,
     PHALANX,
     PODS_PATH,
     SCHEDULER_NAMES,
@@ -40,9 +46,9 @@ if TYPE_CHECKING:
 class RunOptions:
     peer_binary: Path | None = None
     log_dir: Path | None = None
-    status_timeout: float = 30.0  # seconds after the last binding to wait for Events / PodGroup statuses
     settle: float = 2.0  # contention: seconds to keep watching after the expected bindings
-    workers: int = 8  # threads creating objects
+    workers: int = 16  # threads creating objects
+    profile_dir: Path | None = None  # py-spy each Phalanx Python process into this directory
     # Phalanx as launched, from (kubeconfig, run directory): bench-startup's logs more.
     phalanx: Callable[[str, Path], SchedulerUnderTest] = PhalanxUnderTest
 
@@ -68,6 +74,8 @@ class _Window:
     busy: float = 0.0
     alive_at_end: bool = False
     watch_errors: list[str] = field(default_factory=list)
+    arrival: dict[str, Any] | None = None
+    profile_errors: list[str] = field(default_factory=list)
 
 
 def _pid_of(server: LocalApiServer, attr: str) -> int | None:
@@ -92,10 +100,12 @@ def _wait_for_bindings(
     w: _Window,
     opts: RunOptions,
     progress: Callable[[str], None],
+    expected: int | None = None,
 ) -> None:
     """Until the expected pods are bound (and, under contention, `settle` more seconds) or the timeout."""
     from phalanx.bench.procs import machine_busy_s
 
+    expected = shape.expected_bound if expected is None else expected
     reached: float | None = None
     deadline = w.launch + shape.timeout
     last_report = w.launch
@@ -107,7 +117,7 @@ def _wait_for_bindings(
         if n_bound and w.startup_cpu is None:
             w.startup_cpu = {k: s.cpu_s for k, s in w.samples.items()}
             w.busy_at_first = machine_busy_s() - w.busy_at_launch
-        if n_bound >= shape.expected_bound and reached is None:
+        if n_bound >= expected and reached is None:
             reached = now
         if reached is not None and (not shape.contention or now - reached >= opts.settle):
             return
@@ -116,7 +126,7 @@ def _wait_for_bindings(
         if not sut.alive():
             raise BenchK8sError(f"{which} exited during the run ({sut.log_hint()})")
         if now - last_report > 15:
-            progress(f"      ... {n_bound:,}/{shape.expected_bound:,} bound after {now - w.launch:.0f}s")
+            progress(f"      ... {n_bound:,}/{expected:,} bound after {now - w.launch:.0f}s")
             last_report = now
         time.sleep(0.05)
 
@@ -135,8 +145,30 @@ def _wait_for_statuses(which: str, seen: Observed, gangs: dict[str, int], timeou
         time.sleep(0.1)
 
 
+def _arrive(
+    arrivals: Arrivals,
+    shape: Shape,
+    which: str,
+    sut: SchedulerUnderTest,
+    seen: Observed,
+    w: _Window,
+    opts: RunOptions,
+    progress: Callable[[str], None],
+) -> None:
+    """A steady run: once the warm-up gang is bound, the gangs arrive; returns when all are bound (or the
+    timeout) and every gang was created."""
+    _wait_for_bindings(shape, which, sut, seen, w, opts, progress, expected=shape.warmup_pods)
+    with seen.lock:
+        if len(seen.bound) < shape.warmup_pods:
+            raise BenchK8sError(f"{which} did not bind the warm-up gang in {shape.timeout:g}s")
+    arrivals.start()
+    _wait_for_bindings(shape, which, sut, seen, w, opts, progress)
+    if not arrivals.join(timeout=max(5.0, shape.arrival_s)):
+        progress("      arrivals still running at the timeout: stopped")
+
+
 def run_once(
-    shape: Shape, which: str, opts: RunOptions, progress: Callable[[str], None] = lambda s: None
+    shape: Shape, which: str, opts: RunOptions, progress: Callable[[str], None] = lambda s: None, repeat: int = 1
 ) -> dict[str, Any]:
     from phalanx.bench.procs import ProcSample, machine_busy_s, proc_sample, reset_peak_rss
     from phalanx.testing.apiserver import LocalApiServer
@@ -149,11 +181,12 @@ def run_once(
     seen = Observed()
     w = _Window()
     api: KubeApi | None = None
+    profiler: Profiler | None = None
     try:
         api = connect(str(server.kubeconfig_path))
         install_podgroup_crd(api)
         gangs = create_objects(api, shape, SCHEDULER_NAMES[which], opts.workers)
-        if len(get(api, PODS_PATH)["items"]) != shape.pods:
+        if len(get(api, PODS_PATH)["items"]) != shape.pods_before_launch:
             raise BenchK8sError("not every pod was created")
         watches = Watches(api, seen)
         watches.start()
@@ -177,13 +210,27 @@ def run_once(
         harness_cpu0 = time.process_time()
         w.busy_at_launch = machine_busy_s()
         sut.launch()
-        _wait_for_bindings(shape, which, sut, seen, w, opts, progress)
-        _wait_for_statuses(which, seen, gangs, opts.status_timeout)
+        if opts.profile_dir is not None and which == PHALANX:
+            profiler = Profiler(opts.profile_dir, f"{shape.name}-{which}-r{repeat}")
+            profiler.attach(sut.pids())
+        arrivals = Arrivals(api, shape, SCHEDULER_NAMES[which], gangs) if shape.steady else None
+        if arrivals is not None:
+            _arrive(arrivals, shape, which, sut, seen, w, opts, progress)
+        else:
+            _wait_for_bindings(shape, which, sut, seen, w, opts, progress)
+        _wait_for_statuses(which, seen, gangs, shape.status_timeout)
         time.sleep(0.5)
+        if profiler is not None:
+            profiler.stop()
         _sample_scheduler(sut, w.samples)
         w.api_after = proc_sample(api_pid) if api_pid else ProcSample()
         w.etcd_after = proc_sample(etcd_pid) if etcd_pid else ProcSample()
         w.requests = delta(metrics(api), metrics_before)
+        if arrivals is not None:  # the harness's own creations are not the scheduler's requests
+            with seen.lock:
+                w.arrival = figures(arrivals.log, dict(seen.bound), shape.arrival_gps)
+            _discount(w.requests, "POST pods", w.arrival["pods_created"])
+            _discount(w.requests, f"POST podgroups.{PG_GROUP}", w.arrival["gangs_created"])
         w.window_s = time.monotonic() - w.launch
         w.harness_cpu = time.process_time() - harness_cpu0
         w.busy = machine_busy_s() - w.busy_at_launch
@@ -195,7 +242,12 @@ def run_once(
         pods = get(api, PODS_PATH)["items"]
         nodes = get(api, "/api/v1/nodes")["items"]
         check = correctness(pods, nodes, gangs, shape.expected_bound)
+        if profiler is not None:
+            profiler.write_meta(check["pods_bound"])
+            w.profile_errors = profiler.errors
     finally:
+        if profiler is not None:
+            profiler.stop()
         if watches is not None:
             watches.stop()
         if sut is not None:
@@ -206,6 +258,14 @@ def run_once(
     if opts.log_dir is None:
         shutil.rmtree(base_dir, ignore_errors=True)
     return _result(shape, which, seen, gangs, w, check)
+
+
+def _discount(requests: dict[str, int], kind: str, n: int) -> None:
+    left = requests.get(kind, 0) - n
+    if left > 0:
+        requests[kind] = left
+    else:
+        requests.pop(kind, None)
 
 
 def _result(
@@ -261,8 +321,15 @@ def _result(
         "api_requests_total": total_requests,
         "api_requests_per_pod": round(total_requests / n, 3),
         "api_requests_per_pod_by_kind": {k: round(v / n, 3) for k, v in requests.items()},
+        # The lead figure: the scheduler's CPU (all processes, start-up included) over the window per pod bound.
+        "cpu_per_bound_pod_ms": round(sched_cpu * 1000 / bound_n, 3) if bound_n else None,
+        "arrival": w.arrival,
         "processes": {
-            k: {"cpu_s": round(s.cpu_s, 2), "peak_rss_mib": round(s.peak_rss_mib, 1)}
+            k: {
+                "cpu_s": round(s.cpu_s, 2),
+                "peak_rss_mib": round(s.peak_rss_mib, 1),
+                "cpu_per_bound_pod_ms": round(s.cpu_s * 1000 / bound_n, 3) if bound_n else None,
+            }
             for k, s in sorted(w.samples.items())
         },
         # Launch to the first binding (sampled every 50 ms): each process's CPU, and the whole machine's.
@@ -281,6 +348,7 @@ def _result(
         "window_s": round(w.window_s, 2),
         "scheduler_alive_at_end": w.alive_at_end,
         "watch_errors": w.watch_errors,
+        "profile_errors": w.profile_errors,
         "correctness": check,
     }
 
@@ -300,7 +368,7 @@ def run_suite(
                 progress(f"[{k}/{total}] {shape.name} {which} (run {rep + 1}/{repeats}) ...")
                 t = time.monotonic()
                 try:
-                    r = run_once(shape, which, opts, progress)
+                    r = run_once(shape, which, opts, progress, rep + 1)
                 except Exception as exc:  # one failed run is reported, the others still run
                     runs.append(
                         {
