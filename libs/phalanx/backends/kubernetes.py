@@ -70,7 +70,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         if why:
             log.info("API writes not pipelined: %s", why)
         timeout = self.retry.request_timeout
-        shapes = {"k8s-bind": (bind_workers, 8), "k8s-write": (4, 16), "k8s-event": (8, 64)}
+        shapes = {"k8s-bind": (bind_workers, 8), "k8s-write": (4, 8), "k8s-event": (8, 8)}
         self._pipelines = (
             []
             if why
