@@ -12,13 +12,14 @@ Pods of a batch are bound concurrently. What an answer means:
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from typing import Any
-from urllib.parse import quote
 
 from phalanx import faults
 from phalanx.backends.api_calls import api_message, release, transient
 from phalanx.backends.base import BindFailure
 from phalanx.backends.kube_writer import KubeWriter
+from phalanx.kube.api import raise_for_status
 from phalanx.model.binding import Assignment
 from phalanx.model.status import EventReason
 
@@ -38,43 +39,43 @@ class PodBinding(KubeWriter):
         pod whose answer says "later" on the per-pod path with its retries. With a kill configured between
         pods (fault tests), the bindings are written one at a time, so the kill does fall between two."""
         one_by_one = faults.armed(BETWEEN_PODS)
-        sent: list[tuple[Assignment, Any]] = []
+        sent: list[tuple[Assignment, Future[Any] | BindFailure, str]] = []
         for a in assignments:
-            built = self._binding(a)
-            if isinstance(built, BindFailure):
-                sent.append((a, built))
+            body = self._binding(a)
+            if isinstance(body, BindFailure):
+                sent.append((a, body, ""))
                 continue
-            future = self.bind_api.send("POST", built[0], built[1])
-            future.uid = built[1]["metadata"]["uid"]  # type: ignore[attr-defined]  # for its Event
+            namespace, name = a.pod_key.split("/", 1)
+            future = self.bind_api.send_pod_binding(name, namespace, body)
             if one_by_one:
                 future.exception()  # wait: answered (or failed) before the next pod is written
-            sent.append((a, future))
+            sent.append((a, future, body["metadata"]["uid"]))
         outcomes: list[BindFailure | None] = []
-        for a, future in sent:
-            if isinstance(future, BindFailure):
-                outcomes.append(future)
+        for a, answer, uid in sent:
+            if isinstance(answer, BindFailure):
+                outcomes.append(answer)
                 continue
             try:
-                reply = future.result()
+                reply = answer.result()
             except Exception:  # no answer: the per-pod path tries again (a binding made is a 409 read back)
                 outcomes.append(self._bind_one(a))
                 continue
-            if 200 <= reply.status <= 299:
-                self._bound(a, future.uid)
-                outcomes.append(None)
-                continue
-            from kubernetes.client.exceptions import ApiException
-
             try:
-                outcomes.append(self._bind_error(a, ApiException(reply.status, reply.reason, reply)))
-            except _Retry:
-                outcomes.append(self._bind_one(a))
-            except Exception as unexpected:
-                outcomes.append(BindFailure(f"binding {a.pod_key} to {a.node} failed: {unexpected}"))
+                raise_for_status(reply)
+            except Exception as refused:
+                try:
+                    outcomes.append(self._bind_error(a, refused))
+                except _Retry:
+                    outcomes.append(self._bind_one(a))
+                except Exception as unexpected:
+                    outcomes.append(BindFailure(f"binding {a.pod_key} to {a.node} failed: {unexpected}"))
+                continue
+            self._bound(a, uid)
+            outcomes.append(None)
         return outcomes
 
-    def _binding(self, a: Assignment) -> tuple[str, dict[str, Any]] | BindFailure:
-        """The request binding `a`: its path and body."""
+    def _binding(self, a: Assignment) -> dict[str, Any] | BindFailure:
+        """The Binding of `a` (its pod's uid as the precondition)."""
         namespace, name = a.pod_key.split("/", 1)
         uid = a.uid
         if not uid:  # every binding names the incarnation checked as ours: take the uid from the view
@@ -90,7 +91,7 @@ class PodBinding(KubeWriter):
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
         }
-        return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding", body
+        return body
 
     def _bound(self, a: Assignment, uid: str) -> None:
         """A binding made: its `Scheduled` Event (not waited for: the bind, and the bind mutex, go on)."""
@@ -100,11 +101,10 @@ class PodBinding(KubeWriter):
         self._event_safe(target, EventReason.SCHEDULED, f"Successfully assigned {a.pod_key} to {a.node}")
 
     def _bind_one(self, a: Assignment) -> BindFailure | None:
-        built = self._binding(a)
-        if isinstance(built, BindFailure):
-            return built
+        body = self._binding(a)
+        if isinstance(body, BindFailure):
+            return body
         namespace, name = a.pod_key.split("/", 1)
-        body = built[1]
         delay, last = self.retry.initial_delay, ""
         for attempt in range(self.retry.attempts):
             if attempt:

@@ -15,7 +15,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from phalanx.backends.api_calls import json_or_none, release
 from phalanx.backends.kube_guard import NORMAL_EVENT_REASONS, ClusterView
@@ -90,8 +89,9 @@ class KubeWriter:
             "count": 1,
         }
         if self.events_api.pipeline is not None:  # sent with the next batch, not waited for
-            path = f"/api/v1/namespaces/{quote(target['namespace'], safe='')}/events"
-            self.events_api.send("POST", path, body).add_done_callback(partial(_event_written, target, reason))
+            self.events_api.send_event(target["namespace"], body).add_done_callback(
+                partial(_event_written, target, reason)
+            )
             return
         release(
             self.core.create_namespaced_event(

@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from phalanx.kube.pipeline import Pipeline
+    from phalanx.kube.pipeline import Pipeline, Request
 
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -63,10 +63,15 @@ class KubeApi:
         """A write through the pipeline, not waited for: the future's result is the answer (any status)."""
         if self.pipeline is None:
             raise RuntimeError("KubeApi.send needs a pipeline")
-        from phalanx.kube.pipeline import Request
+        return self.pipeline.submit(_pipelined(method, path, body, content_type))
 
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        return self.pipeline.submit(Request(method, path, data, content_type or JSON))
+    def send_pod_binding(self, name: str, namespace: str, body: Any) -> Future[Any]:
+        """create_namespaced_pod_binding's request, through the pipeline, not waited for."""
+        return self.send("POST", f"{_pod(namespace, name)}/binding", body)
+
+    def send_event(self, namespace: str, body: Any) -> Future[Any]:
+        """create_namespaced_event's request, through the pipeline, not waited for."""
+        return self.send("POST", _events(namespace), body)
 
     def request(
         self,
@@ -81,14 +86,11 @@ class KubeApi:
     ) -> Any:
         """One request to `path` (already holding its path parameters, which must be URL-safe names);
         `params`: query parameters by their generated Python names (QUERY)."""
-        from kubernetes.client.exceptions import ApiException
-
         if preload_content:
             raise ValueError("KubeApi answers raw (as _preload_content=False): read the response's .data")
         if self.pipeline is not None and method in _WRITES and not params:
-            reply = self.send(method, path, body, content_type).result(timeout=self.pipeline.timeout * 2 + 5)
-            if not 200 <= reply.status <= 299:
-                raise ApiException.from_response(http_resp=reply, body=None, data=None)
+            reply = self.pipeline.call(_pipelined(method, path, body, content_type))
+            raise_for_status(reply)
             return reply
         query = []
         for name, value in params.items():
@@ -110,7 +112,7 @@ class KubeApi:
         resp = self.api_client.call_api(*serialized, _request_timeout=request_timeout)
         if not 200 <= resp.status <= 299:
             resp.read()
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            raise_for_status(resp)
         return resp.response
 
     # -- core/v1 -------------------------------------------------------------------------------------------
@@ -238,7 +240,7 @@ class KubeApi:
     ) -> Any:
         return self.request(
             "POST",
-            f"/api/v1/namespaces/{_seg(namespace)}/events",
+            _events(namespace),
             body=body,
             request_timeout=_request_timeout,
             preload_content=_preload_content,
@@ -329,6 +331,22 @@ class KubeApi:
         )
 
 
+def raise_for_status(resp: Any) -> None:
+    """Raises the client's ApiException (the status's subclass: NotFound, Conflict...) for an answer outside
+    2xx whose body has been read (status, reason, data, headers), as the generated methods do."""
+    if not 200 <= resp.status <= 299:
+        from kubernetes.client.exceptions import ApiException
+
+        ApiException.from_response(http_resp=resp, body=None, data=None)  # it raises
+
+
+def _pipelined(method: str, path: str, body: Any, content_type: str | None) -> Request:
+    from phalanx.kube.pipeline import Request
+
+    data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+    return Request(method, path, data, content_type or JSON)
+
+
 def _seg(value: str) -> str:
     """One path segment, quoted as the generated client quotes path parameters."""
     from urllib.parse import quote
@@ -340,6 +358,10 @@ def _seg(value: str) -> str:
 
 def _pod(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(name)}"
+
+
+def _events(namespace: str) -> str:
+    return f"/api/v1/namespaces/{_seg(namespace)}/events"
 
 
 def _lease(namespace: str, name: str) -> str:

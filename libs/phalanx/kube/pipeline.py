@@ -47,7 +47,8 @@ class Request:
 
 
 class Reply:
-    """An answer, shaped like the urllib3 response `KubeApi` returns (status, reason, data, headers, read)."""
+    """An answer, shaped like the urllib3 response `KubeApi` returns (status, reason, data, headers, read,
+    release_conn)."""
 
     __slots__ = ("status", "reason", "data", "headers")
 
@@ -62,12 +63,6 @@ class Reply:
 
     def release_conn(self) -> None:
         """Nothing to give back: the pipeline owns its connections."""
-
-    def close(self) -> None:
-        """As release_conn."""
-
-    def getheaders(self) -> dict[str, str]:
-        return self.headers
 
 
 class _Closed(OSError):
