@@ -100,8 +100,8 @@ class GangCounts:
             if r.has_counts:  # made here already (kept over a binder outage and sent again)
                 out.append(r)
                 continue
-            spec = spec_of(r.gang_key)
-            if spec is None or podgroups.group_of(spec.source) is None:
+            spec = _podgroup_spec(spec_of, r.gang_key)
+            if spec is None:
                 out.append(r)  # no PodGroup: only its Event is written
                 continue
             facts = _Facts(
@@ -124,8 +124,8 @@ class GangCounts:
         every pod goes back to Pending); unchanged ones are not reported again."""
         reports = []
         for gang in sorted(gangs):
-            spec = spec_of(gang)
-            if spec is None or podgroups.group_of(spec.source) is None:
+            spec = _podgroup_spec(spec_of, gang)
+            if spec is None:
                 continue
             counts = self._derive(gang, spec, mirror, scheduler_view)
             if counts == self._counts.get(gang, _UNREPORTED):
@@ -178,3 +178,9 @@ class GangCounts:
             schedule_start_time=facts.schedule_start_time,
             pod_key=facts.pod_key,
         )
+
+
+def _podgroup_spec(spec_of: Callable[[str], GangSpec | None], gang: str) -> GangSpec | None:
+    """The gang's spec if a PodGroup declares it (a PodGroup has a status to author), else None."""
+    spec = spec_of(gang)
+    return spec if spec is not None and podgroups.group_of(spec.source) is not None else None
