@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -31,6 +32,7 @@ class Server:
         self.port = self.sock.getsockname()[1]
         self.requests: list[bytes] = []
         self.reads: list[int] = []  # requests found complete in each read: > 1 is a pipelined batch
+        self.received: list[tuple[float, bytes]] = []  # when each request was read, and its request line
         self.connections = 0
         self.lock = threading.Lock()
         self.gate = threading.Event()
@@ -69,6 +71,9 @@ class Server:
                     buf = buf[end + 4 + length :]
                 if done:
                     self.reads.append(len(done))
+                    now = time.monotonic()
+                    with self.lock:
+                        self.received += [(now, req.split(b"\r\n", 1)[0]) for req in done]
                 self.gate.wait(10)
                 for req in done:
                     with self.lock:
@@ -193,3 +198,50 @@ def test_a_proxy_is_not_pipelined() -> None:
     assert supported(SimpleNamespace(host="https://k:6443", proxy=None)) == ""
     with pytest.raises(ValueError, match="proxy"):
         Pipeline(SimpleNamespace(host="https://k:6443", proxy="http://p:1"))
+
+
+def _bind_three(server: Server) -> list[Any]:
+    from phalanx.backends.kubernetes import KubernetesBackend
+    from phalanx.model.binding import Assignment
+
+    backend = KubernetesBackend(SimpleNamespace(configuration=server.config()), component="phalanx")
+    try:
+        return backend._bind_batch([Assignment(pod_key=f"ns/p{i}", uid=f"u{i}", node="n1") for i in range(3)])
+    finally:
+        backend.close()
+
+
+def test_a_gangs_bindings_go_at_once_unless_a_kill_between_pods_is_armed() -> None:
+    """A gang's bindings are sent together; with PHALANX_FAULT at binder.between_pods each waits for the
+    previous one's answer, so the kill falls between two bindings made, as the fault tests require."""
+    from phalanx import faults
+
+    def slow_binding(n: int, req: bytes) -> bytes:
+        if b"/binding " in req.split(b"\r\n", 1)[0]:
+            time.sleep(0.1)  # the API server's write
+        return plain(201, b"{}")
+
+    def binding_reads(server: Server) -> list[float]:
+        return [t for t, line in server.received if b"/binding " in line]
+
+    server = Server(slow_binding)
+    assert _bind_three(server) == [None, None, None]
+    together = binding_reads(server)
+    assert max(together) - min(together) < 0.09  # all three on the wire before the first answer
+
+    faults.configure({faults.FAULT_ENV: "binder.between_pods:99"})
+    try:
+        server = Server(slow_binding)
+        assert _bind_three(server) == [None, None, None]
+    finally:
+        faults.configure({})
+    apart = binding_reads(server)
+    assert len(apart) == 3 and all(b - a >= 0.1 for a, b in zip(apart, apart[1:]))  # each after an answer
+
+
+def test_watch_lines_orjson_refuses_are_read_as_the_standard_library_reads_them() -> None:
+    from phalanx.kube.watch import _decode
+
+    assert _decode(b'{"type":"ADDED","object":{"n":1}}') == {"type": "ADDED", "object": {"n": 1}}
+    assert _decode(b'{"a": NaN}')["a"] != _decode(b'{"a": NaN}')["a"]  # NaN, as json.loads reads it
+    assert _decode(b'{"name":"caf\xe9"}') == {"name": "caf\ufffd"}  # invalid UTF-8 replaced, not an error
