@@ -1,6 +1,7 @@
 """kube/pipeline.py against a small HTTP/1.1 server on a real socket: answers in order, batches formed while
 connections are busy, chunked and Connection: close answers, a connection closed before answering (sent
-again once), one closed mid-batch (the unanswered fail), and the bearer token asked for every batch."""
+again once), one closed mid-batch (the unanswered fail), and the bearer token asked for again once its
+recheck time has passed."""
 
 from __future__ import annotations
 
@@ -163,10 +164,10 @@ def test_a_connection_closed_before_any_answer_is_retried_once_and_one_closed_mi
         pipe.close()
 
 
-def test_the_token_is_asked_for_every_batch_and_sent() -> None:
+def test_a_refreshed_token_is_sent_once_the_recheck_time_has_passed() -> None:
     server = Server(echo)
     tokens = ["Bearer first"]
-    pipe = Pipeline(server.config(tokens), connections=1, timeout=5)
+    pipe = Pipeline(server.config(tokens), connections=1, timeout=5, token_recheck=0.0)
     try:
         pipe.submit(Request("POST", "/x", b"{}")).result(5)
         tokens[0] = "Bearer refreshed"
@@ -174,6 +175,24 @@ def test_the_token_is_asked_for_every_batch_and_sent() -> None:
         assert b"Authorization: Bearer first" in server.requests[0]
         assert b"Authorization: Bearer refreshed" in server.requests[1]
         assert b"Content-Length: 2\r\n" in server.requests[1] and server.requests[1].endswith(b"\r\n\r\n{}")
+    finally:
+        pipe.close()
+
+
+def test_the_token_is_asked_for_at_most_once_per_recheck_interval() -> None:
+    """Asking the client's Configuration for the token runs its refresh hook (with a kubeconfig: the whole
+    configuration copied again): not at every batch."""
+    server = Server(echo)
+    asked = []
+    config = server.config()
+    ask = config.auth_settings
+    config.auth_settings = lambda: asked.append(1) or ask()  # counts the asks
+    pipe = Pipeline(config, connections=1, timeout=5, token_recheck=60.0)
+    try:
+        for i in range(5):
+            pipe.submit(Request("POST", f"/x{i}", b"{}")).result(5)
+        assert len(asked) == 1
+        assert all(b"Authorization: Bearer t0" in r for r in server.requests)
     finally:
         pipe.close()
 

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 MAX_BATCH = 64  # requests in one write at most: ~100 ms of the server's serial work
+# A service-account token is rotated an hour or so before it expires, and a kubeconfig's exec credential is
+# refreshed by its hook once expired: a second's delay in noticing either is harmless.
+TOKEN_RECHECK_S = 1.0
 _STOP = object()
 
 
@@ -82,7 +85,9 @@ def supported(configuration: Any) -> str:
 class Pipeline:
     """`connections` sender threads, each with one keep-alive connection to the API server of
     `configuration` (a kubernetes client Configuration: host, TLS files, verify_ssl, tls_server_name,
-    and the bearer token, asked of it for every batch so a refreshed token is used)."""
+    and the bearer token, asked of it again at a batch once `token_recheck` seconds have passed, so a
+    refreshed token is used within that time; asking costs: with a kubeconfig the client's refresh hook
+    copies the whole configuration again, host and proxy lookup included)."""
 
     def __init__(
         self,
@@ -92,6 +97,7 @@ class Pipeline:
         max_batch: int = MAX_BATCH,
         timeout: float = 15.0,
         name: str = "k8s-pipe",
+        token_recheck: float = TOKEN_RECHECK_S,
     ) -> None:
         why = supported(configuration)
         if why:
@@ -99,6 +105,9 @@ class Pipeline:
         self.configuration = configuration
         self.timeout = timeout
         self.max_batch = max(1, max_batch)
+        self.token_recheck = token_recheck
+        self._auth = b""
+        self._auth_due = float("-inf")  # monotonic time the token is asked for again
         url = urlsplit(str(configuration.host))
         self._tls = url.scheme == "https"
         self._host = url.hostname or "localhost"
@@ -254,8 +263,12 @@ class Pipeline:
         return b"\r\n".join(lines) + b"\r\n\r\n" + (r.body or b"")
 
     def _authorization(self) -> bytes:
-        settings = self.configuration.auth_settings().get("BearerToken") or {}
-        return str(settings.get("value") or "").encode() if settings.get("in") == "header" else b""
+        now = time.monotonic()
+        if now >= self._auth_due:  # two senders may both ask at the turn: harmless
+            settings = self.configuration.auth_settings().get("BearerToken") or {}
+            self._auth = str(settings.get("value") or "").encode() if settings.get("in") == "header" else b""
+            self._auth_due = now + self.token_recheck
+        return self._auth
 
     def _ssl_context(self) -> ssl.SSLContext:
         cfg = self.configuration
