@@ -164,3 +164,21 @@ def test_older_runs_get_cpu_per_pod_from_what_they_recorded() -> None:
     report.derive_cpu_per_pod([old, failed])
     assert old["cpu_per_bound_pod_ms"] == 3.0 and old["processes"]["binder"]["cpu_per_bound_pod_ms"] == 2.0
     assert "cpu_per_bound_pod_ms" not in failed
+    assert old["cpu_per_pod_after_first_binding_ms"] is None  # it recorded no start-up CPU
+
+
+def test_cpu_per_pod_splits_at_the_first_binding() -> None:
+    """Start-up (the processes' CPU when the first binding was seen) apart from the CPU per pod after it."""
+    run: dict[str, Any] = {
+        "scheduler_cpu_s": 4.0,
+        "startup_cpu_s": {"binder": 0.7, "queue": 0.3, "scheduler": 1.0},
+        "processes": {"binder": {"cpu_s": 2.0}},
+        "correctness": {"pods_bound": 2000},
+    }
+    report.derive_cpu_per_pod([run])
+    assert run["cpu_per_bound_pod_ms"] == 2.0
+    assert run["cpu_to_first_binding_s"] == 2.0 and run["cpu_per_pod_after_first_binding_ms"] == 1.0
+    assert report.startup_split(1.0, {"kube-scheduler": 0.4}, 0) == {
+        "cpu_to_first_binding_s": None,
+        "cpu_per_pod_after_first_binding_ms": None,
+    }

@@ -36,7 +36,11 @@ def dist(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, 
 
 
 LEAD = "cpu_per_bound_pod_ms"  # the first row: its ratio is the median of the repeats' own ratios (PAIRED)
-PAIRED = (LEAD, "scheduler_peak_rss_mib")
+# The lead row split at the first binding: what launching costs (interpreters, imports, connections, the
+# first lists), and what each pod costs after it. A fixed start-up cost weighs per pod by the workload's size.
+STARTUP_CPU = "cpu_to_first_binding_s"
+AFTER_FIRST = "cpu_per_pod_after_first_binding_ms"
+PAIRED = (LEAD, AFTER_FIRST, "scheduler_peak_rss_mib")
 ARRIVAL_FIELDS: list[tuple[str, str, str]] = [
     ("steady: gangs/s created (achieved rate)", "arrival.achieved_gangs_per_s", "{:.2f}"),
     ("steady: gang POSTed after its due time, max ms", "arrival.start_lag_ms.max", "{:,.0f}"),
@@ -48,6 +52,8 @@ ARRIVAL_FIELDS: list[tuple[str, str, str]] = [
 MEDIAN_FIELDS: list[tuple[str, str, str]] = [
     # (label, dotted path in a run, format)
     ("CPU per bound pod, ms (all scheduler processes)", LEAD, "{:.2f}"),
+    ("  CPU launch -> first binding, s (start-up)", STARTUP_CPU, "{:.2f}"),
+    ("  CPU per bound pod after the first binding, ms", AFTER_FIRST, "{:.2f}"),
     *ARRIVAL_FIELDS,
     ("pods/s (launch -> last binding)", "pods_per_second", "{:,.1f}"),
     ("launch -> last binding, s", "launch_to_last_binding_s", "{:.2f}"),
@@ -76,8 +82,10 @@ MEDIAN_FIELDS: list[tuple[str, str, str]] = [
 NOTES = [
     "CPU per bound pod: user + system CPU of the scheduler's processes (Phalanx: redis + queue + binder +",
     "scheduler; peer: kube-scheduler) from launch (start-up included) until the statuses settled, divided by",
-    "the pods bound; then each process alone. Its ratio (and peak RSS's) is the median over repeats of that",
-    "repeat's phalanx/peer ratio (the two runs are adjacent; who goes first alternates); other ratios are",
+    "the pods bound; then split at the first binding (the processes' CPU when it was seen, sampled every 50 ms;",
+    "the rest over the pods bound), then each process alone. Its ratios (the split's per-pod part's and peak",
+    "RSS's too) are the medians over repeats of that repeat's phalanx/peer ratio (the two runs are adjacent;",
+    "who goes first alternates); other ratios are",
     "ratios of medians. Steady arrival: gangs created by this harness at a fixed rate once the scheduler has",
     "bound a warm-up gang; created -> bound runs from just before a pod's POST to its binding on the watch;",
     "the harness's own POSTs are left out of its API requests per pod.",
@@ -157,16 +165,29 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def startup_split(cpu_s: float, startup_cpu: dict[str, float] | None, bound: int) -> dict[str, float | None]:
+    """The scheduler's CPU (all processes) split at the first binding: the CPU spent until then (`startup_cpu`:
+    each process's when the first binding was seen), and the rest per pod bound."""
+    if not startup_cpu or not bound:
+        return {STARTUP_CPU: None, AFTER_FIRST: None}
+    first = sum(startup_cpu.values())
+    return {STARTUP_CPU: round(first, 3), AFTER_FIRST: round(max(0.0, cpu_s - first) * 1000 / bound, 3)}
+
+
 def derive_cpu_per_pod(runs: list[dict[str, Any]]) -> None:
-    """Runs recorded before CPU per bound pod was a field (`--render` of an older JSON): derived from the
-    figures they hold, scheduler_cpu_s and each process's cpu_s over the pods bound."""
+    """Runs recorded before CPU per bound pod (or its split at the first binding) was a field (`--render` of an
+    older JSON): derived from the figures they hold, scheduler_cpu_s, each process's cpu_s and startup_cpu_s,
+    over the pods bound."""
     for r in runs:
         bound = (r.get("correctness") or {}).get("pods_bound")
-        if "error" in r or "cpu_per_bound_pod_ms" in r or not bound:
+        if "error" in r or not bound:
             continue
-        r["cpu_per_bound_pod_ms"] = round(r["scheduler_cpu_s"] * 1000 / bound, 3)
-        for m in r["processes"].values():
-            m["cpu_per_bound_pod_ms"] = round(m["cpu_s"] * 1000 / bound, 3)
+        if "cpu_per_bound_pod_ms" not in r:
+            r["cpu_per_bound_pod_ms"] = round(r["scheduler_cpu_s"] * 1000 / bound, 3)
+            for m in r["processes"].values():
+                m["cpu_per_bound_pod_ms"] = round(m["cpu_s"] * 1000 / bound, 3)
+        if AFTER_FIRST not in r:
+            r.update(startup_split(r["scheduler_cpu_s"], r.get("startup_cpu_s"), bound))
 
 
 def paired_ratios(runs: list[dict[str, Any]], workload: str) -> dict[str, Any]:

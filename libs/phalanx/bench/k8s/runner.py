@@ -24,7 +24,7 @@ from phalanx.bench.k8s.arrival import Arrivals, figures
 from phalanx.bench.k8s.kubeapi import BenchK8sError, connect, delta, get, metrics
 from phalanx.bench.k8s.observe import Observed, Watches, correctness
 from phalanx.bench.k8s.profile import Profiler
-from phalanx.bench.k8s.report import dist, fmt
+from phalanx.bench.k8s.report import dist, fmt, startup_split
 from phalanx.bench.k8s.schedulers import PeerUnderTest, PhalanxUnderTest, SchedulerUnderTest
 from phalanx.bench.k8s.workloads import (
     PG_GROUP,
@@ -334,6 +334,7 @@ def _result(
         },
         # Launch to the first binding (sampled every 50 ms): each process's CPU, and the whole machine's.
         "startup_cpu_s": {k: round(v, 3) for k, v in sorted((w.startup_cpu or {}).items())},
+        **startup_split(sched_cpu, w.startup_cpu, bound_n),
         "machine_busy_to_first_binding_s": round(w.busy_at_first, 2) if w.busy_at_first is not None else None,
         "scheduler_cpu_s": round(sched_cpu, 2),
         "scheduler_peak_rss_mib": round(sched_peak, 1),
