@@ -44,5 +44,3 @@ def test_a_step_that_scheduled_pods_is_followed_by_a_long_poll_not_another_step(
     assert sched.log == ["step", "poll"] * 4
     # What a poll found goes to the next step; a poll that found nothing leaves the step to pop itself.
     assert sched.prefetched_seen == [False, True, False, True]
-
-
