@@ -18,7 +18,9 @@ from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
 from phalanx.model.objects import PodInfo
 from phalanx.plugins.registry import in_tree_framework
-from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
+from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue
+from phalanx.scheduling.pod_source import PoppedPodCheck
+from phalanx.scheduling.ports import Carry, PopResult, Verdict
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.state.store import StateStore, decoded
 from phalanx.testing.in_process import LocalBinder, LocalQueue
@@ -83,10 +85,37 @@ def koord(gang: str, minimum: str = "2") -> dict[str, str]:
     return {KOORD_NAME: gang, KOORD_MIN_AVAILABLE: minimum}
 
 
+class CountingQueue(LocalQueue):
+    """The in-process queue, recording the calls the feed's outbox makes (not those a pop carries)."""
+
+    def __init__(self, queue: SchedulingQueue) -> None:
+        super().__init__(queue)
+        self.removes: list[list[str]] = []
+        self.dones: list[tuple[int, list[str]]] = []  # (verdicts, gangs activated) of each Done
+        self._popping = False
+
+    def pop(self, max_pods: int, now: float, carry: Carry | None = None, wait_seconds: float = 0.0) -> PopResult:
+        self._popping = True
+        try:
+            return super().pop(max_pods, now, carry, wait_seconds)
+        finally:
+            self._popping = False
+
+    def remove(self, keys: list[str]) -> None:
+        if keys and not self._popping:
+            self.removes.append(sorted(keys))
+        super().remove(keys)
+
+    def done(self, verdicts: list[Verdict], activate: list[str], failed: list[str], now: float) -> None:
+        if not self._popping:
+            self.dones.append((len(verdicts), list(activate)))
+        super().done(verdicts, activate, failed, now)
+
+
 class Harness:
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        self.queue = LocalQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
+        self.queue = CountingQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
         self.reports = Reports()
         self.start()
 
@@ -388,3 +417,51 @@ def test_a_gang_that_cannot_fit_is_pending_and_unschedulable_in_its_one_report(h
     last = [g for g in spy.gangs if g.gang_key == "ns/pg"][-1]
     assert (last.phase, last.scheduled, last.unschedulable, last.has_counts) == ("Pending", 0, True, True)
     assert "Insufficient nvidia.com/gpu" in last.message
+
+
+# -- queue calls the queue would find nothing to do with ---------------------------------------------------------
+
+
+def test_a_pod_the_scheduler_took_from_the_queue_is_not_removed_from_it_when_bound(h: Harness) -> None:
+    """The queue forgot a pod once its verdict (assumed, bound) was delivered with a pop: a remove when the
+    binding is seen would find nothing. A pod the queue still holds when someone else binds it is removed."""
+    h.sched.popped_check = PoppedPodCheck()
+    h.sched.popped_check.attach(h.feed.mirror, lambda: True)
+    h.apply(node("n1"), pod("ours", annotations=koord("g", "1")))
+    h.sched.step(0.0)
+    assert h.reserved() == {"ns/ours": "bound"}
+    h.apply(pod("other", annotations=koord("g2", "1"), kind="ADDED"))  # queued, never popped
+    h.apply(
+        pod("ours", node_name="n1", annotations=koord("g", "1"), kind="MODIFIED"),
+        pod("other", node_name="n1", annotations=koord("g2", "1"), kind="MODIFIED"),  # bound by someone else
+    )
+    assert h.queue.removes == [["ns/other"]]
+    assert [e.key for e in h.queue.queue.pop(10, 0.0)] == []
+
+
+def test_a_pod_handed_to_the_queue_again_is_removed_again(h: Harness) -> None:
+    """After the queue forgot a pod, the feed handing it over again (its spec changed) means the queue
+    holds it: its deletion removes it."""
+    h.sched.popped_check = PoppedPodCheck()
+    h.sched.popped_check.attach(h.feed.mirror, lambda: True)
+    h.apply(node("n1", gpus=0), pod("p", annotations=koord("g", "1")))
+    h.feed.mirror.verdicts_delivered(
+        [Verdict(h.sched.popped_check.admit(h.queue.pop(10, 0.0).items, [])[0], Outcome.ASSUMED)]
+    )
+    assert h.feed.mirror.pod("ns/p").queue_forgot
+    h.apply(pod("p", annotations={**koord("g", "1"), "changed": "yes"}, kind="MODIFIED"))
+    assert not h.feed.mirror.pod("ns/p").queue_forgot
+    h.apply(pod("p", kind="DELETED"))
+    assert h.queue.removes == [["ns/p"]]
+
+
+def test_a_new_gang_costs_no_activation_a_changed_one_does(h: Harness) -> None:
+    """The scheduler learns a gang with its first pod, which joins the queue active: nothing to activate.
+    A change to a gang whose pods wait may let them run: those are activated."""
+    h.apply(node("n1"))
+    h.apply(volcano_podgroup("pg", 2))
+    h.apply(member("w0"))
+    assert h.queue.dones == []
+    assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/w0"]
+    h.apply(("podgroups.scheduling.volcano.sh", "MODIFIED", volcano_podgroup("pg", 1)[2]))
+    assert h.queue.dones == [(0, ["ns/pg"])]

@@ -12,6 +12,9 @@ class Batch:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     nodes_removed: set[str] = field(default_factory=set)
     gangs: dict[str, GangSpec] = field(default_factory=dict)
+    # Of `gangs`: sent to the scheduler for the first time (with their first pod): the queue holds no pod of
+    # them that an activation could move, their pods join it active.
+    first_sent: set[str] = field(default_factory=set)
     changed_gangs: set[str] = field(default_factory=set)  # gang keys whose PodGroup/ConfigMap changed
     released: set[str] = field(default_factory=set)
     succeeded: set[str] = field(default_factory=set)  # of `released`: finished their work (mirror.succeeded)

@@ -122,7 +122,7 @@ class ClusterFeed:
         # PodGroup status has one author, gang_counts.py: the scheduler's gang reports go through it.
         self.scheduler.reports.gang_author = self._author_status
         self.flow = IntakeFlow(self.mirror, self.counts, scheduler_name)
-        self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot)
+        self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot, self.mirror.verdicts_delivered)
         self.reporter = reporter
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
@@ -334,6 +334,9 @@ class ClusterFeed:
         )
         # A reserved pod of a removed node goes back to the queue only if the API server still has it.
         carry = self.events.apply(change, now, still_exists=self.mirror.__contains__)
+        # A gang the scheduler learns with its first pod has nothing in the queue to activate (the pod joins
+        # it active): no Done call for it, which was one per new gang under steady arrival.
+        carry.activate = [g for g in carry.activate if g not in b.first_sent]
         # Gangs no pod and no object names any more are dropped, so memory follows the live jobs.
         for gang in s.forget_gangs(self.flow.forget_unreferenced(b.unreferenced)):
             self.flow.intake.forget_sent(gang)

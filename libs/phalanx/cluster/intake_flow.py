@@ -89,8 +89,11 @@ class IntakeFlow:
                     self._admit(key, replace(state.info), state, b)
 
     def _send_spec(self, spec: GangSpec, b: Batch) -> None:
+        first = not self.intake.was_sent(spec.key)
         if self.intake.note_sent(spec):
             b.gangs[spec.key] = spec
+            if first:
+                b.first_sent.add(spec.key)
 
     def specs_in_use(self) -> list[GangSpec]:
         """After Redis was emptied: every gang in use, all to be sent again."""
@@ -194,7 +197,7 @@ class IntakeFlow:
         if admission.spec is not None:
             self._send_spec(admission.spec, b)
         b.queue(key, pod)
-        state.queued, state.queued_as = True, pod
+        state.queued, state.queued_as, state.queue_forgot = True, pod, False
 
     def _join_gang(self, key: str, pod: PodInfo, state: MirroredPod, b: Batch) -> None:
         """Records which gang a pod that is past scheduling (bound or finished) belongs to."""
@@ -209,12 +212,13 @@ class IntakeFlow:
         """The pod is not to be scheduled (any more): out of the queue if it was handed to it."""
         b.queue_add.pop(key, None)
         if state.queued:
-            b.queue_remove.add(key)
+            if not state.queue_forgot:  # a pod the scheduler holds (assumed, bound) is not in the queue
+                b.queue_remove.add(key)
             state.queued = False
 
     def _leave(self, key: str, prev: MirroredPod, b: Batch) -> None:
         """A pod deleted (or recreated under its name): out of the queue, its parking and its gang."""
-        if prev.queued:
+        if prev.queued and not prev.queue_forgot:
             b.queue_remove.add(key)
         self.intake.unpark(key, prev.gang)
         self._set_gang(key, prev, "", b)

@@ -3,16 +3,18 @@
 It only records and answers; what a change means for the scheduler and the queue is decided elsewhere
 (feed.py dispatches, intake_flow.py resolves our pending pods). Reconciliation reads it as the API server's
 truth (reconcile.ApiServerView), and the scheduler's popped-pod check reads our pending pods from it
-(phalanx.scheduling.pod_source.PodSource).
+(phalanx.scheduling.pod_source.PodSource) and tells it which verdicts the queue took.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from phalanx.model.objects import NodeInfo, PodInfo
+from phalanx.queueing.scheduling_queue import FORGETTING
+from phalanx.scheduling.ports import Verdict
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -27,6 +29,9 @@ class MirroredPod:
     phase: str = ""
     gang: str = ""
     queued: bool = False  # handed to the queue and not taken back
+    # The queue forgot it after a verdict (assumed, bound, dropped) was delivered, and nothing handed it to
+    # the queue again since: taking it back needs no remove.
+    queue_forgot: bool = False
     fingerprint: tuple[Any, ...] | None = None  # of what scheduling reads: a change means "queue it again"
     info: PodInfo | None = None  # parsed, for resolving it again when its gang object changes
     queued_as: PodInfo | None = None  # as last handed to the queue (resolved to its gang): what is placed
@@ -85,6 +90,14 @@ class Mirror:
     def mirror_has(self, key: str) -> bool:
         p = self.pods.get(key)
         return p is not None and not p.finished
+
+    def verdicts_delivered(self, verdicts: Iterable[Verdict]) -> None:
+        """Verdicts the queue has taken: which of our pods it holds no more (the scheduler's pops and the
+        feed's outbox both deliver them). Only the incarnation a verdict names is marked."""
+        for v in verdicts:
+            state = self.pods.get(v.item.pod.key)
+            if state is not None and state.uid == v.item.pod.uid:
+                state.queue_forgot = v.outcome in FORGETTING
 
     # -- the API server's copy of what is placed (phalanx.scheduling.pod_source) ---------------------------
     def schedulable_pod(self, key: str) -> PodInfo | None:

@@ -48,9 +48,15 @@ class _Pending:
 
 
 class QueueOutbox:
-    def __init__(self, queue: FeedQueue, snapshot: Callable[[], Snapshot]) -> None:
+    def __init__(
+        self,
+        queue: FeedQueue,
+        snapshot: Callable[[], Snapshot],
+        delivered: Callable[[list[Verdict]], None] = lambda _verdicts: None,
+    ) -> None:
         self.queue = queue
         self._snapshot = snapshot  # the scheduler's, for the current amounts of freed capacity
+        self._delivered = delivered  # told of the verdicts the queue took (the mirror: what it forgot)
         self._ops = _Pending()
 
     def pending(self) -> bool:
@@ -92,6 +98,7 @@ class QueueOutbox:
                 ops.add.clear()
             if ops.verdicts or ops.activate:
                 self.queue.done(ops.verdicts, sorted(ops.activate), [], now)
+                self._delivered(ops.verdicts)
                 ops.verdicts = []
                 ops.activate = set()
             if ops.move_all:

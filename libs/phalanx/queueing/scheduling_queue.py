@@ -43,6 +43,10 @@ class Outcome(str, Enum):
     DROPPED = "dropped"
 
 
+# The outcomes after which the queue holds the pod no more (the scheduler holds it, or nobody should).
+FORGETTING = frozenset({Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED})
+
+
 @dataclass
 class QueueStats:
     active: int = 0
@@ -225,7 +229,7 @@ class SchedulingQueue:
         with self._lock:
             self._moves.settled(key)
             e = self._entries.get(key)
-            if outcome in (Outcome.ASSUMED, Outcome.BOUND, Outcome.DROPPED):
+            if outcome in FORGETTING:
                 if e is not None:
                     self._forget(e)
                 return

@@ -11,7 +11,7 @@ its own pods, has no such source and the queue's copy stands.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from phalanx.metrics.catalog import UNTRUSTED_PODS
@@ -43,6 +43,10 @@ class PendingPods(Protocol):
         is no such pod waiting to be scheduled."""
         ...
 
+    def verdicts_delivered(self, verdicts: Iterable[Verdict]) -> None:
+        """The queue took these verdicts (so the feed knows which pods it no longer holds)."""
+        ...
+
 
 def differences(queued: PodInfo, known: PodInfo) -> list[str]:
     """The fields scheduling reads in which the queue's copy differs from the API server's."""
@@ -59,6 +63,12 @@ class PoppedPodCheck:
 
     def attach(self, pods: PendingPods, synced: Callable[[], bool]) -> None:
         self.pods, self.synced = pods, synced
+
+    def delivered(self, verdicts: list[Verdict]) -> None:
+        """A pop carried these verdicts and the queue answered: the source learns which pods it let go of,
+        so a pod it forgot is not removed from it again when it is bound (one queue call per batch saved)."""
+        if self.pods is not None and verdicts:
+            self.pods.verdicts_delivered(verdicts)
 
     def admit(self, items: list[Popped], verdicts: list[Verdict]) -> list[Popped]:
         """The popped pods to place, each as the source knows it; `verdicts` gets one for every pod not placed."""

@@ -258,6 +258,8 @@ class GangScheduler:
                     carry.share_capacity = self.snapshot.share_capacity()  # DRF's order (see the queue)
                     carry.shares = self.snapshot.tenant_shares(carry.share_capacity)
                     popped = self.queue.pop(self.settings.pop_batch, now, carry)
+                    if self.popped_check is not None:
+                        self.popped_check.delivered(carry.verdicts)
                     carry = Carry()
                 if self.popped_check is not None and popped.items:
                     popped.items = self.popped_check.admit(popped.items, carry.verdicts)
