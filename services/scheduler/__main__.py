@@ -64,6 +64,9 @@ log = logging.getLogger("phalanx_scheduler")
 # name, so the first pop of a new leader (a new incarnation of it) takes back at once whatever the
 # previous leader still had on loan.
 SHARED_CONSUMER = "phalanx-scheduler"
+# The first pop after a lull asks for this many pods, doubling up to --pop-batch (SchedulerSettings.first_pop):
+# at start-up the first round of 256 pods took ~80 ms to place before any binding left.
+FIRST_POP = 16
 
 
 def build(
@@ -86,6 +89,7 @@ def build(
     settings = SchedulerSettings(
         default_wait_seconds=args.default_wait,
         pop_batch=args.pop_batch,
+        first_pop=FIRST_POP,
         profile=args.scheduler_name,
         starvation_bound_seconds=args.starvation_bound,
         preemption=args.preemption == "on",

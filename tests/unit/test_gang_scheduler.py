@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from builders import GPU, gang_spec, model_node, model_pod
 from local_scheduler import LocalScheduler
@@ -267,3 +269,40 @@ def test_a_placed_pods_reservation_is_written_once_on_the_snapshot(h: LocalSched
     h.queue.add([pod("b0", "big", gpus=1), pod("b1", "big", gpus=2)], 1)  # b1 cannot fit: Strict fails
     h.sched.step(1)
     assert writes == [("default/b0", 1), ("default/b0", -1)]
+
+
+def test_pops_start_small_after_a_lull_and_double_up_to_the_batch(store: StateStore) -> None:
+    """A round's gangs go to the binder once the round is placed: the first pop after the queue ran dry asks
+    for first_pop pods, so the first bindings leave early; each pop that finds pods doubles the next."""
+    h = LocalScheduler(store)
+    asked: list[int] = []
+    pop = h.queue.pop
+
+    def recording_pop(max_pods: int, now: float, carry: Any = None, wait_seconds: float = 0.0) -> Any:
+        asked.append(max_pods)
+        return pop(max_pods, now, carry, wait_seconds)
+
+    h.queue.pop = recording_pop  # type: ignore[method-assign]
+    h.sched = GangScheduler(store, h.queue, h.binder, in_tree_framework(), SchedulerSettings(pop_batch=16, first_pop=2))
+    h.sched.upsert_nodes([node("n1", gpus=64)])
+    h.queue.add([pod(f"p{i:02d}", "", gpus=1) for i in range(40)], 0)
+    h.sched.step(0)
+    assert len(h.bound()) == 40
+    assert asked == [2, 4, 8, 16, 16, 16]  # 2+4+8+16 = 30, then the last 10, then an empty pop
+    h.queue.add([pod("late", "", gpus=1)], 1)
+    assert h.sched.wait_for_work(1, 0.0) is not None and asked[-1] == 2  # after the empty pop: small again
+
+
+def test_without_first_pop_every_pop_asks_the_whole_batch(h: LocalScheduler) -> None:
+    asked: list[int] = []
+    pop = h.queue.pop
+
+    def recording_pop(max_pods: int, now: float, carry: Any = None, wait_seconds: float = 0.0) -> Any:
+        asked.append(max_pods)
+        return pop(max_pods, now, carry, wait_seconds)
+
+    h.queue.pop = recording_pop  # type: ignore[method-assign]
+    h.sched.upsert_nodes([node("n1", gpus=8)])
+    h.queue.add([pod(f"p{i}", "", gpus=1) for i in range(3)], 0)
+    h.sched.step(0)
+    assert asked == [256, 256]

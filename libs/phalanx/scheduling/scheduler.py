@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 class SchedulerSettings:
     default_wait_seconds: float = 600.0
     pop_batch: int = 256
+    # Pods asked for by the first pop after one that found none; each pop that finds pods doubles it, up to
+    # pop_batch. A round's gangs go to the binder when the whole round is placed, so after a lull (and at
+    # start-up) the first bindings leave after a few gangs, not after pop_batch's worth. 0: every pop asks
+    # pop_batch (the simulator, whose rounds are its instants).
+    first_pop: int = 0
     profile: str = DEFAULT_SCHEDULER_NAME  # the scheduler name: the `profile` label of its metrics
     # A gang waiting longer than this gets nodes reserved for it (phalanx.scheduling.reservation); 0: off.
     starvation_bound_seconds: float = 0.0
@@ -121,6 +126,8 @@ class GangScheduler:
         # Kubernetes mode: popped pods are placed as the API server has them (set by the composition root;
         # None on the simulator, the source of its own pods).
         self.popped_check: PoppedPodCheck | None = None
+        first = self.settings.first_pop or self.settings.pop_batch
+        self._pop_size = min(first, self.settings.pop_batch)  # what the next pop asks for (_found)
         # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
         self._undelivered = Carry()
         self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
@@ -257,7 +264,8 @@ class GangScheduler:
                     refresh_freed(carry.freed, self.snapshot)  # each node's capacity as it is now
                     carry.share_capacity = self.snapshot.share_capacity()  # DRF's order (see the queue)
                     carry.shares = self.snapshot.tenant_shares(carry.share_capacity)
-                    popped = self.queue.pop(self.settings.pop_batch, now, carry)
+                    popped = self.queue.pop(self._pop_size, now, carry)
+                    self._found(len(popped.items))
                     if self.popped_check is not None:
                         self.popped_check.delivered(carry.verdicts)
                     carry = Carry()
@@ -328,6 +336,12 @@ class GangScheduler:
         result.now = now
         return result
 
+    def _found(self, pods: int) -> None:
+        """Sizes the next pop (see SchedulerSettings.first_pop) after one that found `pods`."""
+        s = self.settings
+        if s.first_pop:
+            self._pop_size = min(s.first_pop, s.pop_batch) if pods == 0 else min(s.pop_batch, self._pop_size * 2)
+
     def _next_instant(self, now: float, later: Lookahead, carry: Carry) -> float:
         """Moves a quiet step on to the next instant: its finishes free capacity, its pods go to the
         queue with the next pop."""
@@ -343,7 +357,8 @@ class GangScheduler:
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
         """Real-clock mode, while idle: a long poll on the queue, so a new pod is scheduled as soon as
         it arrives rather than at the next tick. Returns what it popped (for `step`), or None."""
-        popped = self.queue.pop(self.settings.pop_batch, now, None, wait_seconds=timeout)
+        popped = self.queue.pop(self._pop_size, now, None, wait_seconds=timeout)
+        self._found(len(popped.items))
         return popped if popped.items else None
 
     # -- introspection -------------------------------------------------------------------------------
