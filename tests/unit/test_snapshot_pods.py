@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from builders import gang_spec, model_node, model_pod
@@ -87,3 +88,23 @@ def test_share_capacity_follows_the_nodes() -> None:
     assert snap.share_capacity() == {"cpu": 96_000, "memory": snap.share_capacity()["memory"], "gpu": 12_000}
     snap.remove_nodes(["a"])
     assert snap.share_capacity()["gpu"] == 4000
+
+
+def test_bound_pods_found_in_bulk_go_to_redis_in_bounded_transactions(store: StateStore, monkeypatch: Any) -> None:
+    """A rebuild finding 30,000 bound pods built one transaction's arguments for all of them (140 MB at that
+    scale): they go in transactions of BOUND_PODS_PER_TXN, each to Redis then to memory, GPU devices taken
+    across them as in one."""
+    from phalanx.scheduling import cluster_state
+
+    monkeypatch.setattr(cluster_state, "BOUND_PODS_PER_TXN", 2)
+    h = LocalScheduler(store)
+    applied: list[int] = []
+    must_apply = store.must_apply
+    monkeypatch.setattr(store, "must_apply", lambda txn: applied.append(len(txn.facts)) or must_apply(txn))
+    h.sched.upsert_nodes([model_node("n0", gpus=8)])
+    found = [replace(model_pod(f"f{i}", "g", gpus=1), node_name="n0") for i in range(5)]
+    h.sched.add_bound_pods(found)
+    assert applied == [2, 2, 1]
+    assert sorted(store.load_pods()) == [f"default/f{i}" for i in range(5)]
+    devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
+    assert len(devices) == 5 and all(v == 1000 for v in devices.values())  # five distinct devices

@@ -17,7 +17,7 @@ Objects are the API server's JSON (camelCase), which the intake reads directly: 
 deserialisation is faster and avoids its known mis-parses. They are decoded by orjson (2.4x the standard
 library's speed on a pod; decoding was a tenth of the scheduler's CPU under a burst): the same values for
 everything the API server writes (Go's encoder gives integers up to int64 and floats). List items come without kind/apiVersion, so the
-collection's are filled in.
+collection's are filled in. Every object's metadata.managedFields is dropped as it is decoded (see `_trim`).
 
 A sink can also be told when each event arrived (`timed_sink`): the monotonic time the bytes that completed
 it were read from the socket, taken before the event is parsed or any earlier event of the same read is
@@ -205,6 +205,8 @@ class Watcher:
                     data = resp.data  # read here: the page's items arrived once the whole answer has
                     arrived = time.monotonic()
                     body = _decode(data)
+                    for item in body.get("items") or ():
+                        _trim(item)
                     meta = body.get("metadata") or {}
                     if version is None:  # the first page's: every later page is of the same snapshot
                         version = str(meta.get("resourceVersion") or "")
@@ -269,7 +271,7 @@ class Watcher:
                 if not line.strip():
                     continue
                 event = _decode(line)
-                kind, obj = event.get("type"), event.get("object") or {}
+                kind, obj = event.get("type"), _trim(event.get("object") or {})
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise _Gone()
@@ -297,6 +299,15 @@ class Watcher:
                 self.sink(self.collection.name, kind, obj)
         except Exception:  # the sink's problem must not kill the watch
             log.exception("%s: handling a %s event failed", self.collection.name, kind)
+
+
+def _trim(obj: dict[str, Any]) -> dict[str, Any]:
+    """Drops metadata.managedFields, as kube-scheduler's informers do: nothing here reads it, and it is 40% of
+    a decoded pod (5.4 of 13 KB for a bench pod), held for every object while a rebuild waits for all lists."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def _decode(data: bytes) -> Any:

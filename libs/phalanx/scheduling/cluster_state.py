@@ -26,6 +26,10 @@ from phalanx.state.txn import Txn, record_bound
 
 log = logging.getLogger(__name__)
 
+# Bound pods recorded per Redis transaction when a rebuild finds them: the transaction's arguments are built
+# whole in memory (about 4.6 KB a pod with its gang operation, measured with memray at 10,000 pods).
+BOUND_PODS_PER_TXN = 2_000
+
 
 class ClusterState:
     def __init__(
@@ -175,7 +179,13 @@ class ClusterState:
 
     # -- pods found bound ------------------------------------------------------------------------
     def add_bound_pods(self, pods: list[PodInfo]) -> None:
-        """Pods found already bound (e.g. on a restart against a real cluster) hold their node's capacity."""
+        """Pods found already bound (e.g. on a restart against a real cluster) hold their node's capacity; in
+        transactions of at most BOUND_PODS_PER_TXN pods, each applied to Redis and then to memory, so a
+        rebuild of 30,000 bound pods does not build one transaction's arguments for all of them at once."""
+        for start in range(0, len(pods), BOUND_PODS_PER_TXN):
+            self._add_bound_pods(pods[start : start + BOUND_PODS_PER_TXN])
+
+    def _add_bound_pods(self, pods: list[PodInfo]) -> None:
         known = self.store.get_pods([p.key for p in pods])
         snapshot = self.cache.snapshot
         txn = Txn()
