@@ -181,11 +181,15 @@ class ClusterState:
     def add_bound_pods(self, pods: list[PodInfo]) -> None:
         """Pods found already bound (e.g. on a restart against a real cluster) hold their node's capacity; in
         transactions of at most BOUND_PODS_PER_TXN pods, each applied to Redis and then to memory, so a
-        rebuild of 30,000 bound pods does not build one transaction's arguments for all of them at once."""
+        rebuild of 30,000 bound pods does not build one transaction's arguments for all of them at once.
+        Memory's usage is read back from Redis once, after the last."""
+        applied = False
         for start in range(0, len(pods), BOUND_PODS_PER_TXN):
-            self._add_bound_pods(pods[start : start + BOUND_PODS_PER_TXN])
+            applied = self._add_bound_pods(pods[start : start + BOUND_PODS_PER_TXN]) or applied
+        if applied:
+            self.cache.reload_usage(self.store.load_used())
 
-    def _add_bound_pods(self, pods: list[PodInfo]) -> None:
+    def _add_bound_pods(self, pods: list[PodInfo]) -> bool:
         known = self.store.get_pods([p.key for p in pods])
         snapshot = self.cache.snapshot
         txn = Txn()
@@ -202,11 +206,12 @@ class ClusterState:
             txn.facts.append(self.store.reserve_entry(p, p.node_name, held))
             if p.gang:
                 txn.gang_ops.append(BoundPodsFound(p.gang, (p.key,)))
-        if txn.facts:
-            self.store.must_apply(txn)
-            self.cache.add_pods(entry[0] for entry in txn.facts)
-            self.cache.reload_usage(self.store.load_used())
-            self.cache.apply_gang_ops(txn.gang_ops)  # so gang counts include them
+        if not txn.facts:
+            return False
+        self.store.must_apply(txn)
+        self.cache.add_pods(entry[0] for entry in txn.facts)
+        self.cache.apply_gang_ops(txn.gang_ops)  # so gang counts include them
+        return True
 
     def confirm_bound(self, pods: list[PodInfo], now: float) -> list[PodInfo]:
         """Pods the API server shows bound that this scheduler still holds as reserved: their binding was
