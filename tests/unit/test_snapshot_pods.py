@@ -108,3 +108,40 @@ def test_bound_pods_found_in_bulk_go_to_redis_in_bounded_transactions(store: Sta
     assert sorted(store.load_pods()) == [f"default/f{i}" for i in range(5)]
     devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
     assert len(devices) == 5 and all(v == 1000 for v in devices.values())  # five distinct devices
+
+
+def test_a_scheduler_dying_between_two_of_those_transactions_leaves_a_redis_the_next_one_completes(
+    store: StateStore, monkeypatch: Any
+) -> None:
+    """The rebuild's first transactions are in Redis, the rest are not; the next scheduler recovers from
+    Redis, is handed the same bound pods by its own rebuild, and records only those missing: every pod
+    once, every GPU device held once."""
+    from phalanx.scheduling import cluster_state
+
+    monkeypatch.setattr(cluster_state, "BOUND_PODS_PER_TXN", 2)
+    found = [replace(model_pod(f"f{i}", "g", gpus=1), node_name="n0") for i in range(5)]
+    first = LocalScheduler(store)
+    first.sched.upsert_nodes([model_node("n0", gpus=8)])
+    must_apply, calls = store.must_apply, []
+
+    def dies_at_the_second(txn: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionError("the process died here")
+        return must_apply(txn)
+
+    monkeypatch.setattr(store, "must_apply", dies_at_the_second)
+    try:
+        first.sched.add_bound_pods(found)
+    except ConnectionError:
+        pass
+    assert sorted(store.load_pods()) == ["default/f0", "default/f1"]
+    monkeypatch.setattr(store, "must_apply", must_apply)
+    second = LocalScheduler(store)
+    second.sched.recover(0.0)
+    second.sched.add_bound_pods(found)
+    assert sorted(store.load_pods()) == [f"default/f{i}" for i in range(5)]
+    devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
+    assert len(devices) == 5 and all(v == 1000 for v in devices.values())
+    gpus = {r: v for r, v in store.load_used().items() if r[1] == "nvidia.com/gpu"}
+    assert gpus == {("n0", "nvidia.com/gpu"): 5000}
