@@ -271,10 +271,8 @@ def test_a_placed_pods_reservation_is_written_once_on_the_snapshot(h: LocalSched
     assert writes == [("default/b0", 1), ("default/b0", -1)]
 
 
-def test_pops_start_small_after_a_lull_and_double_up_to_the_batch(store: StateStore) -> None:
-    """A round's gangs go to the binder once the round is placed: the first pop after the queue ran dry asks
-    for first_pop pods, so the first bindings leave early; each pop that finds pods doubles the next."""
-    h = LocalScheduler(store)
+def record_pops(h: LocalScheduler) -> list[int]:
+    """The pods each pop of `h`'s queue asks for, in order."""
     asked: list[int] = []
     pop = h.queue.pop
 
@@ -283,6 +281,14 @@ def test_pops_start_small_after_a_lull_and_double_up_to_the_batch(store: StateSt
         return pop(max_pods, now, carry, wait_seconds)
 
     h.queue.pop = recording_pop  # type: ignore[method-assign]
+    return asked
+
+
+def test_pops_start_small_after_a_lull_and_double_up_to_the_batch(store: StateStore) -> None:
+    """A round's gangs go to the binder once the round is placed: the first pop after the queue ran dry asks
+    for first_pop pods, so the first bindings leave early; each pop that finds pods doubles the next."""
+    h = LocalScheduler(store)
+    asked = record_pops(h)
     h.sched = GangScheduler(store, h.queue, h.binder, in_tree_framework(), SchedulerSettings(pop_batch=16, first_pop=2))
     h.sched.upsert_nodes([node("n1", gpus=64)])
     h.queue.add([pod(f"p{i:02d}", "", gpus=1) for i in range(40)], 0)
@@ -294,14 +300,7 @@ def test_pops_start_small_after_a_lull_and_double_up_to_the_batch(store: StateSt
 
 
 def test_without_first_pop_every_pop_asks_the_whole_batch(h: LocalScheduler) -> None:
-    asked: list[int] = []
-    pop = h.queue.pop
-
-    def recording_pop(max_pods: int, now: float, carry: Any = None, wait_seconds: float = 0.0) -> Any:
-        asked.append(max_pods)
-        return pop(max_pods, now, carry, wait_seconds)
-
-    h.queue.pop = recording_pop  # type: ignore[method-assign]
+    asked = record_pops(h)
     h.sched.upsert_nodes([node("n1", gpus=8)])
     h.queue.add([pod(f"p{i}", "", gpus=1) for i in range(3)], 0)
     h.sched.step(0)
