@@ -211,14 +211,13 @@ class IntakeFlow:
     def _take_back(self, key: str, state: MirroredPod, b: Batch) -> None:
         """The pod is not to be scheduled (any more): out of the queue if it was handed to it."""
         b.queue_add.pop(key, None)
-        if state.queued:
-            if not state.queue_forgot:  # a pod the scheduler holds (assumed, bound) is not in the queue
-                b.queue_remove.add(key)
-            state.queued = False
+        if state.in_queue:  # a pod the scheduler holds (assumed, bound) is not
+            b.queue_remove.add(key)
+        state.queued = False
 
     def _leave(self, key: str, prev: MirroredPod, b: Batch) -> None:
         """A pod deleted (or recreated under its name): out of the queue, its parking and its gang."""
-        if prev.queued and not prev.queue_forgot:
+        if prev.in_queue:
             b.queue_remove.add(key)
         self.intake.unpark(key, prev.gang)
         self._set_gang(key, prev, "", b)

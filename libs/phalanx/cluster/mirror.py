@@ -41,6 +41,11 @@ class MirroredPod:
         return self.phase in TERMINAL
 
     @property
+    def in_queue(self) -> bool:
+        """Handed to the queue, not taken back, and not let go of by the queue: a remove would find it."""
+        return self.queued and not self.queue_forgot
+
+    @property
     def pending_ours(self) -> bool:
         """Handed to the queue, parsed, and not bound: what a lost queue must be handed again."""
         return self.queued and self.info is not None and not self.node

@@ -126,8 +126,10 @@ class GangScheduler:
         # Kubernetes mode: popped pods are placed as the API server has them (set by the composition root;
         # None on the simulator, the source of its own pods).
         self.popped_check: PoppedPodCheck | None = None
-        first = self.settings.first_pop or self.settings.pop_batch
-        self._pop_size = min(first, self.settings.pop_batch)  # what the next pop asks for (_found)
+        # What a pop after one that found nothing asks for (pop_batch when first_pop is 0), and what the next
+        # pop asks for (_found).
+        self._first_pop = min(self.settings.first_pop or self.settings.pop_batch, self.settings.pop_batch)
+        self._pop_size = self._first_pop
         # Queue updates a failed step could not deliver: sent with the next pop, never dropped.
         self._undelivered = Carry()
         self.needs_resync = False  # a step failed midway: memory is reloaded from Redis before the next
@@ -338,9 +340,7 @@ class GangScheduler:
 
     def _found(self, pods: int) -> None:
         """Sizes the next pop (see SchedulerSettings.first_pop) after one that found `pods`."""
-        s = self.settings
-        if s.first_pop:
-            self._pop_size = min(s.first_pop, s.pop_batch) if pods == 0 else min(s.pop_batch, self._pop_size * 2)
+        self._pop_size = self._first_pop if pods == 0 else min(self.settings.pop_batch, self._pop_size * 2)
 
     def _next_instant(self, now: float, later: Lookahead, carry: Carry) -> float:
         """Moves a quiet step on to the next instant: its finishes free capacity, its pods go to the
@@ -355,7 +355,7 @@ class GangScheduler:
         return instant.at
 
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
-        """Real-clock mode, while idle: a long poll on the queue, so a new pod is scheduled as soon as
+        """Real-clock mode, between steps: a long poll on the queue, so a new pod is scheduled as soon as
         it arrives rather than at the next tick. Returns what it popped (for `step`), or None."""
         popped = self.queue.pop(self._pop_size, now, None, wait_seconds=timeout)
         self._found(len(popped.items))
