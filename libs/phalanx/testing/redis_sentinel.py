@@ -276,6 +276,9 @@ class SentinelCluster:
         port = self.primary_port()
         self._write_node_conf(node, None if port in (None, node.port) else port)
         node.start()
+        # Answering before returning: a caller's next command must not race the process's listen (the
+        # client's own retries on a refused connection differ between redis-py versions).
+        self._until(time.monotonic() + 10, lambda: self.client(index).ping(), f"node {index} did not restart")
 
     def alive(self, index: int) -> bool:
         return self.nodes[index].alive()
