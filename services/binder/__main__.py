@@ -25,7 +25,6 @@ from phalanx.config import (
     serve_metrics_of,
     setup_logging,
 )
-from phalanx.gc_tuning import tune as tune_gc
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
@@ -175,7 +174,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     exit_with_parent()
-    tune_gc()
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
     metrics = serve_metrics_of(args, "binder")

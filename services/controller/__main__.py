@@ -9,7 +9,6 @@ import signal
 import threading
 
 from phalanx.config import env_flag, kubeconfig_arg, serve_metrics_of, setup_logging
-from phalanx.gc_tuning import tune as tune_gc
 from phalanx.jobs.controller import JobController
 from phalanx.jobs.objects import DEFAULT_PRIORITY_CLASS_PREFIX
 from phalanx.lifecycle import exit_with_parent
@@ -83,7 +82,6 @@ def build(args: argparse.Namespace) -> JobController:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     exit_with_parent()
-    tune_gc()
     setup_logging(args.log_level)
     setup_tracing("phalanx-controller")
     metrics = serve_metrics_of(args, "controller")

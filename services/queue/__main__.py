@@ -6,7 +6,6 @@ import argparse
 
 from phalanx.clock import Clock
 from phalanx.config import common_parser, env_flag, health_listen_of, security_of, serve_metrics_of, setup_logging
-from phalanx.gc_tuning import tune as tune_gc
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import QueueCollector
 from phalanx.metrics.endpoint import MetricsEndpoint
@@ -111,7 +110,6 @@ def _job_queue_policy(raw: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     exit_with_parent()
-    tune_gc()
     setup_logging(args.log_level)
     setup_tracing("phalanx-queue")
     metrics = serve_metrics_of(args, "queue")

@@ -35,7 +35,6 @@ from phalanx.config import (
 )
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import ProfileError
-from phalanx.gc_tuning import tune as tune_gc
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.plugins.registry import load_in_tree_framework
@@ -284,7 +283,6 @@ def election_config(args: argparse.Namespace) -> ElectionConfig:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     exit_with_parent()
-    tune_gc()
     setup_logging(args.log_level)
     setup_tracing("phalanx-scheduler")
     elect = election_enabled(args)

@@ -27,3 +27,25 @@ def test_tune_sets_the_process_thresholds() -> None:
         assert gc.get_threshold() == (1234, 5, 6)
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize("package", ["phalanx_queue", "phalanx_binder", "phalanx_scheduler", "phalanx_controller"])
+def test_each_service_tunes_before_its_main_module_imports(package: str) -> None:
+    """`python -m phalanx_x` imports the package before __main__: the thresholds must already be set when
+    __main__'s own imports run (a fresh interpreter, so this process keeps its own)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import builtins, gc, sys\n"
+        "seen = []\n"
+        "real = builtins.__import__\n"
+        "def spy(name, *a, **k):\n"
+        f"    if name == 'grpc' and not seen and '{package}' in sys.modules: seen.append(gc.get_threshold())\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = spy\n"
+        f"import {package}.__main__\n"
+        "print(seen[0] if seen else gc.get_threshold())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == str(DEFAULT_THRESHOLDS)
