@@ -116,7 +116,7 @@ class SentinelCluster:
 
     def client(self, index: int, **kwargs: object) -> redis.Redis:
         """A plain client of data node `index` (not through Sentinel)."""
-        return redis.Redis(port=self.nodes[index].port, password=self.password, decode_responses=True, **kwargs)  # type: ignore[arg-type]
+        return redis.Redis(port=self.nodes[index].port, password=self.password, decode_responses=True, **kwargs)
 
     def sentinel_client(self, index: int = 0) -> redis.Redis:
         return redis.Redis(port=self.watchers[index].port, password=self.password, decode_responses=True)
