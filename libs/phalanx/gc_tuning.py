@@ -36,3 +36,16 @@ def tune(environ: Mapping[str, str] = os.environ) -> tuple[int, int, int]:
     chosen = thresholds(environ)
     gc.set_threshold(*chosen)
     return chosen
+
+
+def freeze_heap() -> int:
+    """Moves every object alive now into the collector's permanent generation, where no collection looks
+    again; returns how many objects are frozen in all.
+
+    Called once a service has started (its imports, and the scheduler's first list of the cluster): those
+    objects live as long as the process, yet each full collection walked them all, a pause in every
+    thread at once (60 ms of the scheduler's 123-151 ms ones in a steady-arrival run was its imports).
+    Frozen objects are still freed by reference counting when they are dropped; only a cycle among them
+    would stay, and start-up makes none worth keeping track of."""
+    gc.freeze()
+    return gc.get_freeze_count()

@@ -25,6 +25,7 @@ from phalanx.config import (
     serve_metrics_of,
     setup_logging,
 )
+from phalanx.gc_tuning import freeze_heap
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
@@ -180,7 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     server = build(args)
     if metrics is not None:
         server.add_cleanup(metrics.stop)
-    serve_until_signal(server.start())
+    server.start()
+    freeze_heap()  # started: what it holds now lives as long as the process
+    serve_until_signal(server)
 
 
 if __name__ == "__main__":

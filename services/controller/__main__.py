@@ -9,6 +9,7 @@ import signal
 import threading
 
 from phalanx.config import env_flag, kubeconfig_arg, serve_metrics_of, setup_logging
+from phalanx.gc_tuning import freeze_heap
 from phalanx.jobs.controller import JobController
 from phalanx.jobs.objects import DEFAULT_PRIORITY_CLASS_PREFIX
 from phalanx.lifecycle import exit_with_parent
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_tracing("phalanx-controller")
     metrics = serve_metrics_of(args, "controller")
     controller = build(args).start()
+    freeze_heap()  # started: what it holds now lives as long as the process
     stopped = threading.Event()
 
     def handle(signum: int, _frame: object) -> None:

@@ -6,6 +6,7 @@ import argparse
 
 from phalanx.clock import Clock
 from phalanx.config import common_parser, env_flag, health_listen_of, security_of, serve_metrics_of, setup_logging
+from phalanx.gc_tuning import freeze_heap
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import QueueCollector
 from phalanx.metrics.endpoint import MetricsEndpoint
@@ -113,7 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     setup_tracing("phalanx-queue")
     metrics = serve_metrics_of(args, "queue")
-    serve_until_signal(build(args, metrics).start())
+    server = build(args, metrics).start()
+    freeze_heap()  # started: what it holds now lives as long as the process
+    serve_until_signal(server)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from phalanx.config import (
 )
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import ProfileError
+from phalanx.gc_tuning import freeze_heap
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.plugins.registry import load_in_tree_framework
@@ -192,10 +193,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def start_feed(
-    args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer | None = None, *, gated: bool = False
+    args: argparse.Namespace,
+    servicer: SchedulerServicer,
+    server: ServiceServer | None = None,
+    *,
+    gated: bool = False,
+    freeze: bool = False,
 ) -> ClusterFeed | None:
     """Kubernetes mode on the wall clock: watch the cluster, applied after recover() has loaded Redis (`gated`:
-    the lists start now, the caller opens the feed once it has recovered)."""
+    the lists start now, the caller opens the feed once it has recovered). `freeze`: the service process (not
+    a test running it in-process) freezes its heap once the feed has rebuilt (gc_tuning.freeze_heap)."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
     from phalanx.cluster.feed import ClusterFeed, collections
@@ -211,6 +218,9 @@ def start_feed(
         scheduler_name=args.scheduler_name,
         reconcile_interval=args.reconcile_interval,
         gated=gated,
+        # The cluster as first listed joins what start-up froze (gc_tuning.freeze_heap): full collections
+        # then walk only what changed since, not every pod and node the rebuild decoded.
+        after_rebuild=freeze_heap if freeze else None,
     )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
@@ -220,14 +230,19 @@ def start_feed(
 
 
 def duties_of(
-    args: argparse.Namespace, servicer: SchedulerServicer, server: ServiceServer, *, gated: bool = False
+    args: argparse.Namespace,
+    servicer: SchedulerServicer,
+    server: ServiceServer,
+    *,
+    gated: bool = False,
+    freeze: bool = False,
 ) -> SchedulingDuties:
     """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock).
     `gated`: the feed lists at once and applies once opened (SchedulingDuties.open_feed, after recovery)."""
     return SchedulingDuties(
         servicer.loop,
         server.monitor,
-        start_feed=lambda: start_feed(args, servicer, server, gated=gated),
+        start_feed=lambda: start_feed(args, servicer, server, gated=gated, freeze=freeze),
         run_loop=args.clock == "real",
         liveness_timeout=args.liveness_timeout,
         sync_timeout=args.dependency_timeout,
@@ -247,6 +262,7 @@ class Leadership(leader_election.Leadership):
         api_client: Any = None,
         on_lost: Callable[[str], None] | None = None,
         dependencies: Dependencies | None = None,
+        freeze: bool = False,
     ) -> None:
         from phalanx.kube.client import api_client as make_api_client
 
@@ -257,7 +273,7 @@ class Leadership(leader_election.Leadership):
             config,
             servicer.loop,
             server.monitor,
-            lambda: duties_of(args, servicer, server, gated=True),
+            lambda: duties_of(args, servicer, server, gated=True, freeze=freeze),
             on_lost=on_lost,
             ready=dependencies.ready if dependencies is not None else None,
         )
@@ -301,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
 
         # The replica campaigns (loads its kubeconfig, asks for the Lease, claims the term) while the queue
         # and the binder start; it recovers and schedules once they serve, and serves health then, as before.
-        leadership = Leadership(args, server, servicer, on_lost=on_lost, dependencies=dependencies).start()
+        leadership = Leadership(args, server, servicer, on_lost=on_lost, dependencies=dependencies, freeze=True).start()
         from phalanx.cluster import feed  # noqa: F401  # what a takeover imports, while this thread waits
 
         if not dependencies.ready():
@@ -310,12 +326,14 @@ def main(argv: list[str] | None = None) -> None:
         server.start()
         if metrics is not None:
             metrics.registry.register(LeaderCollector(leadership.config.name, leadership.is_leader))
+        freeze_heap()  # started: what it holds now lives as long as the process
         serve_until_signal(server, on_stop=leadership.stop)
         if leadership.lost:
             raise SystemExit(f"phalanx-scheduler: leadership lost ({leadership.lost}); exiting to restart as a standby")
         return
     server.start()
-    duties = duties_of(args, servicer, server)
+    freeze_heap()  # started: what it holds now lives as long as the process
+    duties = duties_of(args, servicer, server, freeze=True)
     duties.start_feed()
     duties.wait_synced()
     duties.start_loop()

@@ -465,3 +465,35 @@ def test_a_new_gang_costs_no_activation_a_changed_one_does(h: Harness) -> None:
     assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/w0"]
     h.apply(("podgroups.scheduling.volcano.sh", "MODIFIED", volcano_podgroup("pg", 1)[2]))
     assert h.queue.dones == [(0, ["ns/pg"])]
+
+
+def test_after_rebuild_runs_once_the_first_batch_is_applied(h: Harness) -> None:
+    """The scheduler service freezes its heap here (gc_tuning.freeze_heap): the hook must see the cluster as
+    first listed already applied, and run once, not again for later batches."""
+    seen: list[tuple[int, bool]] = []
+    done = threading.Event()
+    feed = ClusterFeed(
+        h.sched,
+        threading.Lock(),
+        h.queue,
+        h.reports,
+        [],
+        scheduler_name=NAME,
+        now=lambda: 0.0,
+        after_rebuild=lambda: (seen.append((len(feed.mirror.pods), feed.synced.is_set())), done.set()),
+    )
+    for event in (node("n1"), pod("a", node_name="n1"), pod("b")):
+        feed._sink(*event)
+    feed.start()
+    try:
+        assert done.wait(10)
+        feed._sink(*pod("c"))
+        deadline = threading.Event()
+        for _ in range(100):  # until the later batch is applied
+            if "ns/c" in feed.mirror.pods:
+                break
+            deadline.wait(0.05)
+        assert "ns/c" in feed.mirror.pods
+    finally:
+        feed.stop()
+    assert seen == [(2, True)]

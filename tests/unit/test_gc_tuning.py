@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from phalanx.gc_tuning import DEFAULT_THRESHOLDS, GC_ENV, thresholds, tune
+from phalanx.gc_tuning import DEFAULT_THRESHOLDS, GC_ENV, freeze_heap, thresholds, tune
 
 
 def test_default_and_override() -> None:
@@ -49,3 +49,22 @@ def test_each_service_tunes_before_its_main_module_imports(package: str) -> None
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == str(DEFAULT_THRESHOLDS)
+
+
+def test_freeze_heap_moves_what_lives_now_out_of_the_collections() -> None:
+    import weakref
+
+    class Kept:
+        pass
+
+    gc.unfreeze()
+    kept = Kept()
+    try:
+        frozen = freeze_heap()
+        assert frozen > 0 and frozen == gc.get_freeze_count()
+        assert not any(o is kept for o in gc.get_objects())  # no generation holds it: no collection walks it
+        ref = weakref.ref(kept)
+        del kept  # reference counting still frees a frozen object
+        assert ref() is None
+    finally:
+        gc.unfreeze()

@@ -108,9 +108,11 @@ class ClusterFeed:
         missing_retry: float = 30.0,
         reconcile_interval: float = 10.0,
         gated: bool = False,
+        after_rebuild: Callable[[], object] | None = None,
     ) -> None:
         """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
-        leader lists the API server while it recovers its memory from Redis; the rebuild needs both)."""
+        leader lists the API server while it recovers its memory from Redis; the rebuild needs both).
+        `after_rebuild`: called once the first batch is applied (the service freezes its heap there)."""
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -126,6 +128,7 @@ class ClusterFeed:
         self.reporter = reporter
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
+        self._after_rebuild = after_rebuild
         self.applying = threading.Event()  # the gate: set once the scheduler may be fed (see `gated`)
         if not gated:
             self.applying.set()
@@ -225,6 +228,8 @@ class ClusterFeed:
                     len(self.mirror.nodes),
                     len(self.mirror.pods),
                 )
+                if self._after_rebuild is not None:
+                    self._after_rebuild()
 
     def _drain(self, block: bool) -> list[tuple[str, str, dict[str, Any]]]:
         out = []
