@@ -61,8 +61,8 @@ def test_freeze_heap_moves_what_lives_now_out_of_the_collections() -> None:
     gc.unfreeze()
     kept = Kept()
     try:
-        frozen = freeze_heap()
-        assert frozen > 0 and frozen == gc.get_freeze_count()
+        freeze_heap()
+        assert gc.get_freeze_count() > 0
         assert not any(o is kept for o in gc.get_objects())  # no generation holds it: no collection walks it
         ref = weakref.ref(kept)
         del kept  # reference counting still frees a frozen object
