@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
@@ -488,12 +489,7 @@ def test_after_rebuild_runs_once_the_first_batch_is_applied(h: Harness) -> None:
     try:
         assert done.wait(10)
         feed._sink(*pod("c"))
-        deadline = threading.Event()
-        for _ in range(100):  # until the later batch is applied
-            if "ns/c" in feed.mirror.pods:
-                break
-            deadline.wait(0.05)
-        assert "ns/c" in feed.mirror.pods
+        wait_for(lambda: "ns/c" in feed.mirror.pods, 10, "the later batch applied")
     finally:
         feed.stop()
     assert seen == [(2, True)]
