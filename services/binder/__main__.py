@@ -29,7 +29,7 @@ from phalanx.gc_tuning import freeze_heap
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
-from phalanx.rpc.server import ServiceServer, serve_until_signal
+from phalanx.rpc.server import ServiceServer, built_or_exit, serve_until_signal
 from phalanx.state.durability import ReplicaWait
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
     metrics = serve_metrics_of(args, "binder")
-    server = build(args)
+    server = built_or_exit("binder", lambda: build(args))
     if metrics is not None:
         server.add_cleanup(metrics.stop)
     server.start()

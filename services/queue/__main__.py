@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 
 from phalanx.clock import Clock
-from phalanx.config import common_parser, env_flag, health_listen_of, security_of, serve_metrics_of, setup_logging
+from phalanx.config import (
+    common_parser,
+    env_flag,
+    health_listen_of,
+    security_of,
+    serve_metrics_of,
+    setup_logging,
+)
 from phalanx.gc_tuning import freeze_heap
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import QueueCollector
 from phalanx.metrics.endpoint import MetricsEndpoint
 from phalanx.model.policies import check_job_queue_policy
 from phalanx.queueing.scheduling_queue import QueueSettings, SchedulingQueue
-from phalanx.rpc.server import ServiceServer, serve_until_signal
+from phalanx.rpc.server import ServiceServer, built_or_exit, serve_until_signal
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.v1 import queue_pb2_grpc
 from phalanx_queue.servicer import QueueServicer
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     setup_tracing("phalanx-queue")
     metrics = serve_metrics_of(args, "queue")
-    server = build(args, metrics).start()
+    server = built_or_exit("queue", lambda: build(args, metrics)).start()
     freeze_heap()  # started: what it holds now lives as long as the process
     serve_until_signal(server)
 

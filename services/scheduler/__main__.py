@@ -41,7 +41,7 @@ from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.plugins.registry import load_in_tree_framework
 from phalanx.rpc.clients import BinderClient, QueueClient
 from phalanx.rpc.health import redis_check
-from phalanx.rpc.server import ServiceServer, serve_until_signal, wait_healthy
+from phalanx.rpc.server import ServiceServer, built_or_exit, serve_until_signal, wait_healthy
 from phalanx.scheduling.pod_source import PoppedPodCheck
 from phalanx.scheduling.scheduler import GangScheduler, SchedulerSettings
 from phalanx.security import tls
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         election_config(args)  # bad flags fail before anything starts
     metrics = serve_metrics_of(args, "scheduler")
     dependencies = Dependencies(args, security_of(args)).start()
-    server, servicer = build(args, standby=elect, dependencies=dependencies)
+    server, servicer = built_or_exit("scheduler", lambda: build(args, standby=elect, dependencies=dependencies))
     if metrics is not None:
         metrics.registry.register(GangCollector(lambda: servicer.scheduler.gangs, servicer.lock))
         server.add_cleanup(metrics.stop)

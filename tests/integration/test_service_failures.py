@@ -264,6 +264,52 @@ def test_a_busy_metrics_port_is_named(service: str) -> None:
     )
 
 
+def held_by_a_connection() -> tuple[socket.socket, socket.socket, int]:
+    """A loopback port held as an outgoing connection's local port holds it (what a port picked free and
+    used later can become): grpc's bind fails there with a bare RuntimeError."""
+    server, taken = socket.socket(), socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    taken.bind(("127.0.0.1", 0))
+    taken.connect(server.getsockname())
+    return server, taken, taken.getsockname()[1]
+
+
+def busy_port_line(service: str, flag: str, port: int) -> str:
+    return (
+        f"phalanx-{service}: {flag} 127.0.0.1:{port}: cannot listen there "
+        "(the port is taken, or the host is not an address of this machine)"
+    )
+
+
+@pytest.mark.parametrize("service", ["queue", "binder"])
+@pytest.mark.parametrize("flag", ["--listen", "--health-listen"])
+def test_a_busy_grpc_port_is_named(service: str, flag: str) -> None:
+    server, taken, port = held_by_a_connection()
+    with server, taken:
+        done = run_service(service, flag, f"127.0.0.1:{port}", "--metrics-listen", "off", "--backend", "simulated")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == busy_port_line(service, flag, port)  # after grpc's own log line
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--health-listen"])
+def test_a_busy_grpc_port_of_the_scheduler_is_named(tmp_path: Path, flag: str) -> None:
+    stack = Stack.launch(log_dir=tmp_path)  # the scheduler binds once the queue and the binder serve
+    server, taken, port = held_by_a_connection()
+    try:
+        args = ["--plaintext", "--metrics-listen", "off", "--backend", "simulated", "--clock", "virtual"]
+        args += ["--redis-url", stack.redis_url, "--queue", stack.queue.address, "--binder", stack.binder.address]
+        done = run_service("scheduler", *args, flag, f"127.0.0.1:{port}")
+    finally:
+        server.close()
+        taken.close()
+        stack.stop()
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == busy_port_line("scheduler", flag, port)
+
+
 def test_a_malformed_metrics_address_is_named() -> None:
     done = run_service("queue", "--metrics-listen", "localhost")
     assert done.returncode == 2

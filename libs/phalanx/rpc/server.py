@@ -8,17 +8,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from phalanx.config import usage_error
 from phalanx.rpc import call_stats
 from phalanx.rpc.health import HealthMonitor
 from phalanx.rpc.interceptors import TracingServerInterceptor
 from phalanx.security.authz import AuthorizationInterceptor, policy_for
 from phalanx.security.tls import PLAINTEXT, Security, channel_credentials, is_loopback, server_credentials
 from phalanx.telemetry.tracing import tracing_enabled
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +90,10 @@ class ServiceServer:
         self.stopping = threading.Event()  # set by stop(): background loops of the service end with it
         self._cleanups: list[Callable[[], None]] = []
         if security.files is None:
-            self.port = self.server.add_insecure_port(listen)
+            self.port = _bound_port(lambda: self.server.add_insecure_port(listen), "--listen", listen)
         else:
-            self.port = self.server.add_secure_port(listen, server_credentials(security.files))
-        if self.port == 0:
-            raise RuntimeError(f"{name}: cannot listen on {listen}")
+            credentials = server_credentials(security.files)
+            self.port = _bound_port(lambda: self.server.add_secure_port(listen, credentials), "--listen", listen)
         self.address = f"{_dial_host(listen)}:{self.port}"
         self.health_server: grpc.Server | None = None
         self.health_address = ""
@@ -101,9 +103,8 @@ class ServiceServer:
                 options=[("grpc.max_receive_message_length", 4096)],
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
-            port = self.health_server.add_insecure_port(health_listen)
-            if port == 0:
-                raise RuntimeError(f"{name}: cannot serve health on {health_listen}")
+            health_server = self.health_server
+            port = _bound_port(lambda: health_server.add_insecure_port(health_listen), "--health-listen", health_listen)
             self.health_address = f"{_dial_host(health_listen)}:{port}"
 
     def start(self) -> "ServiceServer":
@@ -130,6 +131,33 @@ class ServiceServer:
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Runs `fn` after the server stopped (threads of a backend, connections)."""
         self._cleanups.append(fn)
+
+
+class ListenError(Exception):
+    """An address the service was told to listen on and cannot: the message names the flag and the address."""
+
+
+def _bound_port(add_port: Callable[[], int], flag: str, address: str) -> int:
+    """grpc raises RuntimeError (older releases returned 0) when it cannot bind, with no reason given; the
+    usual ones are said instead."""
+    try:
+        port = add_port()
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise ListenError(
+            f"{flag} {address}: cannot listen there (the port is taken, or the host is not an address of this machine)"
+        )
+    return port
+
+
+def built_or_exit(service: str, build: Callable[[], T]) -> T:
+    """build() of a service's gRPC server; a --listen or --health-listen address it cannot bind ends the
+    service with one line naming the flag and the address (as a busy --metrics-listen does)."""
+    try:
+        return build()
+    except ListenError as exc:
+        usage_error(service, str(exc))
 
 
 def _dial_host(listen: str) -> str:

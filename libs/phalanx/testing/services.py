@@ -91,18 +91,22 @@ class ServiceProcess:
             except TimeoutError:
                 raise RuntimeError(f"{self.name} did not become healthy; its log:\n{self.log_tail()}") from None
 
-    def wait_healthy(self, timeout: float = 60) -> None:
-        """Waits for SERVING; a process that exits meanwhile raises ServiceExited at once."""
+    def wait_healthy(self, timeout: float = 60, *, health_port: bool = False) -> None:
+        """Waits for SERVING; a process that exits meanwhile raises ServiceExited at once. `health_port`: asks
+        the plaintext health-only listener (what kubelet probes) instead of the service's own port."""
         deadline = time.monotonic() + timeout
         while True:
             self._raise_if_exited()
             try:
-                wait_healthy(
-                    self.address,
-                    timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
-                    security=self.security,
-                    peer=self.identity,
-                )
+                if health_port:
+                    wait_healthy(self.health_address, timeout=min(1.0, max(deadline - time.monotonic(), 0.0)))
+                else:
+                    wait_healthy(
+                        self.address,
+                        timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
+                        security=self.security,
+                        peer=self.identity,
+                    )
                 return
             except TimeoutError:
                 if time.monotonic() >= deadline:

@@ -16,7 +16,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from phalanx.rpc.server import wait_healthy
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import SERVICE_IDENTITIES
 from phalanx.testing.ports import free_ports
@@ -135,10 +134,14 @@ class ChaosStack:
         for name in SERVICES:  # the scheduler waits for the other two itself
             self.services[name].start(wait=False, fault=faults.get(name, ""))
         for name in SERVICES:
-            try:
-                wait_healthy(self.services[name].health_address, timeout=timeout)
+            service = self.services[name]
+            try:  # a service that ends while starting says why at once (ServiceExited), not after the timeout
+                service.wait_healthy(timeout, health_port=True)
             except TimeoutError:
-                raise RuntimeError(f"{name} did not become healthy; see {self.services[name].log_path}") from None
+                raise RuntimeError(
+                    f"{name} did not become healthy in {timeout:g}s; the end of {service.log_path}:\n"
+                    + service.log_tail(40)
+                ) from None
 
     def names(self) -> tuple[str, ...]:
         return (REDIS, *SERVICES)
