@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 GC_ENV = "PHALANX_GC_THRESHOLDS"
 DEFAULT_THRESHOLDS = (50_000, 20, 10)
@@ -53,3 +54,33 @@ def freeze_heap() -> None:
     Frozen objects are still freed by reference counting when they are dropped; only a cycle among them
     would stay, and start-up makes none worth keeping track of."""
     gc.freeze()
+
+
+def pause_collection(limit_seconds: float) -> Callable[[], None]:
+    """Turns the collector off until the returned function is called, or `limit_seconds` have passed.
+
+    For the scheduler's first list of the cluster: tens of thousands of pods and nodes decoded and kept, so
+    every collection in the meantime walks a young generation that only grows and frees nothing (Phalanx
+    makes no cycles there), and full collections walk all of it again. The objects are frozen once the list
+    is applied (freeze_heap), so they are never walked at all. The limit bounds what a list that never
+    finishes (an unreachable API server) could let cyclic garbage pile up to. Idempotent."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    lock = threading.Lock()
+    resumed = False
+
+    def resume() -> None:
+        nonlocal resumed
+        with lock:
+            if resumed:
+                return
+            resumed = True
+        timer.cancel()
+        if was_enabled:
+            gc.enable()
+
+    timer = threading.Timer(limit_seconds, resume)
+    timer.daemon = True
+    timer.name = "gc-pause-limit"
+    timer.start()
+    return resume

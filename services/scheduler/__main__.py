@@ -35,7 +35,7 @@ from phalanx.config import (
 )
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import ProfileError
-from phalanx.gc_tuning import freeze_heap
+from phalanx.gc_tuning import freeze_heap, pause_collection
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.plugins.registry import load_in_tree_framework
@@ -209,6 +209,18 @@ def start_feed(
     from phalanx.kube.client import api_client
 
     scheduler = servicer.scheduler
+    after_rebuild: Callable[[], None] | None = None
+    if freeze:
+        # No collection while the first list is decoded and applied; the result is frozen, then collection
+        # resumes (gc_tuning.pause_collection; at most --dependency-timeout should the list never end).
+        resume = pause_collection(args.dependency_timeout)
+
+        def frozen_then_resumed() -> None:
+            freeze_heap()
+            resume()
+
+        after_rebuild = frozen_then_resumed
+
     feed = ClusterFeed(
         scheduler,
         servicer.loop.lock,
@@ -220,7 +232,7 @@ def start_feed(
         gated=gated,
         # The cluster as first listed joins what start-up froze (gc_tuning.freeze_heap): full collections
         # then walk only what changed since, not every pod and node the rebuild decoded.
-        after_rebuild=freeze_heap if freeze else None,
+        after_rebuild=after_rebuild,
     )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)

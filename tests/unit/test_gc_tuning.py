@@ -69,3 +69,35 @@ def test_freeze_heap_moves_what_lives_now_out_of_the_collections() -> None:
         assert ref() is None
     finally:
         gc.unfreeze()
+
+
+def test_pause_collection_resumes_once_called_or_at_its_limit() -> None:
+    from waiting import wait_for
+
+    from phalanx.gc_tuning import pause_collection
+
+    assert gc.isenabled()
+    try:
+        resume = pause_collection(60.0)
+        assert not gc.isenabled()
+        resume()
+        assert gc.isenabled()
+        resume()  # idempotent
+        assert gc.isenabled()
+
+        pause_collection(0.05)  # never resumed by its caller: the limit does it
+        assert not gc.isenabled()
+        wait_for(gc.isenabled, 5, "the collector resumed at the pause's limit")
+    finally:
+        gc.enable()
+
+
+def test_a_pause_over_a_disabled_collector_leaves_it_disabled() -> None:
+    from phalanx.gc_tuning import pause_collection
+
+    gc.disable()
+    try:
+        pause_collection(60.0)()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
