@@ -6,6 +6,7 @@ import argparse
 import logging
 import socket
 import threading
+from collections.abc import Callable
 
 from phalanx.backends.base import ClusterBackend
 from phalanx.backends.simulated import SimulatedBackend
@@ -25,7 +26,7 @@ from phalanx.config import (
     serve_metrics_of,
     setup_logging,
 )
-from phalanx.gc_tuning import freeze_heap
+from phalanx.gc_tuning import freeze_heap, pause_collection
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
@@ -39,8 +40,13 @@ from phalanx_binder.servicer import BinderServicer
 
 log = logging.getLogger("phalanx_binder")
 
+# The longest the collector stays off while the first lists come in (should they never finish).
+FIRST_LIST_PAUSE_LIMIT = 60.0
 
-def build(args: argparse.Namespace) -> ServiceServer:
+
+def build(args: argparse.Namespace, after_first_list: Callable[[], object] | None = None) -> ServiceServer:
+    """The binder and its server. `after_first_list`: in Kubernetes mode, called once the cluster view's
+    first lists are in (main freezes the heap there and resumes collection)."""
     client = redis_client(args)
     keys = Keys(args.redis_prefix)
     backend: ClusterBackend
@@ -49,7 +55,7 @@ def build(args: argparse.Namespace) -> ServiceServer:
     else:
         from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
 
-        backend = KubernetesBackend.from_args(args)
+        backend = KubernetesBackend.from_args(args, after_first_list)
     replicas, wait_timeout = bind_wait(args)
     durability = ReplicaWait(client, keys.bind_durable, replicas, wait_timeout) if replicas else None
     binder = BatchBinder(
@@ -178,7 +184,19 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
     metrics = serve_metrics_of(args, "binder")
-    server = built_or_exit("binder", lambda: build(args))
+    after_first_list: Callable[[], None] | None = None
+    if args.backend == "kubernetes":
+        # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
+        # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_collection).
+        resume = pause_collection(FIRST_LIST_PAUSE_LIMIT)
+
+        def frozen_then_resumed() -> None:
+            freeze_heap()
+            resume()
+
+        after_first_list = frozen_then_resumed
+
+    server = built_or_exit("binder", lambda: build(args, after_first_list))
     if metrics is not None:
         server.add_cleanup(metrics.stop)
     server.start()

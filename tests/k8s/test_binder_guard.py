@@ -137,6 +137,21 @@ def test_the_legit_path_binds_from_the_cache_without_a_get_per_pod(cluster, bind
     assert binder.bind(binder.reserve(late, dict.fromkeys(late, node)), False)[f"{ns}/late"][0] == BOUND
 
 
+def test_after_sync_runs_once_with_the_first_lists_in_the_view(cluster, binder) -> None:
+    # The binder freezes its heap there (services/binder/__main__.py): the listed pods must be in by then.
+    ns = cluster.namespace()
+    cluster.node("n1")
+    pods = [f"{ns}/{n}" for n in ("a", "b", "c")]
+    for key in pods:
+        cluster.pod(ns, key.split("/")[1], gpus=0)
+    seen: list[bool] = []
+    binder.backend.view.start(lambda: seen.append(all(binder.backend.view.cached(k) for k in pods)))
+    wait_for(lambda: seen, 10, "after_sync to run")
+    binder.backend.view.start(lambda: seen.append(False))  # started already: nothing more runs
+    time.sleep(0.3)
+    assert seen == [True]
+
+
 def test_pods_deleted_or_being_deleted_are_gone_and_do_not_hold_their_gang_back(cluster, binder) -> None:
     """The API server answers a binding of a pod being deleted (a finalizer holds it) with 409, which the
     binder took for a conflict to retry: the gang's batch stayed pending. Now both pods are gone before the

@@ -182,8 +182,9 @@ class ClusterView:
         self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def start(self) -> ClusterView:
-        """Starts the watches (once; later calls do nothing)."""
+    def start(self, after_sync: Callable[[], object] | None = None, sync_limit: float = 60.0) -> ClusterView:
+        """Starts the watches (once; later calls do nothing). `after_sync`: called on a thread of its own once
+        both first lists are in, or after `sync_limit` seconds (the binder freezes its heap there)."""
         with self._lock:
             if self._watchers or self._stop.is_set():
                 return self
@@ -203,6 +204,13 @@ class ClusterView:
             ]
         for w in self._watchers:
             w.start()
+        if after_sync is not None:
+
+            def when_synced() -> None:
+                self.wait_synced(sync_limit)
+                after_sync()
+
+            threading.Thread(target=when_synced, name="view-synced", daemon=True).start()
         return self
 
     def wait_synced(self, timeout: float | None = None) -> bool:

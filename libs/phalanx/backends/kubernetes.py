@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -97,7 +97,8 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         self.eviction_mode = eviction_mode  # "api": the Eviction API; "delete": condition, then delete
 
     @classmethod
-    def from_args(cls, args: Any) -> KubernetesBackend:
+    def from_args(cls, args: Any, after_first_list: Callable[[], object] | None = None) -> KubernetesBackend:
+        """The binder's backend, its cluster view started; `after_first_list`: see ClusterView.start."""
         from phalanx.kube.client import api_client
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
@@ -108,7 +109,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
             eviction_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None,
             eviction_mode=getattr(args, "eviction_mode", "api") or "api",
         )
-        backend.view.start()  # warm by the first bind; until then misses are GETs
+        backend.view.start(after_first_list)  # warm by the first bind; until then misses are GETs
         return backend
 
     def close(self) -> None:
