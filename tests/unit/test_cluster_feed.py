@@ -16,7 +16,13 @@ from phalanx.cluster.feed import ClusterFeed
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.gang.manager import GangStatus
 from phalanx.model.binding import GangReport, PodReport
-from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_TIMEOUT, VOLCANO_GROUP_NAME
+from phalanx.model.keys import (
+    KOORD_MIN_AVAILABLE,
+    KOORD_NAME,
+    KOORD_TIMEOUT,
+    LABEL_X_K8S_PODGROUP,
+    VOLCANO_GROUP_NAME,
+)
 from phalanx.model.objects import PodInfo
 from phalanx.plugins.registry import in_tree_framework
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue
@@ -493,3 +499,57 @@ def test_after_rebuild_runs_once_the_first_batch_is_applied(h: Harness) -> None:
     finally:
         feed.stop()
     assert seen == [(2, True)]
+
+
+# -- a restart's rebuild does not write again what the PodGroups show ---------------------------------------
+
+X_K8S_PODGROUPS = "podgroups.scheduling.x-k8s.io"
+
+
+def x_k8s_podgroup(status: dict[str, Any] | None) -> tuple[str, str, dict[str, Any]]:
+    obj: dict[str, Any] = {
+        "kind": "PodGroup",
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "metadata": {"name": "pg", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"minMember": 2},
+    }
+    if status is not None:
+        obj["status"] = status
+    return (X_K8S_PODGROUPS, "ADDED", obj)
+
+
+def x_k8s_member(name: str, phase: str = "Running", kind: str = "ADDED") -> tuple[str, str, dict[str, Any]]:
+    labeled = pod(name, node_name="n1", phase=phase, kind=kind)
+    labeled[2]["metadata"]["labels"] = {LABEL_X_K8S_PODGROUP: "pg"}
+    return labeled
+
+
+RUNNING_2 = {"phase": "Running", "scheduled": 2, "running": 2, "succeeded": 0, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("status", "reported"),
+    [
+        (RUNNING_2, False),  # what an earlier scheduler wrote: nothing to write
+        ({k: v for k, v in RUNNING_2.items() if k != "scheduled"}, False),  # upstream's CRD: no `scheduled`
+        (None, True),  # never written: the rebuild writes it
+        ({**RUNNING_2, "phase": "Scheduling"}, True),  # stale: written
+        ({**RUNNING_2, "running": 1}, True),
+    ],
+)
+def test_a_rebuild_writes_only_the_podgroup_statuses_that_differ(
+    h: Harness, status: dict[str, Any] | None, reported: bool
+) -> None:
+    h.apply(node("n1"), x_k8s_podgroup(status), x_k8s_member("w0"), x_k8s_member("w1"))
+    gangs = [(g.gang_key, g.phase, g.running) for g in h.reports.gangs]
+    assert gangs == ([("ns/pg", "Running", 2)] if reported else [])
+    # A change of its pods is reported as before, from the status the PodGroup showed.
+    h.apply(x_k8s_member("w1", phase="Failed", kind="MODIFIED"))
+    assert h.reports.gangs[-1].failed == 1
+
+
+def test_a_volcano_podgroup_is_written_by_the_rebuild_as_before(h: Harness) -> None:
+    group = volcano_podgroup("pg", 2)
+    group[2]["status"] = {"phase": "Running", "running": 2, "succeeded": 0, "failed": 0}
+    h.apply(node("n1"), group, *(member(f"w{i}", node_name="n1", phase="Running") for i in range(2)))
+    assert [(g.gang_key, g.phase) for g in h.reports.gangs] == [("ns/pg", "Running")]

@@ -314,7 +314,10 @@ class ClusterFeed:
                 kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
         else:
             ref_kind = f"{PODGROUP_KIND}.{collection.partition('.')[2]}"
-        self.flow.on_gang_object(kind, ref_kind, obj, b)
+        key = self.flow.on_gang_object(kind, ref_kind, obj, b)
+        if key and kind != "DELETED" and collection != _CONFIGMAPS:
+            # What its status shows already is not written again (a restart's rebuild: gang_counts.observe).
+            self.counts.observe(key, collection.partition(".")[2], obj.get("status"))
 
     # -- one batch: committed ----------------------------------------------------------------------------
     def _commit(self, b: Batch, initial: bool) -> None:

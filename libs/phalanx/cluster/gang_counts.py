@@ -21,6 +21,7 @@ from typing import NamedTuple
 from phalanx.cluster.mirror import Mirror
 from phalanx.kube import podgroups
 from phalanx.model.binding import GangReport
+from phalanx.model.keys import GROUP_VOLCANO
 from phalanx.model.objects import GangSpec
 from phalanx.model.status import GangPhase
 
@@ -58,6 +59,9 @@ class GangCounts:
         self._members: dict[str, set[str]] = {}  # gang key -> our pods resolved to it
         self._counts: dict[str, _Counts] = {}  # gang -> the counters and phase last reported
         self._facts: dict[str, _Facts] = {}  # gang -> what the scheduler last said of it
+        # gang -> its PodGroup's status as the API server shows it (scheduler-plugins' groups), for the gangs
+        # not reported by this process yet: a restart must not write again what an earlier one wrote.
+        self._observed: dict[str, dict[str, object]] = {}
 
     # -- membership --------------------------------------------------------------------------------------
     def move(self, key: str, old: str, new: str) -> bool:
@@ -83,6 +87,20 @@ class GangCounts:
     def forget(self, gang: str) -> None:
         self._counts.pop(gang, None)
         self._facts.pop(gang, None)
+        self._observed.pop(gang, None)
+
+    def observe(self, gang: str, group: str | None, status: object) -> None:
+        """The status of the gang's PodGroup as watched. Before this process first reports the gang, a
+        derived status the PodGroup already shows is not written again: a restarted scheduler (or a new
+        leader) would otherwise patch every PodGroup of the cluster, 10,000 writes at 10,000 gangs, while the
+        API server serves its lists. Volcano's status is in other words (phase names, a condition) and is
+        written as before."""
+        if gang in self._counts:
+            return  # reported by this process: what it wrote is what it compares with
+        if group in (None, GROUP_VOLCANO) or not isinstance(status, dict) or not status.get("phase"):
+            self._observed.pop(gang, None)  # no status yet: a new gang, reported from its first placement
+            return
+        self._observed[gang] = status
 
     # -- the status ---------------------------------------------------------------------------------------
     def author(
@@ -128,7 +146,8 @@ class GangCounts:
             if spec is None:
                 continue
             counts = self._derive(gang, spec, mirror, scheduler_view)
-            if counts == self._counts.get(gang, _UNREPORTED):
+            if counts == self._counts.get(gang, _UNREPORTED) or self._shown_already(gang, counts):
+                self._counts[gang] = counts
                 continue
             self._counts[gang] = counts
             reports.append(self._report(gang, spec, counts, self._facts.get(gang, _Facts()), ""))
@@ -160,6 +179,18 @@ class GangCounts:
             phase = GangPhase.FAILED  # given up by a final timeout, and nothing placed since
         scheduled = max(sum(1 for p in members if p.node), held_bound)
         return _Counts(scheduled, running, succeeded, failed, phase)
+
+    def _shown_already(self, gang: str, counts: _Counts) -> bool:
+        """Whether the PodGroup, never reported by this process, shows `counts` already. A counter the CRD
+        lacks (upstream's has no `scheduled`) is not compared."""
+        status = self._observed.pop(gang, None)
+        if status is None or gang in self._counts:
+            return False
+        fields = {"phase": counts.phase, "scheduled": counts.scheduled, "running": counts.running}
+        fields.update(succeeded=counts.succeeded, failed=counts.failed)
+        if status.get("phase") != counts.phase:
+            return False
+        return all(status.get(name, value) == value for name, value in fields.items())
 
     @staticmethod
     def _report(gang: str, spec: GangSpec, counts: _Counts, facts: _Facts, event_reason: str) -> GangReport:

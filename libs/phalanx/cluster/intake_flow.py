@@ -60,8 +60,9 @@ class IntakeFlow:
             b.nodes_removed.discard(name)
 
     # -- gang objects ------------------------------------------------------------------------------------
-    def on_gang_object(self, kind: str, ref_kind: str, obj: Mapping[str, Any], b: Batch) -> None:
-        """A PodGroup or gang ConfigMap added, changed or deleted (`kind`), as `ref_kind` names its kind."""
+    def on_gang_object(self, kind: str, ref_kind: str, obj: Mapping[str, Any], b: Batch) -> str:
+        """A PodGroup or gang ConfigMap added, changed or deleted (`kind`), as `ref_kind` names its kind; the
+        gang's key ("" for an object that declares none)."""
         meta = obj.get("metadata") or {}
         namespace, name = meta.get("namespace") or "", meta.get("name") or ""
         if kind == "DELETED":
@@ -76,6 +77,7 @@ class IntakeFlow:
                 key = f"{namespace}/{name}"
         if key:
             b.changed_gangs.add(key)
+        return key or ""
 
     def reresolve(self, b: Batch) -> None:
         """Gangs whose object changed: a spec in use is sent again, and the pods parked for them resolved again."""
