@@ -146,10 +146,10 @@ class GangCounts:
             if spec is None:
                 continue
             counts = self._derive(gang, spec, mirror, scheduler_view)
-            if counts == self._counts.get(gang, _UNREPORTED) or self._shown_already(gang, counts):
-                self._counts[gang] = counts
-                continue
+            unchanged = counts == self._counts.get(gang, _UNREPORTED) or self._shown_already(gang, counts)
             self._counts[gang] = counts
+            if unchanged:
+                continue
             reports.append(self._report(gang, spec, counts, self._facts.get(gang, _Facts()), ""))
         return reports
 
@@ -186,11 +186,8 @@ class GangCounts:
         status = self._observed.pop(gang, None)
         if status is None or gang in self._counts:
             return False
-        fields = {"phase": counts.phase, "scheduled": counts.scheduled, "running": counts.running}
-        fields.update(succeeded=counts.succeeded, failed=counts.failed)
-        if status.get("phase") != counts.phase:
-            return False
-        return all(status.get(name, value) == value for name, value in fields.items())
+        # _Counts' fields are the status' own names; observe() kept only statuses that have a phase.
+        return all(status.get(name, value) == value for name, value in counts._asdict().items())
 
     @staticmethod
     def _report(gang: str, spec: GangSpec, counts: _Counts, facts: _Facts, event_reason: str) -> GangReport:
