@@ -84,3 +84,15 @@ def pause_collection(limit_seconds: float) -> Callable[[], None]:
     timer.name = "gc-pause-limit"
     timer.start()
     return resume
+
+
+def pause_until_frozen(limit_seconds: float) -> Callable[[], None]:
+    """pause_collection for a service's first lists; the returned function freezes what they made
+    (freeze_heap) and then resumes collection."""
+    resume = pause_collection(limit_seconds)
+
+    def frozen_then_resumed() -> None:
+        freeze_heap()
+        resume()
+
+    return frozen_then_resumed

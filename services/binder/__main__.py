@@ -26,7 +26,7 @@ from phalanx.config import (
     serve_metrics_of,
     setup_logging,
 )
-from phalanx.gc_tuning import freeze_heap, pause_collection
+from phalanx.gc_tuning import freeze_heap, pause_until_frozen
 from phalanx.lifecycle import exit_with_parent
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.rpc.health import Heartbeat, redis_check
@@ -184,18 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
     metrics = serve_metrics_of(args, "binder")
-    after_first_list: Callable[[], None] | None = None
-    if args.backend == "kubernetes":
-        # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
-        # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_collection).
-        resume = pause_collection(FIRST_LIST_PAUSE_LIMIT)
-
-        def frozen_then_resumed() -> None:
-            freeze_heap()
-            resume()
-
-        after_first_list = frozen_then_resumed
-
+    # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
+    # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_until_frozen).
+    after_first_list = pause_until_frozen(FIRST_LIST_PAUSE_LIMIT) if args.backend == "kubernetes" else None
     server = built_or_exit("binder", lambda: build(args, after_first_list))
     if metrics is not None:
         server.add_cleanup(metrics.stop)

@@ -35,7 +35,7 @@ from phalanx.config import (
 )
 from phalanx.framework.framework import Framework
 from phalanx.framework.profile import ProfileError
-from phalanx.gc_tuning import freeze_heap, pause_collection
+from phalanx.gc_tuning import freeze_heap, pause_until_frozen
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import GangCollector, LeaderCollector
 from phalanx.plugins.registry import load_in_tree_framework
@@ -209,18 +209,9 @@ def start_feed(
     from phalanx.kube.client import api_client
 
     scheduler = servicer.scheduler
-    after_rebuild: Callable[[], None] | None = None
-    if freeze:
-        # No collection while the first list is decoded and applied; the result is frozen, then collection
-        # resumes (gc_tuning.pause_collection; at most --dependency-timeout should the list never end).
-        resume = pause_collection(args.dependency_timeout)
-
-        def frozen_then_resumed() -> None:
-            freeze_heap()
-            resume()
-
-        after_rebuild = frozen_then_resumed
-
+    # No collection while the first list is decoded and applied; the result is frozen, then collection
+    # resumes (gc_tuning.pause_until_frozen; at most --dependency-timeout should the list never end).
+    after_rebuild = pause_until_frozen(args.dependency_timeout) if freeze else None
     feed = ClusterFeed(
         scheduler,
         servicer.loop.lock,

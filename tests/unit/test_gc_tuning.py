@@ -101,3 +101,17 @@ def test_a_pause_over_a_disabled_collector_leaves_it_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_pause_until_frozen_freezes_then_resumes() -> None:
+    from phalanx.gc_tuning import pause_until_frozen
+
+    gc.unfreeze()
+    try:
+        done = pause_until_frozen(60.0)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+        done()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.enable()
+        gc.unfreeze()
