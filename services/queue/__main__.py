@@ -5,14 +5,7 @@ from __future__ import annotations
 import argparse
 
 from phalanx.clock import Clock
-from phalanx.config import (
-    common_parser,
-    env_flag,
-    health_listen_of,
-    security_of,
-    serve_metrics_of,
-    setup_logging,
-)
+from phalanx.config import common_parser, env_flag, health_listen_of, security_of, serve_metrics_of, setup_logging
 from phalanx.gc_tuning import freeze_heap
 from phalanx.lifecycle import exit_with_parent
 from phalanx.metrics.collectors import QueueCollector

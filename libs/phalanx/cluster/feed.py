@@ -309,15 +309,15 @@ class ClusterFeed:
 
     def _on_gang_object(self, collection: str, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
         if collection == _CONFIGMAPS:
-            ref_kind = CONFIGMAP_KIND
             if kind != "DELETED" and not GangIntake.is_gang_object(obj):
                 kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
-        else:
-            ref_kind = f"{PODGROUP_KIND}.{collection.partition('.')[2]}"
-        key = self.flow.on_gang_object(kind, ref_kind, obj, b)
-        if key and kind != "DELETED" and collection != _CONFIGMAPS:
+            self.flow.on_gang_object(kind, CONFIGMAP_KIND, obj, b)
+            return
+        group = collection.partition(".")[2]
+        key = self.flow.on_gang_object(kind, f"{PODGROUP_KIND}.{group}", obj, b)
+        if key and kind != "DELETED":
             # What its status shows already is not written again (a restart's rebuild: gang_counts.observe).
-            self.counts.observe(key, collection.partition(".")[2], obj.get("status"))
+            self.counts.observe(key, group, obj.get("status"))
 
     # -- one batch: committed ----------------------------------------------------------------------------
     def _commit(self, b: Batch, initial: bool) -> None:

@@ -89,7 +89,7 @@ class GangCounts:
         self._facts.pop(gang, None)
         self._observed.pop(gang, None)
 
-    def observe(self, gang: str, group: str | None, status: object) -> None:
+    def observe(self, gang: str, group: str, status: object) -> None:
         """The status of the gang's PodGroup as watched. Before this process first reports the gang, a
         derived status the PodGroup already shows is not written again: a restarted scheduler (or a new
         leader) would otherwise patch every PodGroup of the cluster, 10,000 writes at 10,000 gangs, while the
@@ -97,7 +97,7 @@ class GangCounts:
         written as before."""
         if gang in self._counts:
             return  # reported by this process: what it wrote is what it compares with
-        if group in (None, GROUP_VOLCANO) or not isinstance(status, dict) or not status.get("phase"):
+        if group == GROUP_VOLCANO or not isinstance(status, dict) or not status.get("phase"):
             self._observed.pop(gang, None)  # no status yet: a new gang, reported from its first placement
             return
         self._observed[gang] = status

@@ -94,19 +94,16 @@ class ServiceProcess:
     def wait_healthy(self, timeout: float = 60, *, health_port: bool = False) -> None:
         """Waits for SERVING; a process that exits meanwhile raises ServiceExited at once. `health_port`: asks
         the plaintext health-only listener (what kubelet probes) instead of the service's own port."""
+        address, security, peer = (
+            (self.health_address, PLAINTEXT, "") if health_port else (self.address, self.security, self.identity)
+        )
         deadline = time.monotonic() + timeout
         while True:
             self._raise_if_exited()
             try:
-                if health_port:
-                    wait_healthy(self.health_address, timeout=min(1.0, max(deadline - time.monotonic(), 0.0)))
-                else:
-                    wait_healthy(
-                        self.address,
-                        timeout=min(1.0, max(deadline - time.monotonic(), 0.0)),
-                        security=self.security,
-                        peer=self.identity,
-                    )
+                wait_healthy(
+                    address, timeout=min(1.0, max(deadline - time.monotonic(), 0.0)), security=security, peer=peer
+                )
                 return
             except TimeoutError:
                 if time.monotonic() >= deadline:
