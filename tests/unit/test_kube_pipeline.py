@@ -261,6 +261,29 @@ def test_a_gangs_bindings_go_at_once_unless_a_kill_between_pods_is_armed() -> No
     assert len(apart) == 3 and all(b - a >= 0.1 for a, b in zip(apart, apart[1:]))  # each after an answer
 
 
+def test_a_pods_scheduled_event_goes_out_with_its_binding_answer_not_after_the_pods_before_it() -> None:
+    """The `Scheduled` Event of a pod bound at the first try leaves as its answer is read. Here the pod
+    before it in the batch is refused once (500) and its retry answered slowly: the Events of the other two
+    do not wait for that retry, as they did when the binder's loop sent each Event on reaching its pod."""
+    tries: list[float] = []
+
+    def answer(n: int, req: bytes) -> bytes:
+        if b"/pods/p0/binding " in req.split(b"\r\n", 1)[0]:
+            tries.append(time.monotonic())
+            if len(tries) == 1:
+                return plain(500, b'{"kind":"Status","message":"etcd is busy"}')
+            time.sleep(0.5)  # the retry's answer
+        return plain(201, b"{}")
+
+    server = Server(answer)
+    assert _bind_three(server) == [None, None, None]
+    assert len(tries) == 2
+    events = sorted(t for t, line in server.received if line.startswith(b"POST /api/v1/namespaces/ns/events "))
+    assert len(events) == 3  # one per pod, p0's after its retry made the binding
+    assert events[1] < tries[1] + 0.3  # p1's and p2's: before p0's retry was answered
+    assert events[2] >= tries[1] + 0.5  # p0's: once its binding was made
+
+
 def test_watch_lines_orjson_refuses_are_read_as_the_standard_library_reads_them() -> None:
     from phalanx.kube.watch import _decode
 
