@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from waiting import wait_for
+from waiting import recording_calls, wait_for
 
 from phalanx.metrics.catalog import registry_for
 from phalanx.model.keys import KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME, LABEL_X_K8S_PODGROUP
@@ -408,6 +408,43 @@ def test_a_job_that_timed_out_binds_whole_once_room_frees(cluster, jobs: Jobs) -
         cluster.delete_pod(ns, f"blocker-{i}")
     poller.until(lambda: poller.whole(job), BIND, "the job bound whole after its timeout, once room was free")
     poller.until(lambda: jobs.succeeded(ns, job), BIND, "the PyTorchJob Succeeded")
+
+
+# --- 5: the scheduler restarted under a running job ------------------------------------------------------------
+
+
+def test_a_scheduler_restarted_under_a_running_pytorchjob_writes_nothing_again_and_the_jobs_go_on(  # type: ignore[no-untyped-def]
+    cluster, phalanx, jobs: Jobs
+) -> None:
+    """The scheduler is restarted while a PyTorchJob's 4 pods run: its rebuild finds the job's PodGroup
+    status (written before the restart, under the operator) already in step and does not patch it again;
+    a job created after the restart binds whole, and the first job still succeeds."""
+    from phalanx.cluster.feed import ClusterFeed
+
+    ns = cluster.namespace()
+    jobs.node("n0", gpus=4)
+    jobs.node("n1", gpus=4)
+    first = jobs.create(ns, pytorchjob("first", gpus=1, succeed_after="20s", scheduler_name=cluster.scheduler_name))
+    poller = Poller(jobs, ns, [first])
+    poller.until(lambda: poller.whole(first), BIND, "the first job's 4 pods bound")
+
+    def status() -> dict[str, Any]:
+        return jobs.podgroup(ns, first).get("status") or {}
+
+    poller.until(lambda: status().get("phase") == "Running" and status().get("running") == SIZE, BIND, "Running 4")
+    before = status()
+    phalanx.stop_scheduler()
+    with recording_calls(ClusterFeed, "_report_status") as calls:
+        phalanx.start_scheduler()  # returns once the rebuild is applied
+    rewritten = sorted(r.gang_key for _, gangs in calls for r in gangs)
+    assert rewritten == [], f"the rebuild reported {rewritten} again; the status was {before}"
+    assert status() == before
+
+    second = jobs.create(ns, pytorchjob("second", gpus=1, succeed_after="2s", scheduler_name=cluster.scheduler_name))
+    poller = Poller(jobs, ns, [first, second])
+    poller.until(lambda: poller.whole(second), BIND, "the job created after the restart bound whole")
+    poller.until(lambda: jobs.succeeded(ns, second), BIND, "the second PyTorchJob Succeeded")
+    poller.until(lambda: jobs.succeeded(ns, first), BIND, "the first PyTorchJob Succeeded")
 
 
 # --- 7: what a gang that binds at once shows -----------------------------------------------------------------------
