@@ -4,7 +4,10 @@ redis-server), the verdict on each assignment, the report allow-lists, and the w
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +16,15 @@ from builders import model_node, model_pod
 from kubernetes.client.rest import ApiException
 
 from phalanx.backends.base import BindFailure
-from phalanx.backends.kube_guard import ClusterView, NodeFacts, PodFacts, report_annotations, unreserved, verdict
+from phalanx.backends.kube_guard import (
+    OWNER_WAIT_S,
+    ClusterView,
+    NodeFacts,
+    PodFacts,
+    report_annotations,
+    unreserved,
+    verdict,
+)
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock
@@ -281,6 +292,26 @@ def test_a_podgroup_is_ours_while_one_of_our_pods_names_it() -> None:
     assert not view.owns_podgroup(GROUP_X_K8S, "ns", "train")  # asked the API server: none of our pods
     assert not view.owns_podgroup(GROUP_X_K8S, "other", "vc")
     assert core.gets == ["list ns spec.schedulerName=phalanx", "list other spec.schedulerName=phalanx"]
+
+
+def test_a_synced_view_waits_for_its_watch_before_listing_a_namespace_for_a_podgroup() -> None:
+    """The scheduler reports a gang once its own watch has the pods; the binder's view may see them a moment
+    later. A synced view waits for its watch (no list of the namespace's pods); a PodGroup that no pod of
+    ours names is still listed for, once the wait is over."""
+    core = FakeCore({}, set())
+    view = ClusterView(core, "phalanx")
+    synced = threading.Event()
+    synced.set()
+    view._watchers = [SimpleNamespace(synced=synced)]  # type: ignore[list-item]  # both first lists are in
+    late = pod_obj("ns/a", "u1", labels={LABEL_X_K8S_PODGROUP: "train"})
+    timer = threading.Timer(0.1, view._sink, args=("binder-pods", "ADDED", late))
+    timer.start()
+    started = time.monotonic()
+    assert view.owns_podgroup(GROUP_X_K8S, "ns", "train")
+    assert 0.05 < time.monotonic() - started < OWNER_WAIT_S and core.gets == []
+    started = time.monotonic()
+    assert not view.owns_podgroup(GROUP_X_K8S, "ns", "nobodys")
+    assert time.monotonic() - started >= OWNER_WAIT_S and core.gets == ["list ns spec.schedulerName=phalanx"]
 
 
 def test_a_binding_without_a_uid_is_made_for_the_incarnation_checked_as_ours() -> None:
