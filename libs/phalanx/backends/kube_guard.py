@@ -175,7 +175,8 @@ class ClusterView:
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
         self._lock = threading.Lock()
-        self._pod_seen = threading.Condition(self._lock)  # notified at every pod the watch delivers
+        self._pod_seen = threading.Condition(self._lock)  # notified at a pod the watch delivers, if waited for
+        self._owner_waits = 0  # owns_podgroup calls waiting on it
         self._pods: dict[str, PodFacts] = {}
         self._nodes: dict[str, NodeFacts] = {}
         self._podgroups: Counter[tuple[str, str, str]] = Counter()  # (group, namespace, name) -> our pods naming it
@@ -267,7 +268,8 @@ class ClusterView:
                     self._vacated.pop((g, namespace, n), None)
                 for g, n in facts.podgroups if facts.owners else ():
                     self._podgroup_owners.setdefault((g, namespace, n), Counter()).update(facts.owners)
-            self._pod_seen.notify_all()
+            if self._owner_waits:
+                self._pod_seen.notify_all()
 
     # -- bind checks -------------------------------------------------------------------------------------
     def check(
@@ -350,7 +352,11 @@ class ClusterView:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._synced_locked():
                     break
-                self._pod_seen.wait(left)
+                self._owner_waits += 1
+                try:
+                    self._pod_seen.wait(left)
+                finally:
+                    self._owner_waits -= 1
             else:
                 return True
         # Not in the cache (not synced yet, or its pods still not seen): list our pods of its namespace.
