@@ -246,13 +246,19 @@ def _preemption_attempts() -> float:
 # --- 1-2: gangs that fit ---------------------------------------------------------------------------------------
 
 
-def test_a_pytorchjob_binds_whole_and_succeeds(cluster, jobs: Jobs) -> None:  # type: ignore[no-untyped-def]
+def _one_job_bound(cluster: Any, jobs: Jobs, name: str, succeed_after: str) -> tuple[str, str, Poller]:
+    """Two nodes of 4 GPUs and a PyTorchJob of 4 one-GPU pods, bound whole: (namespace, job, its poller)."""
     ns = cluster.namespace()
     jobs.node("n0", gpus=4)
     jobs.node("n1", gpus=4)
-    job = jobs.create(ns, pytorchjob("train", gpus=1, succeed_after="2s", scheduler_name=cluster.scheduler_name))
+    job = jobs.create(ns, pytorchjob(name, gpus=1, succeed_after=succeed_after, scheduler_name=cluster.scheduler_name))
     poller = Poller(jobs, ns, [job])
-    poller.until(lambda: poller.whole(job), BIND, "the job's 4 pods bound")
+    poller.until(lambda: poller.whole(job), BIND, f"job {job}'s 4 pods bound")
+    return ns, job, poller
+
+
+def test_a_pytorchjob_binds_whole_and_succeeds(cluster, jobs: Jobs) -> None:  # type: ignore[no-untyped-def]
+    ns, job, poller = _one_job_bound(cluster, jobs, "train", succeed_after="2s")
     group = jobs.podgroup(ns, job)
     assert group["spec"]["minMember"] == SIZE and group["spec"]["minResources"][GPU] == str(SIZE), group["spec"]
     poller.until(lambda: jobs.succeeded(ns, job), BIND, "the PyTorchJob Succeeded")  # when its master has
@@ -421,12 +427,7 @@ def test_a_scheduler_restarted_under_a_running_pytorchjob_writes_nothing_again_a
     a job created after the restart binds whole, and the first job still succeeds."""
     from phalanx.cluster.feed import ClusterFeed
 
-    ns = cluster.namespace()
-    jobs.node("n0", gpus=4)
-    jobs.node("n1", gpus=4)
-    first = jobs.create(ns, pytorchjob("first", gpus=1, succeed_after="20s", scheduler_name=cluster.scheduler_name))
-    poller = Poller(jobs, ns, [first])
-    poller.until(lambda: poller.whole(first), BIND, "the first job's 4 pods bound")
+    ns, first, poller = _one_job_bound(cluster, jobs, "first", succeed_after="20s")
 
     def status() -> dict[str, Any]:
         return jobs.podgroup(ns, first).get("status") or {}
