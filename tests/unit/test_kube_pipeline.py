@@ -284,6 +284,31 @@ def test_a_pods_scheduled_event_goes_out_with_its_binding_answer_not_after_the_p
     assert events[2] >= tries[1] + 0.5  # p0's: once its binding was made
 
 
+def test_events_spread_over_16_connections_at_most_4_to_a_batch() -> None:
+    """The API server answers one connection's requests in order: an Event at the back of a long batch waits
+    for every one before it. With the server holding its answers, 80 Events go out on 16 connections, never
+    more than 4 in one write (8 connections of 8 put a pod's Event 180-370 ms behind its binding)."""
+    from phalanx.backends.kubernetes import KubernetesBackend
+
+    server = Server(lambda n, req: plain(201, b"{}"))
+    server.gate.clear()  # every connection's first batch waits for its answers
+    backend = KubernetesBackend(SimpleNamespace(configuration=server.config()), component="phalanx")
+    try:
+        for i in range(80):
+            backend._event({"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": f"p{i}"}, "Scheduled", "")
+        wait_until = time.monotonic() + 5
+        while server.connections < 16 and time.monotonic() < wait_until:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert server.connections == 16
+        server.gate.set()
+        assert backend.events_api.pipeline is not None and backend.events_api.pipeline.flush(5)
+        assert sum(server.reads) == 80 and max(server.reads) <= 4
+    finally:
+        server.gate.set()
+        backend.close()
+
+
 def test_watch_lines_orjson_refuses_are_read_as_the_standard_library_reads_them() -> None:
     from phalanx.kube.watch import _decode
 
