@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from phalanx.kube.api import KubeApi
 from phalanx.kube.pipeline import Pipeline, Request, supported
@@ -296,9 +297,7 @@ def test_events_spread_over_16_connections_at_most_4_to_a_batch() -> None:
     try:
         for i in range(80):
             backend._event({"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": f"p{i}"}, "Scheduled", "")
-        wait_until = time.monotonic() + 5
-        while server.connections < 16 and time.monotonic() < wait_until:
-            time.sleep(0.01)
+        wait_for(lambda: server.connections >= 16, 5, "16 connections opened", interval=0.01)
         time.sleep(0.1)
         assert server.connections == 16
         server.gate.set()

@@ -220,9 +220,6 @@ class ClusterView:
             threading.Thread(target=when_synced, name="view-synced", daemon=True).start()
         return self
 
-    def _synced_locked(self) -> bool:
-        return bool(self._watchers) and all(w.synced.is_set() for w in self._watchers)
-
     def wait_synced(self, timeout: float | None = None) -> bool:
         return all(w.synced.wait(timeout) for w in self._watchers) and bool(self._watchers)
 
@@ -350,7 +347,7 @@ class ClusterView:
             # gangs under steady arrival (bench/issue25-ab.txt, section 12).
             while self._podgroups.get(ref, 0) <= 0:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._synced_locked():
+                if left <= 0 or not self.wait_synced(0):
                     break
                 self._owner_waits += 1
                 try:
