@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
+
+from phalanx import fast_json
 
 
 def json_or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
@@ -17,7 +18,7 @@ def json_or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
         if exc.status == 404:
             return None
         raise
-    return json.loads(resp.data)
+    return fast_json.loads(resp.data)
 
 
 def release(resp: Any) -> None:
@@ -45,6 +46,6 @@ def transient(exc: BaseException) -> bool:
 def api_message(exc: Any) -> str:
     """The message of an API server's error answer."""
     try:
-        return str(json.loads(exc.body).get("message") or exc.reason)
+        return str(fast_json.loads(exc.body).get("message") or exc.reason)
     except (TypeError, ValueError, AttributeError):
         return str(exc.reason)

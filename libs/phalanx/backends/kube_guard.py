@@ -15,7 +15,6 @@ binding carries the uid as a precondition, which closes the gap between the chec
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -24,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx import fast_json
 from phalanx.backends.api_calls import json_or_none, transient
 from phalanx.backends.base import BindFailure
 from phalanx.intake.errors import IntakeError, Subject
@@ -363,7 +363,7 @@ class ClusterView:
             _preload_content=False,
             _request_timeout=self.request_timeout,
         )
-        items = json.loads(resp.data).get("items") or []
+        items = fast_json.loads(resp.data).get("items") or []
         return any((group, name) in PodFacts.of(item).podgroups for item in items)
 
     # -- API calls ---------------------------------------------------------------------------------------

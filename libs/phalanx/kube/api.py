@@ -18,9 +18,10 @@ differently fails loudly instead.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
+
+from phalanx import fast_json
 
 if TYPE_CHECKING:
     from phalanx.kube.pipeline import Pipeline, Request
@@ -343,7 +344,7 @@ def raise_for_status(resp: Any) -> None:
 def _pipelined(method: str, path: str, body: Any, content_type: str | None) -> Request:
     from phalanx.kube.pipeline import Request
 
-    data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+    data = None if body is None else fast_json.dumps_bytes(body)
     return Request(method, path, data, content_type or JSON)
 
 

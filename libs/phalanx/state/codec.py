@@ -1,18 +1,18 @@
 """The Redis storage form of the model: every value Phalanx keeps in Redis, to and from its types.
 
 The one place that knows these encodings (pods, reservation records, gangs, gang records, nodes, and a
-pod's inter-pod affinity inside its pod). Their bytes must not change: a restarted scheduler reads what an
-older one wrote, and lua/txn.lua and lua/repair_usage.lua read the reservation records' "node", "gang"
-and "requests".
+pod's inter-pod affinity inside its pod), as compact JSON (`fast_json`). What they mean must not change: a
+restarted scheduler reads what an older one wrote, and lua/txn.lua and lua/repair_usage.lua read the
+reservation records' "node", "gang" and "requests".
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
+from phalanx import fast_json
 from phalanx.gang.record import GangRecord
 from phalanx.gang.roles import role_in
 from phalanx.model.objects import (
@@ -35,8 +35,6 @@ from phalanx.model.pod_affinity import (
     WeightedPodAffinityTerm,
 )
 from phalanx.state.pod_state import PodRecord, PodState
-
-_COMPACT = (",", ":")
 
 
 # -- pods --------------------------------------------------------------------------------------------------
@@ -138,12 +136,12 @@ def pod_from_json(data: dict[str, Any]) -> PodInfo:
 # -- reservation records (the `pods` hash) -----------------------------------------------------------------
 def reservation_record(pod: PodInfo, node: str, held: dict[str, int]) -> str:
     """What the `pods` hash keeps for a pod reserved (or found bound) on `node`, holding `held`."""
-    return json.dumps({"node": node, "gang": pod.gang, "requests": held, "pod": pod_to_json(pod)}, separators=_COMPACT)
+    return fast_json.dumps({"node": node, "gang": pod.gang, "requests": held, "pod": pod_to_json(pod)})
 
 
 def pod_record(key: str, raw: str, state: str | None) -> PodRecord:
     """A reservation as `reservation_record` wrote it, in the state `podstate` holds (none yet: assumed)."""
-    rec = json.loads(raw)
+    rec = fast_json.loads(raw)
     return PodRecord(
         key, rec["node"], rec["gang"], rec["requests"], pod_from_json(rec["pod"]), PodState(state or PodState.ASSUMED)
     )
@@ -151,12 +149,12 @@ def pod_record(key: str, raw: str, state: str | None) -> PodRecord:
 
 def gang_in_record(raw: str | bytes) -> str:
     """The gang a reservation record names ("" for none)."""
-    return str(json.loads(raw).get("gang", ""))
+    return str(fast_json.loads(raw).get("gang", ""))
 
 
 def role_in_record(raw: str) -> str:
     """The role (volcano.sh/task-spec) of the pod a reservation record holds, "" if none."""
-    pod = json.loads(raw)["pod"]
+    pod = fast_json.loads(raw)["pod"]
     return role_in(pod.get("annotations") or {}, pod.get("labels") or {})
 
 
@@ -164,11 +162,11 @@ def role_in_record(raw: str) -> str:
 def gang_to_json(g: GangSpec) -> str:
     data = asdict(g)
     data["mode"] = g.mode.value
-    return json.dumps(data, separators=_COMPACT)
+    return fast_json.dumps(data)
 
 
 def gang_from_json(raw: str | bytes) -> GangSpec:
-    data = json.loads(raw)
+    data = fast_json.loads(raw)
     data["mode"] = GangMode(data["mode"])
     data["groups"] = tuple(data["groups"])
     return GangSpec(**data)
@@ -200,11 +198,11 @@ def gang_record(key: str, h: dict[str, str], assumed: set[str], bound: set[str],
 
 # -- nodes -------------------------------------------------------------------------------------------------
 def node_to_json(n: NodeInfo) -> str:
-    return json.dumps(asdict(n), separators=_COMPACT)
+    return fast_json.dumps(asdict(n))
 
 
 def node_from_json(raw: str | bytes) -> NodeInfo:
-    data = json.loads(raw)
+    data = fast_json.loads(raw)
     data["taints"] = tuple(Taint(**t) for t in data["taints"])
     return NodeInfo(**data)
 

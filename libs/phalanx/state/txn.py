@@ -8,11 +8,11 @@ operations); the raw Redis commands it carries are made here and in `gang_writes
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx import fast_json
 from phalanx.gang.ops import GangOp, PodsBound
 from phalanx.state import gang_writes
 from phalanx.state.keys import REL_SIM_BINDS, Keys, rel_gang_assumed, rel_gang_bound
@@ -63,7 +63,7 @@ class Txn:
         out += [["RPUSH", REL_SIM_BINDS, record] for record in self.sim_binds]
         return out
 
-    def script_call(self, keys: Keys, term: int | None) -> tuple[list[str], list[str]]:
+    def script_call(self, keys: Keys, term: int | None) -> tuple[list[str], list[bytes]]:
         """(KEYS, ARGV) for lua/txn.lua. `release_gangs` must name the gang of every released pod ("" for none)."""
         declared = list(keys.script_fixed)
         index: dict[str, int] = {}
@@ -96,7 +96,7 @@ class Txn:
             body["fence"] = self.fence
         if self.lock is not None:
             body["lock"] = self.lock
-        return declared, [json.dumps(body, separators=(",", ":"))]
+        return declared, [fast_json.dumps_bytes(body)]
 
 
 def record_bound(txn: Txn, keys_by_gang: dict[str, list[str]], now: float) -> None:
