@@ -20,6 +20,7 @@ from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BA
 from phalanx.binding.lock import FencedLock, LockTimeout
 from phalanx.model.objects import PodInfo
 from phalanx.state.keys import REL_TIMERS, Keys, node_field, rel_gang_assumed
+from phalanx.state.reads import FULL_SCAN_EVERY
 from phalanx.state.store import StateStore, Txn
 from phalanx.v1 import binder_pb2
 
@@ -557,6 +558,43 @@ def test_a_binding_the_api_server_did_not_answer_stays_started_and_is_rolled_for
     assert {p.state for p in nodes.load_pods().values()} == {"bound"}
     assert nodes.redis.smembers(keys.gang_bound(GANG)) == {f"default/{n}" for n in names}
     assert later.finish_interrupted(now=3.0) == []  # nothing left: idempotent
+
+
+def test_the_binding_index_follows_podstate_and_the_roll_forward_reads_it_between_full_reads(
+    nodes: StateStore, keys: Keys
+) -> None:
+    """lua/txn.lua keeps P:binding beside podstate's "binding" entries; the roll-forward reads that index,
+    and all of podstate only on its first round and every FULL_SCAN_EVERY-th, which still finds an intent an
+    older binder recorded without the index."""
+    names = ["w0", "w1", "w2"]
+    reserve_gang(nodes, names)
+    silent = BindFailure("API server timed out", retryable=True)
+    first = make_binder(nodes, SilentApiBackend(nodes.redis, keys, {"default/w1": silent}))
+    first.bind(assignments(names), True, now=1.0)
+    assert nodes.redis.smembers(keys.binding) == {"default/w1"}  # w0 and w2 left it when they were recorded bound
+    assert set(nodes.pods_binding()) == {"default/w1"}
+
+    later = make_binder(nodes, SilentApiBackend(nodes.redis, keys, {}))
+    assert statuses(later.finish_interrupted(now=2.0)) == {"w1": BOUND}  # round 0: a full read
+    assert nodes.redis.smembers(keys.binding) == set()
+
+    # An intent as a binder from before the index wrote it: in podstate, not in P:binding.
+    reserve_gang(nodes, ["old"], gang="default/old")
+    nodes.redis.hset(keys.podstate, "default/old", "binding")
+    assert nodes.pods_binding() == {}
+    with recording_calls(nodes.redis, "hgetall") as hgetall:
+        for round_ in range(1, FULL_SCAN_EVERY):
+            assert later.finish_interrupted(now=2.0 + round_) == []  # the index's rounds do not see it...
+    assert [c for c in hgetall if c[0] == keys.podstate] == []  # ...and do not read all of podstate
+    assert statuses(later.finish_interrupted(now=40.0)) == {"old": BOUND}  # the next full read rolls it forward
+    assert {p.state for p in nodes.load_pods().values()} == {"bound"}
+
+    # A release takes a pod out of the index too.
+    reserve_gang(nodes, ["r0"], gang="default/r")
+    nodes.must_apply(Txn(set_state=[["default/r0", "binding"]]))
+    assert nodes.redis.smembers(keys.binding) == {"default/r0"}
+    nodes.must_apply(Txn(release=["default/r0"]))
+    assert nodes.redis.smembers(keys.binding) == set()
 
 
 def test_an_intent_whose_reservation_changed_writes_nothing(nodes: StateStore, keys: Keys) -> None:

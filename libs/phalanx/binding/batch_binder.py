@@ -35,6 +35,7 @@ from phalanx.metrics.binds import record_bind
 from phalanx.model.binding import Assignment, BindResult, BindStatus
 from phalanx.state.durability import ReplicaWait
 from phalanx.state.pod_state import PodState
+from phalanx.state.reads import FULL_SCAN_EVERY
 from phalanx.state.store import PodRecord, StateStore
 from phalanx.state.txn import Txn, record_bound
 from phalanx.telemetry.tracing import child_span, mark_linked
@@ -77,6 +78,7 @@ class BatchBinder:
         self.backend = backend
         self.lock = lock
         self.durability = durability
+        self._roll_rounds = 0  # finish_interrupted calls so far (which of them read all of podstate)
 
     def bind(
         self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str = ""
@@ -391,7 +393,9 @@ class BatchBinder:
         fenced out mid-batch): binds its pods where they were reserved and records them. Idempotent."""
         if self.backend.transactional:
             return []  # its bindings are written inside the commit: nothing can be half done
-        pending = self.store.pods_in_state(PodState.BINDING)
+        full = self._roll_rounds % FULL_SCAN_EVERY == 0  # else the binding index (StateReads.pods_binding)
+        self._roll_rounds += 1
+        pending = self.store.pods_binding(full)
         if not pending:
             return []
         started = time.perf_counter()
@@ -400,7 +404,7 @@ class BatchBinder:
         with self.lock.hold() as fence:
             # Read again under the mutex: pods a live batch was binding when they were first read are bound
             # by now, not interrupted (rolling them "forward" again cost an API call each under load).
-            still = self.store.pods_in_state(PodState.BINDING)
+            still = self.store.pods_binding(full)
             assignments = [a for a in assignments if a.pod_key in still]
             if not assignments:
                 return []

@@ -34,7 +34,6 @@ its pods in the queue through its backoff (phalanx.scheduling.timeouts).
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +42,7 @@ from typing import Any, Protocol
 from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import GangIntake
+from phalanx.cluster.inbox import Inbox
 from phalanx.cluster.intake_flow import IntakeFlow
 from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
@@ -132,7 +132,7 @@ class ClusterFeed:
         self.applying = threading.Event()  # the gate: set once the scheduler may be fed (see `gated`)
         if not gated:
             self.applying.set()
-        self._events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
+        self._events: Inbox[tuple[str, str, dict[str, Any]]] = Inbox()
         self._watchers = [
             Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
             for c in sources
@@ -232,17 +232,7 @@ class ClusterFeed:
                     self._after_rebuild()
 
     def _drain(self, block: bool) -> list[tuple[str, str, dict[str, Any]]]:
-        out = []
-        if block:
-            try:
-                out.append(self._events.get(timeout=0.2))
-            except queue.Empty:
-                return out
-        while True:
-            try:
-                out.append(self._events.get_nowait())
-            except queue.Empty:
-                return out
+        return self._events.drain(0.2 if block else 0.0)
 
     def _maintain(self) -> None:
         try:

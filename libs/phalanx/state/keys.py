@@ -12,6 +12,9 @@ Gang keys are written only through typed operations (`phalanx.gang.ops`, written
 | P:pods                     | hash | "ns/name" -> JSON {node, gang, requests, pod}, written once at reserve |
 | P:podstate                 | hash | "ns/name" -> assumed | binding | bound (binding: the intent to bind|
 |                            |      | is recorded; it is rolled forward, never released)                    |
+| P:binding                  | set  | the pods whose podstate is binding: an index lua/txn.lua keeps beside |
+|                            |      | podstate, so the binder's periodic roll-forward reads it, not every  |
+|                            |      | pod's state                                                          |
 | P:gangs                    | hash | gang key -> JSON GangSpec                                             |
 | P:gang:<key>               | hash | cycle, valid, first_wait, satisfied_at, timed_out, trace             |
 |                            |      | retry_at (a timed-out gang of a retrying form: its backoff's end),   |
@@ -88,7 +91,7 @@ class Keys:
 
     @cached_property
     def script_fixed(self) -> tuple[str, ...]:
-        """The keys lua/txn.lua is always handed, as KEYS[1..8] (built once: every transaction sends them)."""
+        """The keys lua/txn.lua is always handed, as KEYS[1..9] (built once: every transaction sends them)."""
         return (
             self.nodes,
             self.cap,
@@ -98,6 +101,7 @@ class Keys:
             self.bind_lock,
             self.bind_fence,
             self.leader_term,
+            self.binding,
         )
 
     @property
@@ -119,6 +123,10 @@ class Keys:
     @property
     def podstate(self) -> str:
         return f"{self.base}:podstate"
+
+    @property
+    def binding(self) -> str:
+        return f"{self.base}:binding"
 
     @property
     def gangs(self) -> str:

@@ -1,7 +1,7 @@
 -- One optimistic transaction over Phalanx's state: check, then apply, atomically.
 -- KEYS: every key the script may touch, declared by the caller (libs/phalanx/state/txn.py, Txn.script_call),
 -- so a Redis Cluster client can route it (they share one hash tag): KEYS[1..8] are nodes, cap, used, pods,
--- podstate, bind:lock, bind:fence, leader:term; further KEYS are named by index in `release` and `cmds`.
+-- podstate, bind:lock, bind:fence, leader:term, binding; further KEYS are named by index in `release` and `cmds`.
 -- ARGV[1]: JSON {term?, lock?, fence?, expect?, release?, reserve?, facts?, set_state?, cmds?}.
 -- `release`: {pod, gang, index of gang's assumed set, index of its bound set} (gang "" and 0, 0 for none);
 -- the pod's record must name that gang (else a refusal: the caller's view of the pod is stale).
@@ -19,7 +19,7 @@
 -- {2, reason} before anything is read or written; a higher term is recorded (a new leader's first commit,
 -- should Redis have lost its claim). One GET per transaction.
 local K_NODES, K_CAP, K_USED, K_PODS, K_STATE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local K_LOCK, K_FENCE, K_TERM = KEYS[6], KEYS[7], KEYS[8]
+local K_LOCK, K_FENCE, K_TERM, K_BINDING = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local txn = cjson.decode(ARGV[1])
 if txn.term then
   local current = tonumber(redis.call("GET", K_TERM) or "-1")
@@ -136,6 +136,7 @@ end
 for pod, r in pairs(released) do
   redis.call("HDEL", K_PODS, pod)
   redis.call("HDEL", K_STATE, pod)
+  redis.call("SREM", K_BINDING, pod)
   if r[3] > 0 then
     redis.call("SREM", KEYS[r[3]], pod)
     redis.call("SREM", KEYS[r[4]], pod)
@@ -149,8 +150,10 @@ for _, r in ipairs(txn.facts or {}) do
   redis.call("HSET", K_PODS, r[1], r[4])
   redis.call("HSET", K_STATE, r[1], "bound")
 end
+-- The binding set indexes podstate's "binding" entries (the binder's roll-forward reads it).
 for _, s in ipairs(txn.set_state or {}) do
   redis.call("HSET", K_STATE, s[1], s[2])
+  redis.call(s[2] == "binding" and "SADD" or "SREM", K_BINDING, s[1])
 end
 for _, c in ipairs(txn.cmds or {}) do
   local args = {}
