@@ -46,6 +46,7 @@ PHASES = [
     ("scheduler serving", "scheduler", r"scheduler serving on"),
     ("Lease won", "scheduler", r"leader election: .* leads \(Lease"),
     ("recovered from Redis", "scheduler", r"recovered \d+ nodes"),
+    ("feed's first lists in", "scheduler", r"cluster feed: watching"),
     ("feed's first list applied", "scheduler", r"cluster feed: rebuilt from the API server"),
     ("loop started", "scheduler", r"leader election: .* is scheduling"),
 ]
