@@ -243,10 +243,11 @@ def page(rv: str, token: str, *items: dict[str, Any]) -> Resp:
     return resp
 
 
-def test_a_paginated_list_follows_continue_and_delivers_once_every_page_is_in() -> None:
+def test_a_paginated_list_follows_continue_and_delivers_each_page_before_asking_for_the_next() -> None:
     """Three pages of one snapshot: every call asks for `limit`, the later ones with the previous page's
-    token; the watch starts from the first page's resourceVersion; a re-list in pages still finds what
-    vanished meanwhile (its diff sees the whole set, not one page)."""
+    token; each page is delivered before the next is asked for (so no more than a page is held); the watch
+    starts from the first page's resourceVersion; a re-list in pages still finds what vanished meanwhile
+    (its deletions wait for the whole set, not one page)."""
     stop = threading.Event()
     script = Script(
         stop,
@@ -260,12 +261,17 @@ def test_a_paginated_list_follows_continue_and_delivers_once_every_page_is_in() 
         ],
     )
     seen: list[tuple[str, str]] = []
-    watcher = Watcher(
-        Collection("pods", script, "Pod", "v1"), lambda c, k, o: seen.append((k, o["metadata"]["name"])), stop, limit=2
-    )
+    asked: dict[str, int] = {}  # object name -> list calls made when it was first delivered
+
+    def sink(c: str, k: str, o: dict[str, Any]) -> None:
+        seen.append((k, o["metadata"]["name"]))
+        asked.setdefault(o["metadata"]["name"], len(script.calls))
+
+    watcher = Watcher(Collection("pods", script, "Pod", "v1"), sink, stop, limit=2)
     watcher.start()
     watcher.join(5)
     assert seen[:7] == [*[("ADDED", n) for n in "abcde"], ("MODIFIED", "c"), ("ADDED", "f")]
+    assert [asked[n] for n in "abcde"] == [1, 1, 2, 2, 3]
     assert sorted(seen[7:]) == [("DELETED", "b"), ("DELETED", "d")]  # (a set's order)
     lists = [c for c in script.calls if not c.get("watch")]
     assert [(c.get("limit"), c.get("_continue")) for c in lists[:5]] == [
@@ -280,9 +286,10 @@ def test_a_paginated_list_follows_continue_and_delivers_once_every_page_is_in() 
     assert watcher.pages == len(lists) and watcher.relists >= 1
 
 
-def test_an_expired_continue_lists_again_whole_and_delivers_each_object_once() -> None:
-    """A 410 on a continue (etcd compacted the snapshot's revision between two pages): the pages read so far
-    are dropped undelivered and the list starts again, unpaginated, so nothing is delivered twice or lost."""
+def test_an_expired_continue_lists_again_whole_and_delivers_only_the_difference() -> None:
+    """A 410 on a continue (etcd compacted the snapshot's revision between two pages): the list starts again,
+    unpaginated, and is diffed against the pages already delivered: nothing unchanged is delivered twice,
+    and what went away meanwhile is deleted."""
     seen, script, watcher = run(
         [
             page("10", "t1", obj("a", "1"), obj("b", "2")),
@@ -290,7 +297,7 @@ def test_an_expired_continue_lists_again_whole_and_delivers_each_object_once() -
             listing("30", obj("a", "1"), obj("c", "3")),  # the whole list, in one answer
         ]
     )
-    assert seen[:2] == [("ADDED", "a", "1"), ("ADDED", "c", "3")]  # b went away meanwhile: never delivered
+    assert seen[:4] == [("ADDED", "a", "1"), ("ADDED", "b", "2"), ("ADDED", "c", "3"), ("DELETED", "b", "")]
     lists = [c for c in script.calls if not c.get("watch")]
     assert [(c.get("limit"), c.get("_continue")) for c in lists[:3]] == [(500, None), (500, "t1"), (None, None)]
     assert [c["resource_version"] for c in script.calls if c.get("watch")][:1] == ["30"]
