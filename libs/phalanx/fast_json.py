@@ -30,10 +30,7 @@ def dumps_bytes(value: Any) -> bytes:
 
 def dumps(value: Any) -> str:
     """`value` as compact JSON text."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return json.dumps(value, separators=_COMPACT)
+    return dumps_bytes(value).decode()
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:

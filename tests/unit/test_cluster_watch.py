@@ -158,13 +158,14 @@ def test_a_collection_missing_at_start_is_quiet_and_its_arrival_is_said(caplog: 
     import logging
 
     caplog.set_level(logging.DEBUG, logger="phalanx.kube.watch")
-    run(
+    seen, _, _ = run(
         [
             ApiException(status=404, reason="Not Found"),
             listing("5", obj("a", "1")),
             ApiException(status=404, reason="Not Found"),  # (then the script's end lists it once more)
         ]
     )
+    assert seen[:2] == [("ADDED", "a", "1"), ("DELETED", "a", "")]  # a CRD gone: what it held is deleted
     levels = [(r.levelname, r.getMessage().split(";")[0]) for r in caplog.records]
     assert levels[:3] == [
         ("DEBUG", "pods: not served by the API server"),

@@ -17,8 +17,8 @@ What client-go's reflector does, for the few collections the scheduler needs:
   synced with no objects, so one missing API group does not hold the scheduler back.
 
 Objects are the API server's JSON (camelCase), which the intake reads directly: skipping the client's model
-deserialisation is faster and avoids its known mis-parses. They are decoded by orjson (`fast_json`; 2.4x the standard
-library's speed on a pod; decoding was a tenth of the scheduler's CPU under a burst): the same values for
+deserialisation is faster and avoids its known mis-parses. They are decoded by orjson (`fast_json`; 2.4x
+the standard library's speed on a pod; decoding was a tenth of the scheduler's CPU under a burst): the same values for
 everything the API server writes (Go's encoder gives integers up to int64 and floats). List items come without kind/apiVersion, so the
 collection's are filled in. Every object's metadata.managedFields is dropped as it is decoded (see `_trim`).
 
@@ -166,7 +166,7 @@ class Watcher:
                         log.debug("%s: not served by the API server; retrying every %gs", name, self.missing_retry)
                     missing_logged = True
                     self.served = False
-                    self._replace([(time.monotonic(), [])])
+                    self._deliver_deletions({}, time.monotonic())  # every object known so far is gone
                     self.synced.set()
                     version = None
                     self.stop.wait(self.missing_retry)
@@ -237,15 +237,6 @@ class Watcher:
                 continue
             self._deliver_deletions(fresh, arrived)
             return version or ""
-
-    def _replace(self, pages: list[tuple[float, list[dict[str, Any]]]]) -> None:
-        """Delivers the difference between what a (re-)list returned, page by page (each page's objects with
-        the time it arrived), and what was known before it."""
-        fresh: dict[str, str] = {}
-        arrived = time.monotonic()
-        for arrived, items in pages:
-            self._deliver_page(items, arrived, fresh)
-        self._deliver_deletions(fresh, arrived)
 
     def _deliver_page(self, items: list[dict[str, Any]], arrived: float, fresh: dict[str, str]) -> None:
         """A listed page's objects that are new (ADDED) or changed (MODIFIED) since they were last delivered,
