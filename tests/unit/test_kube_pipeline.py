@@ -306,3 +306,29 @@ def test_events_spread_over_16_connections_at_most_4_to_a_batch() -> None:
     finally:
         server.gate.set()
         backend.close()
+
+
+def test_a_spread_pipeline_sends_a_few_requests_on_as_many_connections_and_still_batches_a_burst() -> None:
+    """The bindings' pipeline: a gang's three bindings go out on three connections, one each (the API server
+    answers them side by side; in one write it answered them one after the other), while a burst of 100
+    still goes several to a write, never more than max_batch."""
+    server = Server(lambda n, req: plain(201, b"{}"))
+    server.gate.clear()  # answers held: each connection keeps what it was given
+    pipe = Pipeline(server.config(), connections=8, max_batch=8, timeout=5, spread=True)
+    try:
+        futures = [pipe.submit(Request("POST", f"/p/{i}", b"{}")) for i in range(3)]
+        wait_for(lambda: sum(server.reads) == 3, 5, "three requests read", interval=0.01)
+        assert server.connections == 3 and server.reads == [1, 1, 1]
+        server.gate.set()
+        assert all(f.result(5).status == 201 for f in futures)
+
+        server.gate.clear()
+        server.reads.clear()
+        futures = [pipe.submit(Request("POST", f"/q/{i}", b"{}")) for i in range(100)]
+        time.sleep(0.2)
+        server.gate.set()
+        assert all(f.result(5).status == 201 for f in futures)
+        assert sum(server.reads) == 100 and 1 < max(server.reads) <= 8
+    finally:
+        server.gate.set()
+        pipe.close()

@@ -98,6 +98,7 @@ class Pipeline:
         timeout: float = 15.0,
         name: str = "k8s-pipe",
         token_recheck: float = TOKEN_RECHECK_S,
+        spread: bool = False,
     ) -> None:
         why = supported(configuration)
         if why:
@@ -105,6 +106,7 @@ class Pipeline:
         self.configuration = configuration
         self.timeout = timeout
         self.max_batch = max(1, max_batch)
+        self.spread = spread
         self.token_recheck = token_recheck
         self._auth = b""
         self._auth_due = float("-inf")  # monotonic time the token is asked for again
@@ -172,7 +174,8 @@ class Pipeline:
                 return
             batch = [first]
             stop = False
-            while len(batch) < self.max_batch:
+            limit = self._batch_limit()
+            while len(batch) < limit:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
@@ -198,6 +201,16 @@ class Pipeline:
                 if conn is not None:
                     conn.close()
                 return
+
+    def _batch_limit(self) -> int:
+        """How many requests this sender takes in one write. Spread: what is waiting, shared out over the
+        connections (the first sender to wake takes its share and leaves the rest to the others), at most
+        max_batch; so a gang's few bindings go out on as many connections, answered side by side instead of
+        one after the other, while a burst still goes max_batch to a write."""
+        if not self.spread:
+            return self.max_batch
+        waiting = 1 + self._queue.qsize()
+        return max(1, min(self.max_batch, -(-waiting // len(self._threads))))
 
     def _send(self, conn: _Connection, batch: list[Any]) -> tuple[list[Any], _Connection | None]:
         """Sends `batch` on `conn`; returns what is to be sent again (on a new connection) and the connection
