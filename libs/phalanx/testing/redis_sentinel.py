@@ -188,8 +188,11 @@ class SentinelCluster:
             w.start()
         deadline = time.monotonic() + timeout
         self._until(deadline, lambda: self._synced(0), "the replicas did not sync with the primary")
-        self._until(deadline, self._sentinels_see_all, "the Sentinels did not find every replica and each other")
-        self._until(deadline, self._sentinels_reach_primary, "a Sentinel does not see the primary up")
+        self._until(
+            deadline,
+            self._sentinels_ready,
+            "the Sentinels did not find every replica and each other, or do not all see the primary up",
+        )
         return self
 
     def _until(self, deadline: float, ready: object, what: str) -> None:
@@ -212,20 +215,16 @@ class SentinelCluster:
         ]
         return len(online) >= len(self.nodes) - 1
 
-    def _sentinels_see_all(self) -> bool:
+    def _sentinels_ready(self) -> bool:
+        """Every Sentinel knows every replica and the other Sentinels, and has pinged the primary and flags it
+        plain "master". The known-replica and known-sentinel lines make the first true before any ping; a
+        Sentinel started on a loaded machine may flag the primary s_down or disconnected for its first moments,
+        and a client that asks then finds no master."""
+        primary = self.nodes[0].port
         for i in range(len(self.watchers)):
             state: Any = self.sentinel_client(i).sentinel_master(self.master_name)
             if int(state["num-slaves"]) < self.replicas or int(state["num-other-sentinels"]) < self.sentinels - 1:
                 return False
-        return True
-
-    def _sentinels_reach_primary(self) -> bool:
-        """Every Sentinel has pinged the primary and flags it plain "master". The known-replica and known-sentinel
-        lines make _sentinels_see_all true before any ping; a Sentinel started on a loaded machine may flag the
-        primary s_down or disconnected for its first moments, and a client that asks then finds no master."""
-        primary = self.nodes[0].port
-        for i in range(len(self.watchers)):
-            state: Any = self.sentinel_client(i).sentinel_master(self.master_name)
             if int(state["port"]) != primary or not state["is_master"]:
                 return False
             if state["is_sdown"] or state["is_odown"] or state["is_disconnected"]:
