@@ -18,9 +18,9 @@ What client-go's reflector does, for the few collections the scheduler needs:
 
 Objects are the API server's JSON (camelCase), which the intake reads directly: skipping the client's model
 deserialisation is faster and avoids its known mis-parses. They are decoded by orjson (`fast_json`; 2.4x
-the standard library's speed on a pod; decoding was a tenth of the scheduler's CPU under a burst): the same values for
-everything the API server writes (Go's encoder gives integers up to int64 and floats). List items come without kind/apiVersion, so the
-collection's are filled in. Every object's metadata.managedFields is dropped as it is decoded (see `_trim`).
+the standard library's speed on a pod; decoding was a tenth of the scheduler's CPU under a burst): the same
+values for everything the API server writes (Go's encoder gives integers up to int64 and floats). List items
+come without kind/apiVersion, so the collection's are filled in. Every object's metadata.managedFields is dropped as it is decoded (see `_trim`).
 
 A sink can also be told when each event arrived (`timed_sink`): the monotonic time the bytes that completed
 it were read from the socket, taken before the event is parsed or any earlier event of the same read is
