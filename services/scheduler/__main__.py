@@ -206,7 +206,7 @@ def start_feed(
     if args.backend != "kubernetes" or args.clock != "real":
         return None
     from phalanx.cluster.feed import ClusterFeed, collections
-    from phalanx.kube.client import api_client
+    from phalanx.kube.connection import connect
 
     scheduler = servicer.scheduler
     # No collection while the first list is decoded and applied; the result is frozen, then collection
@@ -217,7 +217,7 @@ def start_feed(
         servicer.loop.lock,
         scheduler.queue,
         scheduler.binder,
-        collections(api_client(args.kubeconfig)),
+        collections(connect(args.kubeconfig)),
         scheduler_name=args.scheduler_name,
         reconcile_interval=args.reconcile_interval,
         gated=gated,
@@ -267,10 +267,10 @@ class Leadership(leader_election.Leadership):
         dependencies: Dependencies | None = None,
         freeze: bool = False,
     ) -> None:
-        from phalanx.kube.client import api_client as make_api_client
+        from phalanx.kube.connection import connect
 
         config = election_config(args)
-        api = api_client if api_client is not None else make_api_client(args.kubeconfig)
+        api = api_client if api_client is not None else connect(args.kubeconfig)
         super().__init__(
             api,
             config,

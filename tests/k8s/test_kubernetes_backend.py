@@ -486,20 +486,20 @@ def test_bindings_and_events_reuse_their_connections(apiserver, cluster) -> None
     use a handful of TLS connections, not one each (which cost the binder and the API server a
     handshake per call)."""
     from phalanx.backends.kubernetes import KubernetesBackend
-    from phalanx.kube.client import api_client
+    from phalanx.kube.connection import connect
     from phalanx.state.store import Txn
 
     ns = cluster.namespace()
     node = cluster.node("n1", cpu="64")
     uids = {f"p{i}": cluster.pod(ns, f"p{i}", gpus=0, scheduler="nobody")["metadata"]["uid"] for i in range(60)}
-    api = api_client(str(apiserver.kubeconfig_path))
+    api = connect(str(apiserver.kubeconfig_path))
     backend = KubernetesBackend(api, component="nobody")
     try:
         failures = backend.bind(
             [Assignment(pod_key=f"{ns}/{n}", uid=u, node=node) for n, u in uids.items()], time.time(), Txn()
         )
         assert backend.flush()
-        pools = list(api.rest_client.pool_manager.pools._container.values())
+        pools = list(api.pool.pools._container.values())
         connections = sum(p.num_connections for p in pools)
     finally:
         backend.close()

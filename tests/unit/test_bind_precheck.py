@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import redis
 from builders import model_node, model_pod
-from kubernetes.client.rest import ApiException
 
 from phalanx.backends.base import BindFailure
 from phalanx.backends.kube_guard import (
@@ -28,6 +27,7 @@ from phalanx.backends.kube_guard import (
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock
+from phalanx.kube.errors import ApiError
 from phalanx.model.binding import Assignment
 from phalanx.model.keys import GROUP_VOLCANO, GROUP_X_K8S, KOORD_TIMEOUT, LABEL_X_K8S_PODGROUP, VOLCANO_GROUP_NAME
 from phalanx.state.keys import Keys
@@ -173,14 +173,14 @@ NODE = NodeFacts(deleting=False)
         (facts(), None, BindFailure("node n1 does not exist (pod ns/p not bound)")),
         (facts(), NodeFacts(deleting=True), BindFailure("node n1 is being deleted (pod ns/p not bound)")),
         (
-            ApiException(status=503, reason="unavailable"),
+            ApiError(status=503, reason="unavailable"),
             NODE,
-            BindFailure("could not check pod ns/p: ApiException: (503)\nReason: unavailable\n", retryable=True),
+            BindFailure("could not check pod ns/p: ApiError: (503)\nReason: unavailable\n", retryable=True),
         ),
         (
             facts(),
-            ApiException(status=403, reason="Forbidden"),
-            BindFailure("could not check node n1 (for pod ns/p): ApiException: (403)\nReason: Forbidden\n"),
+            ApiError(status=403, reason="Forbidden"),
+            BindFailure("could not check node n1 (for pod ns/p): ApiError: (403)\nReason: Forbidden\n"),
         ),
     ],
 )
@@ -214,13 +214,13 @@ class FakeCore:
     def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> Resp:
         self.gets.append(f"pod {namespace}/{name}")
         if f"{namespace}/{name}" not in self.pods:
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiError(status=404, reason="Not Found")
         return Resp(self.pods[f"{namespace}/{name}"])
 
     def read_node(self, name: str, **kw: Any) -> Resp:
         self.gets.append(f"node {name}")
         if name not in self.nodes:
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiError(status=404, reason="Not Found")
         return Resp({"metadata": {"name": name}})
 
     def list_namespaced_pod(self, namespace: str, field_selector: str = "", **kw: Any) -> Resp:

@@ -7,8 +7,7 @@ import json
 import threading
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
+from phalanx.kube.errors import ApiError
 from phalanx.kube.watch import Collection, Watcher
 
 
@@ -141,8 +140,8 @@ def test_managed_fields_are_dropped_from_listed_and_watched_objects() -> None:
 def test_a_missing_collection_counts_as_synced_and_is_retried() -> None:
     seen, script, watcher = run(
         [
-            ApiException(status=404, reason="Not Found"),
-            ApiException(status=404, reason="Not Found"),
+            ApiError(status=404, reason="Not Found"),
+            ApiError(status=404, reason="Not Found"),
             listing("5", obj("a", "1")),  # the CRD got installed
         ]
     )
@@ -160,9 +159,9 @@ def test_a_collection_missing_at_start_is_quiet_and_its_arrival_is_said(caplog: 
     caplog.set_level(logging.DEBUG, logger="phalanx.kube.watch")
     seen, _, _ = run(
         [
-            ApiException(status=404, reason="Not Found"),
+            ApiError(status=404, reason="Not Found"),
             listing("5", obj("a", "1")),
-            ApiException(status=404, reason="Not Found"),  # (then the script's end lists it once more)
+            ApiError(status=404, reason="Not Found"),  # (then the script's end lists it once more)
         ]
     )
     assert seen[:2] == [("ADDED", "a", "1"), ("DELETED", "a", "")]  # a CRD gone: what it held is deleted
@@ -231,7 +230,7 @@ def test_a_watcher_takes_one_sink_and_remembers_its_last_failure() -> None:
         except ValueError:
             continue
         raise AssertionError(f"accepted {sinks}")
-    _, _, watcher = run([ApiException(status=500, reason="Internal Server Error"), listing("1")])
+    _, _, watcher = run([ApiError(status=500, reason="Internal Server Error"), listing("1")])
     assert watcher.last_error == "500 Internal Server Error" and watcher.synced.is_set()
 
 
@@ -294,7 +293,7 @@ def test_an_expired_continue_lists_again_whole_and_delivers_only_the_difference(
     seen, script, watcher = run(
         [
             page("10", "t1", obj("a", "1"), obj("b", "2")),
-            ApiException(status=410, reason="Expired"),
+            ApiError(status=410, reason="Expired"),
             listing("30", obj("a", "1"), obj("c", "3")),  # the whole list, in one answer
         ]
     )

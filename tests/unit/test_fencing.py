@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import redis
 from builders import gang_spec, model_node, model_pod
-from kubernetes.client.rest import ApiException
 from waiting import wait_for
 
 from phalanx.clock import Clock
@@ -25,6 +24,7 @@ from phalanx.cluster.leader import (
     new_identity,
     pod_namespace,
 )
+from phalanx.kube.errors import ApiError
 from phalanx.model.objects import GangSpec, NodeInfo, PodInfo
 from phalanx.state.keys import Keys
 from phalanx.state.store import FencedOut, StateStore, Txn
@@ -288,7 +288,7 @@ class FakeLeases:
         with self.lock:
             self._check()
             if (namespace, name) not in self.objects:
-                raise ApiException(status=404, reason="Not Found")
+                raise ApiError(status=404, reason="Not Found")
             return SimpleNamespace(data=json.dumps(self.objects[(namespace, name)]).encode())
 
     def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **_: Any) -> SimpleNamespace:
@@ -296,7 +296,7 @@ class FakeLeases:
             self._check()
             name = body["metadata"]["name"]
             if (namespace, name) in self.objects:
-                raise ApiException(status=409, reason="AlreadyExists")
+                raise ApiError(status=409, reason="AlreadyExists")
             return self._store(namespace, name, body)
 
     def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> SimpleNamespace:
@@ -304,9 +304,9 @@ class FakeLeases:
             self._check()
             current = self.objects.get((namespace, name))
             if current is None:
-                raise ApiException(status=404, reason="Not Found")
+                raise ApiError(status=404, reason="Not Found")
             if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-                raise ApiException(status=409, reason="Conflict")
+                raise ApiError(status=409, reason="Conflict")
             return self._store(namespace, name, body)
 
     def _store(self, namespace: str, name: str, body: dict[str, Any]) -> SimpleNamespace:
@@ -390,7 +390,7 @@ def test_optimistic_concurrency_one_winner() -> None:
     stale = json.loads(api.read_namespaced_lease("lease", "ns").data)
     assert b._attempt(clock() + 10) is True
     stale["spec"]["holderIdentity"] = "pod-c_1"
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiError) as exc:
         api.replace_namespaced_lease("lease", "ns", stale)
     assert exc.value.status == 409
 

@@ -16,6 +16,7 @@ import pytest
 from waiting import wait_for
 
 from phalanx.kube.api import KubeApi
+from phalanx.kube.connection import KubeConnection
 from phalanx.kube.pipeline import Pipeline, Request, supported
 
 Answer = Callable[[int, bytes], bytes | None]  # (request number, request bytes) -> raw answer, None: close
@@ -93,10 +94,7 @@ class Server:
     def config(self, token: list[str] | None = None) -> Any:
         tokens = token or ["Bearer t0"]
 
-        def auth() -> dict[str, Any]:
-            return {"BearerToken": {"in": "header", "key": "authorization", "value": tokens[0]}}
-
-        return SimpleNamespace(host=f"http://127.0.0.1:{self.port}", proxy=None, auth_settings=auth)
+        return KubeConnection(f"http://127.0.0.1:{self.port}", authorization=lambda: tokens[0])
 
 
 def echo(n: int, req: bytes) -> bytes:
@@ -202,13 +200,13 @@ def test_the_token_is_asked_for_at_most_once_per_recheck_interval() -> None:
 
 
 def test_kube_api_raises_the_clients_exception_for_a_refusal_through_the_pipeline() -> None:
-    from kubernetes.client.exceptions import ApiException
+    from phalanx.kube.errors import ApiError
 
     server = Server(lambda n, req: plain(409, b'{"message":"already bound"}'))
     pipe = Pipeline(server.config(), connections=1, timeout=5)
-    api = KubeApi(SimpleNamespace(configuration=server.config()), pipe)
+    api = KubeApi(server.config(), pipe)
     try:
-        with pytest.raises(ApiException) as err:
+        with pytest.raises(ApiError) as err:
             api.create_namespaced_pod_binding("p", "ns", {"target": {"name": "n"}})
         assert err.value.status == 409 and "already bound" in str(err.value.body)
         assert server.requests[0].startswith(b"POST /api/v1/namespaces/ns/pods/p/binding HTTP/1.1")
@@ -227,7 +225,7 @@ def _bind_three(server: Server) -> list[Any]:
     from phalanx.backends.kubernetes import KubernetesBackend
     from phalanx.model.binding import Assignment
 
-    backend = KubernetesBackend(SimpleNamespace(configuration=server.config()), component="phalanx")
+    backend = KubernetesBackend(server.config(), component="phalanx")
     try:
         return backend._bind_batch([Assignment(pod_key=f"ns/p{i}", uid=f"u{i}", node="n1") for i in range(3)])
     finally:
@@ -293,7 +291,7 @@ def test_events_spread_over_16_connections_at_most_4_to_a_batch() -> None:
 
     server = Server(lambda n, req: plain(201, b"{}"))
     server.gate.clear()  # every connection's first batch waits for its answers
-    backend = KubernetesBackend(SimpleNamespace(configuration=server.config()), component="phalanx")
+    backend = KubernetesBackend(server.config(), component="phalanx")
     try:
         for i in range(80):
             backend._event({"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": f"p{i}"}, "Scheduled", "")

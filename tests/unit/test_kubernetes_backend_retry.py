@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import urllib3
-from kubernetes.client.rest import ApiException
 
 from phalanx.backends.kubernetes import KubernetesBackend, RetryPolicy
+from phalanx.kube.errors import ApiError
 from phalanx.model.binding import Assignment
 from phalanx.state.txn import Txn
 
@@ -46,7 +46,7 @@ class FakeCore:
 
     def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> Resp:
         if self.pod is None:
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiError(status=404, reason="Not Found")
         return Resp(self.pod)
 
     def create_namespaced_event(self, namespace: str, body: dict[str, Any], **kw: Any) -> Resp:
@@ -66,8 +66,8 @@ def bind(core: FakeCore) -> dict[str, Any]:
 def test_transient_errors_are_retried() -> None:
     core = FakeCore(
         [
-            ApiException(status=500, reason="boom"),
-            ApiException(status=429, reason="slow down"),
+            ApiError(status=500, reason="boom"),
+            ApiError(status=429, reason="slow down"),
             urllib3.exceptions.ProtocolError("reset"),
         ]
     )
@@ -78,7 +78,7 @@ def test_transient_errors_are_retried() -> None:
 
 
 def test_retries_are_bounded() -> None:
-    core = FakeCore([ApiException(status=503, reason="unavailable")] * 10)
+    core = FakeCore([ApiError(status=503, reason="unavailable")] * 10)
     failures = bind(core)
     assert core.binds == 4 and "after 4 attempts" in failures["ns/p"].message and not failures["ns/p"].gone
     assert core.events == []
@@ -86,16 +86,16 @@ def test_retries_are_bounded() -> None:
 
 def test_conflict_resolved_by_reading_the_pod() -> None:
     mine = {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}}
-    assert bind(FakeCore([ApiException(status=409, reason="Conflict")], mine)) == {}  # our earlier bind did it
+    assert bind(FakeCore([ApiError(status=409, reason="Conflict")], mine)) == {}  # our earlier bind did it
     elsewhere = {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n2"}}
-    failure = bind(FakeCore([ApiException(status=409, reason="Conflict")], elsewhere))["ns/p"]
+    failure = bind(FakeCore([ApiError(status=409, reason="Conflict")], elsewhere))["ns/p"]
     assert "already bound to n2" in failure.message and not failure.gone
     recreated = {"metadata": {"uid": "u2"}, "spec": {}}
-    assert bind(FakeCore([ApiException(status=409, reason="Conflict")], recreated))["ns/p"].gone
-    assert bind(FakeCore([ApiException(status=404, reason="Not Found")]))["ns/p"].gone
+    assert bind(FakeCore([ApiError(status=409, reason="Conflict")], recreated))["ns/p"].gone
+    assert bind(FakeCore([ApiError(status=404, reason="Not Found")]))["ns/p"].gone
 
 
 def test_refusals_are_not_retried() -> None:
-    core = FakeCore([ApiException(status=403, reason="Forbidden")])
+    core = FakeCore([ApiError(status=403, reason="Forbidden")])
     failure = bind(core)["ns/p"]
     assert core.binds == 1 and "403" in failure.message

@@ -166,3 +166,48 @@ def test_format_milli(name: str, milli: int, text: str) -> None:
 def test_format_round_trips_through_parse(text: str) -> None:
     name = "memory" if text.endswith("i") else "cpu"
     assert parse_quantity(format_milli(name, parse_quantity(text))) == parse_quantity(text)
+
+
+def _grammar_samples() -> list[str]:
+    """Quantities over the API server's grammar: signs, integer and fraction forms, every suffix, exponents."""
+    numbers = ["0", "1", "7", "12", "1.5", ".25", "3.", "100", "0.001", "999999", "2.000000001", "+4", "-0"]
+    suffixes = ["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+    exponents = ["e3", "E-2", "e+1", "e0"]
+    return [n + s for n in numbers for s in suffixes] + [n + e for n in numbers for e in exponents]
+
+
+def test_the_arithmetic_is_the_kubernetes_clients() -> None:
+    """parse_quantity no longer calls the client's function (its import loads the whole client): every
+    quantity of the grammar reads as that function reads it, to the milli-unit, rounded up."""
+    import math
+    from decimal import localcontext
+
+    from kubernetes.utils import parse_quantity as client_parse
+
+    from phalanx.model.quantity import _EXACT
+
+    checked = 0
+    for text in _grammar_samples():
+        with localcontext(_EXACT):
+            expected = math.ceil(client_parse(text) * 1000)
+        if expected < 0 or expected > 2**63 - 1:
+            with pytest.raises(QuantityError):  # negative, or past int64 milli-units: refused here
+                parse_quantity(text)
+            continue
+        checked += 1
+        assert parse_quantity(text) == expected, text
+    assert checked > 200
+
+
+@pytest.mark.starts_processes
+def test_parsing_a_quantity_does_not_load_the_kubernetes_client() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom phalanx.model.quantity import parse_quantity\n"
+        "assert parse_quantity('1.5Gi') == 1610612736000 and parse_quantity('250m') == 250\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

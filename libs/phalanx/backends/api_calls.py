@@ -6,15 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 from phalanx import fast_json
+from phalanx.kube.errors import api_errors, is_api_error
 
 
 def json_or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
     """The JSON answer of `call` (made with _preload_content=False); None when the object does not exist."""
-    from kubernetes.client.rest import ApiException
-
     try:
         resp = call()
-    except ApiException as exc:
+    except api_errors() as exc:
         if exc.status == 404:
             return None
         raise
@@ -36,9 +35,8 @@ def release(resp: Any) -> None:
 def transient(exc: BaseException) -> bool:
     """No answer, or an answer that says "later": 429, 5xx, timeouts, connection errors."""
     import urllib3
-    from kubernetes.client.rest import ApiException
 
-    if isinstance(exc, ApiException):
+    if is_api_error(exc):
         return exc.status == 429 or (exc.status or 0) >= 500
     return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))
 

@@ -21,6 +21,7 @@ from phalanx.backends.api_calls import api_message, release, transient
 from phalanx.backends.base import BindFailure
 from phalanx.backends.kube_writer import KubeWriter
 from phalanx.kube.api import raise_for_status
+from phalanx.kube.errors import is_api_error
 from phalanx.model.binding import Assignment
 from phalanx.model.status import EventReason
 
@@ -165,9 +166,7 @@ class PodBinding(KubeWriter):
 
     def _bind_error(self, a: Assignment, exc: Exception) -> BindFailure | None:
         """None: the pod is bound where we wanted it after all. Raises _Retry for transient errors."""
-        from kubernetes.client.rest import ApiException
-
-        if not isinstance(exc, ApiException):
+        if not is_api_error(exc):
             if transient(exc):
                 raise _Retry(f"{type(exc).__name__}: {exc}")
             raise exc

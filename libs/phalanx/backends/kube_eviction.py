@@ -9,6 +9,7 @@ from typing import Any
 from phalanx.backends.api_calls import api_message, json_or_none, release, transient
 from phalanx.backends.kube_writer import STRATEGIC_MERGE_PATCH, KubeWriter
 from phalanx.kube import podgroups
+from phalanx.kube.errors import api_errors
 from phalanx.model.binding import EvictResult, EvictStatus, Victim
 from phalanx.model.status import EventReason
 
@@ -40,8 +41,6 @@ class Eviction(KubeWriter):
         return out
 
     def _evict_one(self, v: Victim) -> EvictResult:
-        from kubernetes.client.rest import ApiException
-
         namespace, name = v.pod_key.split("/", 1)
         try:
             pod = self._read_pod(namespace, name)
@@ -98,7 +97,7 @@ class Eviction(KubeWriter):
                         _request_timeout=self.retry.request_timeout,
                     )
                 )
-        except ApiException as exc:
+        except api_errors() as exc:
             if exc.status == 404:
                 return EvictResult(v.pod_key, EvictStatus.GONE, "no longer exists")
             if exc.status == 429:  # a PodDisruptionBudget allows no disruption now

@@ -14,6 +14,7 @@ from phalanx.backends.api_calls import json_or_none
 from phalanx.backends.kube_guard import event_reason_allowed, report_annotations
 from phalanx.backends.kube_writer import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeWriter
 from phalanx.kube import podgroups
+from phalanx.kube.errors import api_errors
 from phalanx.model.binding import PodReport
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,6 @@ class PodReports(KubeWriter):
         The resourceVersion is a precondition: the binder binds pods concurrently with reporting, and an
         unschedulable condition written just after a binding would overwrite the PodScheduled=True the
         binding set."""
-        from kubernetes.client.rest import ApiException
-
         meta = pod.get("metadata") or {}
         condition = {
             "type": "PodScheduled",
@@ -120,7 +119,7 @@ class PodReports(KubeWriter):
                     _request_timeout=self.retry.request_timeout,
                 )
             )
-        except ApiException as exc:
+        except api_errors() as exc:
             if exc.status == 409:
                 return False
             raise

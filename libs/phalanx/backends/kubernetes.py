@@ -59,14 +59,15 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         eviction_mode: str = "api",
     ) -> None:
         from phalanx.kube.api import KubeApi
+        from phalanx.kube.connection import KubeConnection
         from phalanx.kube.pipeline import Pipeline, supported
 
         self.retry = retry or RetryPolicy()
         # Writes are pipelined (kube/pipeline.py: the requests waiting for a connection go in one TLS write, a
         # quarter of the CPU each): bindings, status writes and Events each on connections of their own, so
         # a binding never queues behind a burst of Events, nor a PodGroup status behind them.
-        cfg = getattr(api_client, "configuration", None)
-        why = "no client configuration" if cfg is None else supported(cfg)
+        cfg = KubeConnection.of(api_client)
+        why = supported(cfg)
         if why:
             log.info("API writes not pipelined: %s", why)
         timeout = self.retry.request_timeout
@@ -88,9 +89,9 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         # Not the client's generated API classes (their import costs the binder's start-up most of a second,
         # and pydantic checks every call): the same requests, made raw (kube/api.py).
         pipes: list[Pipeline | None] = list(self._pipelines) or [None, None, None]
-        self.bind_api = KubeApi(api_client, pipes[0])
-        self.core = self.custom = KubeApi(api_client, pipes[1])
-        self.events_api = KubeApi(api_client, pipes[2])
+        self.bind_api = KubeApi(cfg, pipes[0])
+        self.core = self.custom = KubeApi(cfg, pipes[1])
+        self.events_api = KubeApi(cfg, pipes[2])
         # The pods' spec.schedulerName this binder binds and reports on, and the Events' source, like
         # kube-scheduler's "default-scheduler".
         self.component = component
@@ -108,12 +109,12 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
     @classmethod
     def from_args(cls, args: Any, after_first_list: Callable[[], object] | None = None) -> KubernetesBackend:
         """The binder's backend, its cluster view started; `after_first_list`: see ClusterView.start."""
-        from phalanx.kube.client import api_client
+        from phalanx.kube.connection import connect
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
         grace = getattr(args, "eviction_grace_seconds", None)
         backend = cls(
-            api_client(getattr(args, "kubeconfig", "") or ""),
+            connect(getattr(args, "kubeconfig", "") or ""),
             component=component or DEFAULT_SCHEDULER_NAME,
             eviction_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None,
             eviction_mode=getattr(args, "eviction_mode", "api") or "api",

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from phalanx.kube.errors import api_errors
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_DURATION = 15.0
@@ -253,8 +255,6 @@ class LeaderElector:
         return self._replace(lease, timeout, conflict_ok=True)
 
     def _try_acquire_or_renew(self, timeout: float) -> bool | str | None:
-        from kubernetes.client.rest import ApiException
-
         cfg = self.config
         now_mono, now = self._mono(), _micro_time(self._wall())
         record = {
@@ -266,7 +266,7 @@ class LeaderElector:
         }
         try:
             lease = self._read(timeout)
-        except ApiException as exc:
+        except api_errors() as exc:
             if exc.status != 404:
                 raise
             body = {
@@ -279,7 +279,7 @@ class LeaderElector:
                 created = self.api.create_namespaced_lease(
                     cfg.namespace, body, _preload_content=False, _request_timeout=timeout
                 )
-            except ApiException as exc2:
+            except api_errors() as exc2:
                 if exc2.status == 409:  # another replica created it first
                     return None
                 raise
@@ -321,14 +321,12 @@ class LeaderElector:
 
     def _replace(self, lease: dict[str, Any], timeout: float, conflict_ok: bool) -> bool:
         """Writes `lease` (its metadata.resourceVersion is the precondition); False on 409 Conflict."""
-        from kubernetes.client.rest import ApiException
-
         started = self._mono()
         try:
             resp = self.api.replace_namespaced_lease(
                 self.config.name, self.config.namespace, lease, _preload_content=False, _request_timeout=timeout
             )
-        except ApiException as exc:
+        except api_errors() as exc:
             if exc.status == 409:
                 return False
             raise

@@ -25,7 +25,7 @@ class Leadership:
     loop. Losing the Lease, or a write refused as fenced out, stops the loop and the feed at once and calls
     `on_lost(reason)` (the service exits, as kube-scheduler does, and restarts as a standby). A graceful `stop` releases the Lease.
 
-    `api_client`: a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs; `ready`,
+    `api_client`: a KubeConnection (kube/connection.py) or a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs; `ready`,
     if given, blocks on the takeover thread after the term is claimed until what recovery and scheduling
     need serves (the queue and the binder: the replica campaigns while it still waits for them); False gives
     the takeover up (the process is ending)."""

@@ -1,15 +1,15 @@
-"""The API calls the services make, sent through the kubernetes client's ApiClient without its generated API
-classes.
+"""The API calls the services make, as the kubernetes client's generated API classes would send them, without
+that client.
 
 The client's generated API modules are pydantic code: importing `kubernetes.client.CoreV1Api` builds some 250
 model classes (0.4-0.7 s of CPU on this project's 2-core VM, in each of the binder and the scheduler, at
 start-up, when the three services start together on the same cores), and every call is validated by
-pydantic before it is sent. Phalanx never uses the models: it sends plain dicts and reads the raw JSON
-(`_preload_content=False`). `KubeApi` makes the same requests as the generated methods of the same names
-and arguments (path, query, Accept and Content-Type, the BearerToken auth setting through
-`ApiClient.param_serialize`, so tokens that refresh still do), on the same connection pool, and answers as
-they do with `_preload_content=False`: the urllib3 response on 2xx, `ApiException` (from the response, so
-its status, reason and body) otherwise.
+pydantic before it is sent; importing any part of the package loads the rest of the client (kube/errors.py).
+Phalanx never uses the models: it sends plain dicts and reads the raw JSON. `KubeApi` makes the same requests
+as the generated methods of the same names and arguments (path, query, Accept and Content-Type, the bearer
+token) through a `KubeConnection` (kube/connection.py: a urllib3 pool), and answers as they do with
+`_preload_content=False`: the urllib3 response on 2xx, `ApiError` (status, reason, body, headers: the
+attributes of the client's ApiException) otherwise.
 
 Only the calls Phalanx makes are here; each takes the keyword arguments it is given (`_request_timeout`,
 `_content_type`, the query parameters below), and refuses others, so a call that would have been sent
@@ -22,6 +22,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from phalanx import fast_json
+from phalanx.kube.connection import KubeConnection
+from phalanx.kube.errors import from_response
 
 if TYPE_CHECKING:
     from phalanx.kube.pipeline import Pipeline, Request
@@ -47,17 +49,13 @@ QUERY = {
 
 class KubeApi:
     """CoreV1Api, PolicyV1Api, CustomObjectsApi and CoordinationV1Api, for the calls Phalanx makes (see the
-    module docstring). `api_client`: a kubernetes ApiClient (phalanx.kube.client.api_client); None: the
-    client's default one, as the generated classes do."""
+    module docstring). `connection`: a KubeConnection (kube/connection.py), or a kubernetes ApiClient (tests,
+    tools: its configuration is used); None: the kubernetes client's default configuration."""
 
-    def __init__(self, api_client: Any = None, pipeline: Pipeline | None = None) -> None:
-        if api_client is None:
-            from kubernetes.client.api_client import ApiClient
-
-            api_client = ApiClient.get_default()
-        self.api_client = api_client
+    def __init__(self, connection: Any = None, pipeline: Pipeline | None = None) -> None:
+        self.connection = KubeConnection.of(connection)
         # Writes (POST, PUT, PATCH, DELETE) go through `pipeline` when given (kube/pipeline.py: many in one
-        # TLS write); reads, lists and watches always through the client's pool.
+        # TLS write); reads, lists and watches always through the connection's pool.
         self.pipeline = pipeline
 
     def send(self, method: str, path: str, body: Any, content_type: str | None = None) -> Future[Any]:
@@ -102,19 +100,12 @@ class KubeApi:
         headers = {"Accept": JSON}
         if body is not None or method in ("POST", "PUT", "PATCH"):
             headers["Content-Type"] = content_type or JSON
-        serialized = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        resp = self.api_client.call_api(*serialized, _request_timeout=request_timeout)
+        data = None if body is None else fast_json.dumps_bytes(body)
+        resp = self.connection.request(method, path, query=query, headers=headers, body=data, timeout=request_timeout)
         if not 200 <= resp.status <= 299:
             resp.read()
             raise_for_status(resp)
-        return resp.response
+        return resp
 
     # -- core/v1 -------------------------------------------------------------------------------------------
     def list_node(self, *, _preload_content: bool = False, _request_timeout: Any = None, **params: Any) -> Any:
@@ -333,12 +324,9 @@ class KubeApi:
 
 
 def raise_for_status(resp: Any) -> None:
-    """Raises the client's ApiException (the status's subclass: NotFound, Conflict...) for an answer outside
-    2xx whose body has been read (status, reason, data, headers), as the generated methods do."""
+    """Raises ApiError (status, reason, body, headers) for an answer outside 2xx whose body has been read."""
     if not 200 <= resp.status <= 299:
-        from kubernetes.client.exceptions import ApiException
-
-        ApiException.from_response(http_resp=resp, body=None, data=None)  # it raises
+        raise from_response(resp)
 
 
 def _pipelined(method: str, path: str, body: Any, content_type: str | None) -> Request:

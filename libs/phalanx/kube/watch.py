@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx import fast_json
+from phalanx.kube.errors import ApiError, api_errors
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +132,6 @@ class Watcher:
 
     # -- the loop --------------------------------------------------------------------------------------
     def _run(self) -> None:
-        from kubernetes.client.rest import ApiException
-
         name = self.collection.name
         version: str | None = None
         backoff = 0.5
@@ -153,7 +152,7 @@ class Watcher:
             except _Gone:
                 log.info("%s: resourceVersion %s expired; re-listing", name, version)
                 version = None
-            except ApiException as exc:
+            except api_errors() as exc:
                 if self.stop.is_set():
                     break
                 self.last_error = f"{exc.status} {exc.reason}"
@@ -192,8 +191,6 @@ class Watcher:
     def _list(self) -> str:
         """Lists every page, delivering each as it arrives, then the deletions; returns the snapshot's
         resourceVersion."""
-        from kubernetes.client.rest import ApiException
-
         limit = self.limit
         while True:
             fresh: dict[str, str] = {}  # key -> resourceVersion of every object this listing returned
@@ -225,7 +222,7 @@ class Watcher:
                     self._deliver_page(items, arrived, fresh)
                     if not token:
                         break
-            except ApiException as exc:
+            except api_errors() as exc:
                 if exc.status != 410 or not token:
                     raise
                 log.info(
@@ -259,8 +256,6 @@ class Watcher:
         self._known = fresh
 
     def _watch(self, version: str) -> str:
-        from kubernetes.client.rest import ApiException
-
         resp = self._call(
             watch=True,
             resource_version=version,
@@ -272,7 +267,7 @@ class Watcher:
         try:
             status = getattr(resp, "status", 200)
             if not 200 <= status <= 299:
-                raise ApiException(status=status, reason=resp.data.decode(errors="replace")[:200])
+                raise ApiError(status=status, reason=resp.data.decode(errors="replace")[:200])
             for arrived, line in _lines(resp):
                 if self.stop.is_set():
                     break
@@ -283,7 +278,7 @@ class Watcher:
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise _Gone()
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                    raise ApiError(status=obj.get("code"), reason=obj.get("message"))
                 new_version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     key = object_key(obj)

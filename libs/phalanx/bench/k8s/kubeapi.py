@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phalanx.kube.api import KubeApi
+from phalanx.kube.errors import ApiError
 
 RETRIED = (429, 500, 503)
 
@@ -24,20 +25,18 @@ class BenchK8sError(RuntimeError):
 
 
 def connect(kubeconfig: str) -> KubeApi:
-    """A KubeApi on the services' own ApiClient (phalanx.kube.client: a pool of 32 connections)."""
-    from phalanx.kube.client import api_client
+    """A KubeApi on the services' own connection (phalanx.kube.connection: a pool of 32 connections)."""
+    from phalanx.kube.connection import connect as kube_connect
 
-    return KubeApi(api_client(kubeconfig))
+    return KubeApi(kube_connect(kubeconfig))
 
 
 def call(api: KubeApi, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
     """One request; its JSON answer (None when empty). Retried on 429/500/503, BenchK8sError otherwise."""
-    from kubernetes.client.exceptions import ApiException
-
     for attempt in range(5):
         try:
             resp = api.request(method, path, body=body, content_type=content_type, request_timeout=(10, 60))
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status in RETRIED and attempt < 4:
                 time.sleep(0.2 * (attempt + 1))
                 continue
@@ -52,11 +51,9 @@ def get(api: KubeApi, path: str) -> Any:
 
 def served(api: KubeApi, path: str) -> bool:
     """Whether GET `path` answers 200 (a CRD's collection, once the API server serves it)."""
-    from kubernetes.client.exceptions import ApiException
-
     try:
         api.request("GET", path, limit=1, request_timeout=(10, 60))
-    except ApiException:
+    except ApiError:
         return False
     return True
 

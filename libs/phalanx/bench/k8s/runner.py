@@ -253,7 +253,7 @@ def run_once(
         if sut is not None:
             sut.stop()
         if api is not None:
-            api.api_client.close()
+            api.connection.close()
         server.stop()
     if opts.log_dir is None:
         shutil.rmtree(base_dir, ignore_errors=True)
