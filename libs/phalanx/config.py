@@ -123,6 +123,19 @@ def usage_error(service: str, message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def check_kubeconfig(service: str, args: argparse.Namespace) -> None:
+    """A service that will talk to the API server reads its kubeconfig (or the pod's service account) at
+    start: one that names no usable server ends it with one line naming the file and the field."""
+    if getattr(args, "backend", "") != "kubernetes" or getattr(args, "clock", "real") != "real":
+        return
+    from phalanx.kube.connection import KubeconfigError, connect
+
+    try:
+        connect(getattr(args, "kubeconfig", "") or "").close()
+    except KubeconfigError as exc:
+        usage_error(service, str(exc))
+
+
 def serve_metrics_of(args: argparse.Namespace, service: str, *collectors: "Collector") -> "MetricsEndpoint | None":
     """Starts the service's /metrics endpoint on --metrics-listen (None when it is off); a bad or busy
     address ends the service with one line naming it."""

@@ -25,6 +25,7 @@ from phalanx.cluster.duties import SchedulingDuties
 from phalanx.cluster.leader import ElectionConfig, new_identity, pod_name, pod_namespace
 from phalanx.cluster.loop import SchedulingLoop
 from phalanx.config import (
+    check_kubeconfig,
     health_listen_of,
     redis_client,
     redis_unreachable,
@@ -307,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     elect = election_enabled(args)
     if elect:
         election_config(args)  # bad flags fail before anything starts
+    check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
     metrics = serve_metrics_of(args, "scheduler")
     dependencies = Dependencies(args, security_of(args)).start()
     server, servicer = built_or_exit("scheduler", lambda: build(args, standby=elect, dependencies=dependencies))

@@ -103,6 +103,22 @@ def test_a_bad_profile_ends_the_scheduler_with_one_line(tmp_path: Path, text: st
     assert one_line(done).startswith(f"phalanx-scheduler: --profile {profile}: {says}")
 
 
+@pytest.mark.parametrize("service", ["scheduler", "binder"])
+def test_a_kubeconfig_naming_no_server_ends_the_service_with_one_line(tmp_path: Path, service: str) -> None:
+    """Read at start (the scheduler's feed and Lease would read it later on their own threads): the line
+    names the file and the field, not a traceback."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "current-context: x\ncontexts: [{name: x, context: {cluster: prod, user: u}}]\n"
+        "clusters: [{name: prod, cluster: {certificate-authority-data: abc}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    done = run_service(
+        service, "--metrics-listen", "off", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig), timeout=30
+    )
+    assert done.returncode == 2, done.stderr
+    assert one_line(done) == f"phalanx-{service}: kubeconfig {kubeconfig}: cluster 'prod' has no server"
+
+
 def test_a_missing_profile_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     done = run_service("scheduler", "--metrics-listen", "off", "--backend", "simulated", "--profile", str(missing))
