@@ -27,6 +27,7 @@ from phalanx.cluster.loop import SchedulingLoop
 from phalanx.config import (
     check_kubeconfig,
     health_listen_of,
+    kube_connection_of,
     redis_client,
     redis_unreachable,
     security_of,
@@ -207,7 +208,6 @@ def start_feed(
     if args.backend != "kubernetes" or args.clock != "real":
         return None
     from phalanx.cluster.feed import ClusterFeed, collections
-    from phalanx.kube.connection import connect
 
     scheduler = servicer.scheduler
     # No collection while the first list is decoded and applied; the result is frozen, then collection
@@ -218,7 +218,7 @@ def start_feed(
         servicer.loop.lock,
         scheduler.queue,
         scheduler.binder,
-        collections(connect(args.kubeconfig)),
+        collections(kube_connection_of(args)),
         scheduler_name=args.scheduler_name,
         reconcile_interval=args.reconcile_interval,
         gated=gated,
@@ -268,10 +268,8 @@ class Leadership(leader_election.Leadership):
         dependencies: Dependencies | None = None,
         freeze: bool = False,
     ) -> None:
-        from phalanx.kube.connection import connect
-
         config = election_config(args)
-        api = api_client if api_client is not None else connect(args.kubeconfig)
+        api = api_client if api_client is not None else kube_connection_of(args)
         super().__init__(
             api,
             config,

@@ -176,3 +176,14 @@ def test_in_a_pod_the_service_account_is_read_and_its_rotated_token_used(
     (account / "token").write_text("")
     with pytest.raises(KubeconfigError, match="token is missing or empty"):
         in_cluster(env, account)
+
+
+def test_a_process_makes_its_connection_once(tmp_path: Path) -> None:
+    """The scheduler's feed and its Lease share one connection (one pool; inline keys written out once)."""
+    from argparse import Namespace
+
+    from phalanx.config import kube_connection_of
+
+    args = Namespace(kubeconfig=kubeconfig(tmp_path / "kc", {"server": "https://h:1"}, {"token": "t"}))
+    first = kube_connection_of(args)
+    assert kube_connection_of(args) is first and first.authorization() == "Bearer t"
