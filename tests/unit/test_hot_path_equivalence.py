@@ -11,10 +11,21 @@ import json
 import numpy as np
 import pytest
 
+from phalanx import fast_json
 from phalanx.framework.plugin import PodRequest
 from phalanx.framework.snapshot import Snapshot
 from phalanx.gang.record import GangRecord
-from phalanx.model.objects import NodeInfo, Placement, PodInfo, SelectorRequirement, SelectorTerm, Toleration
+from phalanx.model.objects import (
+    GangMode,
+    GangSpec,
+    NodeInfo,
+    Placement,
+    PodInfo,
+    SelectorRequirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
 from phalanx.model.pod_affinity import (
     LabelRequirement,
     LabelSelector,
@@ -24,7 +35,15 @@ from phalanx.model.pod_affinity import (
     WeightedPodAffinityTerm,
 )
 from phalanx.plugins.allocation_scores import LeastAllocated, MinFragment, MostAllocated
-from phalanx.state.codec import affinity_to_plain, pod_from_json, pod_to_json
+from phalanx.state.codec import (
+    affinity_to_plain,
+    gang_from_json,
+    gang_to_json,
+    node_from_json,
+    node_to_json,
+    pod_from_json,
+    pod_to_json,
+)
 
 
 def _reference_utilisation(snap: Snapshot, candidates: np.ndarray, cols: np.ndarray, amounts: np.ndarray) -> np.ndarray:
@@ -146,6 +165,53 @@ def test_pod_to_json_is_asdict(pod: PodInfo) -> None:
     assert pod_from_json(json.loads(json.dumps(fast))) == pod
     fast["requests"]["cpu"] = -1  # a copy, as asdict makes
     assert pod.requests.get("cpu") != -1
+
+
+@pytest.mark.parametrize(
+    "gang",
+    [
+        GangSpec("ns", "g", 3, 3),
+        GangSpec(
+            "ns",
+            "rich",
+            2,
+            4,
+            mode=GangMode.NON_STRICT,
+            groups=("ns/rich", "ns/other"),
+            wait_seconds=30.5,
+            min_resources={"cpu": 4000, "nvidia.com/gpu": 2000},
+            created_at=1795867200.25,
+            source="podgroup/scheduling.x-k8s.io",
+            invalid="",
+            match_policy="only-waiting",
+            queue="team-a",
+            min_task_member={"worker": 2, "ps": 1},
+        ),
+    ],
+    ids=lambda g: g.name,
+)
+def test_gang_to_json_is_asdict(gang: GangSpec) -> None:
+    assert gang_to_json(gang) == fast_json.dumps({**dataclasses.asdict(gang), "mode": gang.mode.value})
+    assert gang_from_json(gang_to_json(gang)) == gang
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        NodeInfo("n0"),
+        NodeInfo(
+            "n1",
+            allocatable={"cpu": 32000, "nvidia.com/gpu": 8000},
+            labels={"zone": "a", "kubernetes.io/hostname": "n1"},
+            taints=(Taint("gpu", "true", "NoSchedule"), Taint("spot", effect="PreferNoSchedule")),
+            unschedulable=True,
+        ),
+    ],
+    ids=lambda n: n.name,
+)
+def test_node_to_json_is_asdict(node: NodeInfo) -> None:
+    assert node_to_json(node) == fast_json.dumps(dataclasses.asdict(node))
+    assert node_from_json(node_to_json(node)) == node
 
 
 def test_gang_record_copy_matches_deepcopy() -> None:

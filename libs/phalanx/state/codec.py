@@ -159,10 +159,50 @@ def role_in_record(raw: str) -> str:
 
 
 # -- gangs -------------------------------------------------------------------------------------------------
+# gang_to_json and node_to_json write their fields by hand too (asdict was 6% of the scheduler's rebuild of
+# 30,000 bound pods: every gang and node is written to Redis); a new field falls back to asdict.
+_GANG_HAND_WRITTEN = _fields(GangSpec) == (
+    "namespace",
+    "name",
+    "min_available",
+    "total_number",
+    "mode",
+    "groups",
+    "wait_seconds",
+    "min_resources",
+    "created_at",
+    "source",
+    "invalid",
+    "match_policy",
+    "queue",
+    "min_task_member",
+)
+_NODE_HAND_WRITTEN = _fields(NodeInfo) == ("name", "allocatable", "labels", "taints", "unschedulable") and _fields(
+    Taint
+) == ("key", "value", "effect")
+
+
 def gang_to_json(g: GangSpec) -> str:
-    data = asdict(g)
-    data["mode"] = g.mode.value
-    return fast_json.dumps(data)
+    if not _GANG_HAND_WRITTEN:
+        return fast_json.dumps({**asdict(g), "mode": g.mode.value})
+    return fast_json.dumps(
+        {
+            "namespace": g.namespace,
+            "name": g.name,
+            "min_available": g.min_available,
+            "total_number": g.total_number,
+            "mode": g.mode.value,
+            "groups": g.groups,
+            "wait_seconds": g.wait_seconds,
+            "min_resources": g.min_resources,
+            "created_at": g.created_at,
+            "source": g.source,
+            "invalid": g.invalid,
+            "match_policy": g.match_policy,
+            "queue": g.queue,
+            "min_task_member": g.min_task_member,
+        }
+    )
 
 
 def gang_from_json(raw: str | bytes) -> GangSpec:
@@ -198,7 +238,17 @@ def gang_record(key: str, h: dict[str, str], assumed: set[str], bound: set[str],
 
 # -- nodes -------------------------------------------------------------------------------------------------
 def node_to_json(n: NodeInfo) -> str:
-    return fast_json.dumps(asdict(n))
+    if not _NODE_HAND_WRITTEN:
+        return fast_json.dumps(asdict(n))
+    return fast_json.dumps(
+        {
+            "name": n.name,
+            "allocatable": n.allocatable,
+            "labels": n.labels,
+            "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints],
+            "unschedulable": n.unschedulable,
+        }
+    )
 
 
 def node_from_json(raw: str | bytes) -> NodeInfo:
