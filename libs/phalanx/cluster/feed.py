@@ -43,7 +43,7 @@ from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.inbox import Inbox
-from phalanx.cluster.intake_flow import IntakeFlow
+from phalanx.cluster.intake_flow import Early, IntakeFlow, parse_early
 from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
@@ -93,6 +93,10 @@ def collections(api_client: Any) -> list[Collection]:
     return out
 
 
+# A watch event: collection, kind (ADDED, MODIFIED, DELETED), the object, and a pod's early parse.
+Event = tuple[str, str, dict[str, Any], Early]
+
+
 class ClusterFeed:
     def __init__(
         self,
@@ -132,7 +136,7 @@ class ClusterFeed:
         self.applying = threading.Event()  # the gate: set once the scheduler may be fed (see `gated`)
         if not gated:
             self.applying.set()
-        self._events: Inbox[tuple[str, str, dict[str, Any]]] = Inbox()
+        self._events: Inbox[Event] = Inbox()
         self._watchers = [
             Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
             for c in sources
@@ -175,7 +179,12 @@ class ClusterFeed:
             w.join(timeout)
 
     def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
-        self._events.put((collection, kind, obj))
+        self._events.put(self.event(collection, kind, obj))
+
+    def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
+        """A watch event as the feed's batch takes it. Pods are parsed here, on their watch thread, not in the
+        batch under the scheduler's lock (intake_flow.parse_early)."""
+        return collection, kind, obj, parse_early(kind, obj, self.name) if collection == _PODS else None
 
     def _run(self) -> None:
         while not self.stop_event.is_set() and not (
@@ -231,7 +240,7 @@ class ClusterFeed:
                 if self._after_rebuild is not None:
                     self._after_rebuild()
 
-    def _drain(self, block: bool) -> list[tuple[str, str, dict[str, Any]]]:
+    def _drain(self, block: bool) -> list[Event]:
         return self._events.drain(0.2 if block else 0.0)
 
     def _maintain(self) -> None:
@@ -241,17 +250,17 @@ class ClusterFeed:
             log.warning("cluster feed: maintenance failed (%s); retrying", exc)
 
     # -- one batch: dispatch -----------------------------------------------------------------------------
-    def _apply(self, events: list[tuple[str, str, dict[str, Any]]], initial: bool) -> None:
+    def _apply(self, events: list[Event], initial: bool) -> None:
         # Nodes first (bound pods need their node), then gang objects (pods resolve against them).
         rank = {_NODES: 0, _PODS: 2}
         b = Batch()
         with self.lock:
-            for collection, kind, obj in sorted(events, key=lambda e: rank.get(e[0], 1)):
+            for collection, kind, obj, early in sorted(events, key=lambda e: rank.get(e[0], 1)):
                 try:
                     if collection == _NODES:
                         self.flow.on_node(kind, obj, b)
                     elif collection == _PODS:
-                        self.flow.on_pod(kind, obj, b)
+                        self.flow.on_pod(kind, obj, b, early)
                     elif collection == _BUDGETS:
                         self._on_budget(kind, obj)
                     else:

@@ -34,6 +34,42 @@ log = logging.getLogger(__name__)
 
 _PHALANX_WRITTEN = (KOORD_TIMEOUT,)  # annotations Phalanx itself writes: not a change by the user
 
+# A pod parsed before the feed's lock (parse_early), or the error its parse gave; None: not parsed yet.
+Early = PodInfo | IntakeError | None
+
+
+def parse_early(kind: str, obj: Mapping[str, Any], scheduler: str) -> Early:
+    """The parse on_pod will need, done by the caller's thread before the event waits for the feed's lock:
+    for a pending pod of `scheduler`'s, and for a pod first seen bound (ADDED: a list's, or a watch's first
+    sight). Other events (a bound pod's status changes, deletions, finished pods) are parsed by on_pod only
+    when it needs them, so they cost no parse here. Parsing is 40-50 us a pod: on a restart 30,000 bound
+    pods' worth leave the rebuild's batch, and under steady arrival the scheduler's lock is not held for it."""
+    if kind == "DELETED":
+        return None
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    if spec.get("nodeName"):
+        if kind != "ADDED":
+            return None
+    elif scheduler_name(obj) != scheduler or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    try:
+        return parse_pod(obj)
+    except IntakeError as exc:
+        return exc
+    except Exception:  # left to on_pod, which reports it where the feed reports what it cannot handle
+        return None
+
+
+def _parsed(obj: Mapping[str, Any], early: Early) -> PodInfo:
+    """The pod of `obj`: parsed early, or now; raises the IntakeError either gave."""
+    if isinstance(early, PodInfo):
+        return early
+    if isinstance(early, IntakeError):
+        raise early
+    return parse_pod(obj)
+
 
 class IntakeFlow:
     def __init__(self, mirror: Mirror, counts: GangCounts, scheduler_name: str) -> None:
@@ -108,8 +144,9 @@ class IntakeFlow:
         return list(b.gangs.values())
 
     # -- pods --------------------------------------------------------------------------------------------
-    def on_pod(self, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
-        """A pod, any scheduler's, added, changed or deleted: into the mirror, and into the batch what it changes."""
+    def on_pod(self, kind: str, obj: Mapping[str, Any], b: Batch, early: Early = None) -> None:
+        """A pod, any scheduler's, added, changed or deleted: into the mirror, and into the batch what it changes.
+        `early`: parse_early's result for this very event."""
         key = object_key(obj)
         prev = self.mirror.pod(key)
         if kind == "DELETED":
@@ -142,15 +179,15 @@ class IntakeFlow:
         if node:
             if state.node != node:
                 state.node = node
-                self._on_bound(key, obj, state, b)
+                self._on_bound(key, obj, state, b, early)
             self._take_back(key, state, b)
             return
         if state.ours:
-            self._on_pending(key, obj, state, b)
+            self._on_pending(key, obj, state, b, early)
 
-    def _on_bound(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch) -> None:
+    def _on_bound(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch, early: Early) -> None:
         try:
-            pod = parse_pod(obj)
+            pod = _parsed(obj, early)
         except IntakeError as exc:
             log.warning("cluster feed: %s; its resources are not counted", exc)
             return
@@ -169,7 +206,7 @@ class IntakeFlow:
             self._leave(key, prev, b)
             self.mirror.drop_pod(key)
 
-    def _on_pending(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch) -> None:
+    def _on_pending(self, key: str, obj: Mapping[str, Any], state: MirroredPod, b: Batch, early: Early) -> None:
         """A pending pod of ours, added or changed."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
@@ -178,7 +215,7 @@ class IntakeFlow:
             self._take_back(key, state, b)
             return
         try:
-            pod = parse_pod(obj)
+            pod = _parsed(obj, early)
         except IntakeError as exc:
             self._refuse(key, str(exc), state, b)
             state.fingerprint = None
