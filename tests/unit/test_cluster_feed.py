@@ -563,13 +563,14 @@ def test_parse_early_parses_what_the_batch_would_and_nothing_more() -> None:
     from phalanx.cluster.intake_flow import parse_early
     from phalanx.intake.errors import IntakeError
 
-    def early(event: tuple[str, str, dict[str, Any]]) -> object:
-        return parse_early(event[1], event[2], NAME)
+    def early(event: tuple[str, str, dict[str, Any]], node_before: str | None = None) -> object:
+        return parse_early(event[1], event[2], NAME, node_before)
 
     assert isinstance(early(pod("pending")), PodInfo), "a pending pod of ours"
     assert isinstance(early(pod("listed", node_name="n1")), PodInfo), "a pod first seen bound"
     assert isinstance(early(pod("theirs", node_name="n1", scheduler="other")), PodInfo), "any scheduler's"
-    assert early(pod("b", node_name="n1", kind="MODIFIED")) is None, "a bound pod's status change"
+    assert early(pod("b", node_name="n1", kind="MODIFIED"), "n1") is None, "a bound pod's status change"
+    assert isinstance(early(pod("b", node_name="n1", kind="MODIFIED"), ""), PodInfo), "its binding"
     assert early(pod("theirs", scheduler="other")) is None, "another scheduler's pending pod"
     assert early(pod("done", node_name="n1", phase="Succeeded")) is None
     assert early(pod("gone", kind="DELETED")) is None
@@ -601,3 +602,8 @@ def test_a_watched_pod_is_parsed_outside_the_schedulers_lock(h: Harness, monkeyp
     assert held == [False, False, False], "each pod parsed once, none under the lock"
     assert "ns/a" in feed.mirror.pods and feed.mirror.pods["ns/a"].node == "n1"
     assert sorted(e.key for e in h.queue.queue.pop(10, 0.0)) == ["ns/b", "ns/c"]
+    feed._sink(*pod("b", node_name="n1", kind="MODIFIED"))  # bound
+    feed._sink(*pod("a", node_name="n1", kind="MODIFIED", phase="Running"))  # a status change: no parse
+    feed._apply(feed._drain(block=False), initial=False)
+    assert held == [False] * 4, "the binding parsed once more, outside the lock; the status change not at all"
+    assert feed.mirror.pods["ns/b"].node == "n1"

@@ -184,7 +184,10 @@ class ClusterFeed:
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
         """A watch event as the feed's batch takes it. Pods are parsed here, on their watch thread, not in the
         batch under the scheduler's lock (intake_flow.parse_early)."""
-        return collection, kind, obj, parse_early(kind, obj, self.name) if collection == _PODS else None
+        if collection != _PODS:
+            return collection, kind, obj, None
+        known = self.mirror.pods.get(object_key(obj))  # read without the lock: see parse_early
+        return collection, kind, obj, parse_early(kind, obj, self.name, None if known is None else known.node)
 
     def _run(self) -> None:
         while not self.stop_event.is_set() and not (
