@@ -306,8 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     elect = election_enabled(args)
     if elect:
         election_config(args)  # bad flags fail before anything starts
-    check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
     metrics = serve_metrics_of(args, "scheduler")
+    check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
     dependencies = Dependencies(args, security_of(args)).start()
     server, servicer = built_or_exit("scheduler", lambda: build(args, standby=elect, dependencies=dependencies))
     if metrics is not None:
