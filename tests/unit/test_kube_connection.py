@@ -53,7 +53,6 @@ def test_a_kubeconfig_with_a_token_and_inline_tls_files(tmp_path: Path) -> None:
     )
     assert conn.host == "https://10.0.0.1:6443"
     assert conn.authorization() == "Bearer s3cret"
-    assert conn.auth_settings()["BearerToken"]["value"] == "Bearer s3cret"
     assert conn.verify_ssl and conn.tls_server_name == "api"
     assert conn.ssl_ca_cert and Path(conn.ssl_ca_cert).read_bytes() == ca.cert_pem
     assert conn.cert_file and Path(conn.cert_file).read_bytes() == client.cert_pem

@@ -182,13 +182,13 @@ def test_a_refreshed_token_is_sent_once_the_recheck_time_has_passed() -> None:
 
 
 def test_the_token_is_asked_for_at_most_once_per_recheck_interval() -> None:
-    """Asking the client's Configuration for the token runs its refresh hook (with a kubeconfig: the whole
+    """Asking the connection for the token can run the client's refresh hook (its loader's kubeconfigs: the whole
     configuration copied again): not at every batch."""
     server = Server(echo)
     asked = []
     config = server.config()
-    ask = config.auth_settings
-    config.auth_settings = lambda: asked.append(1) or ask()  # counts the asks
+    ask = config.authorization
+    config.authorization = lambda: asked.append(1) or ask()  # type: ignore[method-assign]  # counts the asks
     pipe = Pipeline(config, connections=1, timeout=5, token_recheck=60.0)
     try:
         for i in range(5):

@@ -20,7 +20,7 @@ from typing import Any
 from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import Decision, GangIntake
-from phalanx.cluster.mirror import Mirror, MirroredPod, succeeded
+from phalanx.cluster.mirror import TERMINAL, Mirror, MirroredPod, succeeded
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.gangs import timeout_mark_holds
 from phalanx.intake.nodes import parse_node
@@ -50,7 +50,7 @@ def parse_early(kind: str, obj: Mapping[str, Any], scheduler: str, node_before: 
     if kind == "DELETED":
         return None
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in TERMINAL:
         return None
     node = spec.get("nodeName")
     if node:

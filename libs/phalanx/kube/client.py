@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from phalanx.kube.connection import CONNECTION_POOL
+
 if TYPE_CHECKING:
     import kubernetes.client
-
-
-CONNECTION_POOL = 32
 
 
 def api_client(kubeconfig: str = "") -> kubernetes.client.ApiClient:

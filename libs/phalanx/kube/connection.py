@@ -51,9 +51,9 @@ class KubeconfigError(ValueError):
 
 
 class KubeConnection:
-    """One API server: its URL and TLS settings (under the kubernetes client Configuration's attribute names,
-    which kube/pipeline.py reads), the Authorization header to send, and the pool of connections the reads
-    go through."""
+    """One API server: its URL and TLS settings (under the kubernetes client Configuration's attribute names),
+    the Authorization header to send, and the pool of connections the reads go through; kube/pipeline.py
+    reads the same for the writes."""
 
     def __init__(
         self,
@@ -80,11 +80,6 @@ class KubeConnection:
         self._pool_size = pool_size
         self._pool: Any = None
         self._lock = threading.Lock()
-
-    # -- what kube/pipeline.py reads ------------------------------------------------------------------------
-    def auth_settings(self) -> dict[str, dict[str, str]]:
-        value = self.authorization()
-        return {"BearerToken": {"in": "header", "key": "Authorization", "value": value}} if value else {}
 
     def authorization(self) -> str:
         """The Authorization header's value ("" for none): a token, refreshed as its source says."""

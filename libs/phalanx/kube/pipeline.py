@@ -84,10 +84,10 @@ def supported(configuration: Any) -> str:
 
 class Pipeline:
     """`connections` sender threads, each with one keep-alive connection to the API server of
-    `configuration` (a kubernetes client Configuration: host, TLS files, verify_ssl, tls_server_name,
-    and the bearer token, asked of it again at a batch once `token_recheck` seconds have passed, so a
-    refreshed token is used within that time; asking costs: with a kubeconfig the client's refresh hook
-    copies the whole configuration again, host and proxy lookup included)."""
+    `configuration` (a kube.connection.KubeConnection: host, TLS files, verify_ssl, tls_server_name, and
+    its Authorization, asked of it again at a batch once `token_recheck` seconds have passed, so a
+    refreshed token is used within that time; asking can cost: through the kubernetes client's loader the
+    refresh hook copies the whole configuration again, host and proxy lookup included)."""
 
     def __init__(
         self,
@@ -278,8 +278,7 @@ class Pipeline:
     def _authorization(self) -> bytes:
         now = time.monotonic()
         if now >= self._auth_due:  # two senders may both ask at the turn: harmless
-            settings = self.configuration.auth_settings().get("BearerToken") or {}
-            self._auth = str(settings.get("value") or "").encode() if settings.get("in") == "header" else b""
+            self._auth = self.configuration.authorization().encode()
             self._auth_due = now + self.token_recheck
         return self._auth
 
