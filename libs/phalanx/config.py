@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     import redis
     from prometheus_client.registry import Collector
 
-    from phalanx.kube.connection import KubeConnection
     from phalanx.metrics.endpoint import MetricsEndpoint
 
 DEFAULT_PORTS = {"queue": 50051, "scheduler": 50052, "binder": 50053}
@@ -129,24 +128,12 @@ def check_kubeconfig(service: str, args: argparse.Namespace) -> None:
     start: one that names no usable server ends it with one line naming the file and the field."""
     if getattr(args, "backend", "") != "kubernetes" or getattr(args, "clock", "real") != "real":
         return
-    from phalanx.kube.connection import KubeconfigError
+    from phalanx.kube.connection import KubeconfigError, connection_of
 
     try:
-        kube_connection_of(args)
+        connection_of(args)  # kept on args for the service's own use (kube.connection.connection_of)
     except KubeconfigError as exc:
         usage_error(service, str(exc))
-
-
-def kube_connection_of(args: argparse.Namespace) -> "KubeConnection":
-    """The process's connection to the API server (--kubeconfig, or the pod's service account), made once:
-    the scheduler's feed and its Lease share its pool, and a kubeconfig's inline keys are written out once."""
-    conn = getattr(args, "kube_connection", None)
-    if conn is None:
-        from phalanx.kube.connection import connect
-
-        conn = connect(getattr(args, "kubeconfig", "") or "")
-        args.kube_connection = conn
-    return conn
 
 
 def serve_metrics_of(args: argparse.Namespace, service: str, *collectors: "Collector") -> "MetricsEndpoint | None":

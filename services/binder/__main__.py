@@ -16,6 +16,7 @@ from phalanx.clock import Clock
 from phalanx.config import (
     bind_wait,
     bind_wait_args,
+    check_kubeconfig,
     common_parser,
     env_flag,
     health_listen_of,
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     setup_tracing("phalanx-binder")
     metrics = serve_metrics_of(args, "binder")
+    check_kubeconfig("binder", args)  # read once here; the backend takes the same connection
     # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
     # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_until_frozen).
     after_first_list = pause_until_frozen(FIRST_LIST_PAUSE_LIMIT) if args.backend == "kubernetes" else None

@@ -27,7 +27,6 @@ from phalanx.cluster.loop import SchedulingLoop
 from phalanx.config import (
     check_kubeconfig,
     health_listen_of,
-    kube_connection_of,
     redis_client,
     redis_unreachable,
     security_of,
@@ -208,6 +207,7 @@ def start_feed(
     if args.backend != "kubernetes" or args.clock != "real":
         return None
     from phalanx.cluster.feed import ClusterFeed, collections
+    from phalanx.kube.connection import connection_of
 
     scheduler = servicer.scheduler
     # No collection while the first list is decoded and applied; the result is frozen, then collection
@@ -218,7 +218,7 @@ def start_feed(
         servicer.loop.lock,
         scheduler.queue,
         scheduler.binder,
-        collections(kube_connection_of(args)),
+        collections(connection_of(args)),
         scheduler_name=args.scheduler_name,
         reconcile_interval=args.reconcile_interval,
         gated=gated,
@@ -268,8 +268,10 @@ class Leadership(leader_election.Leadership):
         dependencies: Dependencies | None = None,
         freeze: bool = False,
     ) -> None:
+        from phalanx.kube.connection import connection_of
+
         config = election_config(args)
-        api = api_client if api_client is not None else kube_connection_of(args)
+        api = api_client if api_client is not None else connection_of(args)
         super().__init__(
             api,
             config,

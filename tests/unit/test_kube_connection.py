@@ -181,8 +181,8 @@ def test_a_process_makes_its_connection_once(tmp_path: Path) -> None:
     """The scheduler's feed and its Lease share one connection (one pool; inline keys written out once)."""
     from argparse import Namespace
 
-    from phalanx.config import kube_connection_of
+    from phalanx.kube.connection import connection_of
 
     args = Namespace(kubeconfig=kubeconfig(tmp_path / "kc", {"server": "https://h:1"}, {"token": "t"}))
-    first = kube_connection_of(args)
-    assert kube_connection_of(args) is first and first.authorization() == "Bearer t"
+    first = connection_of(args)
+    assert connection_of(args) is first and first.authorization() == "Bearer t"

@@ -109,12 +109,12 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
     @classmethod
     def from_args(cls, args: Any, after_first_list: Callable[[], object] | None = None) -> KubernetesBackend:
         """The binder's backend, its cluster view started; `after_first_list`: see ClusterView.start."""
-        from phalanx.kube.connection import connect
+        from phalanx.kube.connection import connection_of
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
         grace = getattr(args, "eviction_grace_seconds", None)
         backend = cls(
-            connect(getattr(args, "kubeconfig", "") or ""),
+            connection_of(args),
             component=component or DEFAULT_SCHEDULER_NAME,
             eviction_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None,
             eviction_mode=getattr(args, "eviction_mode", "api") or "api",

@@ -165,6 +165,16 @@ class KubeConnection:
         return cls.from_configuration(client.configuration)
 
 
+def connection_of(args: Any) -> KubeConnection:
+    """The process's connection, from its parsed flags (`kubeconfig`; empty: the pod's service account), made
+    once and kept on `args`: the scheduler's feed and Lease share its pool, and inline keys are written once."""
+    conn = getattr(args, "kube_connection", None)
+    if conn is None:
+        conn = connect(getattr(args, "kubeconfig", "") or "")
+        args.kube_connection = conn
+    return conn
+
+
 def connect(kubeconfig: str = "") -> KubeConnection:
     """The services' connection: from `kubeconfig`, or in a pod from its service account when empty."""
     if kubeconfig:

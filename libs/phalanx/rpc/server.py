@@ -153,13 +153,10 @@ def _bound_port(add_port: Callable[[], int], flag: str, address: str) -> int:
 
 def built_or_exit(service: str, build: Callable[[], T]) -> T:
     """build() of a service's gRPC server; a --listen or --health-listen address it cannot bind ends the
-    service with one line naming the flag and the address (as a busy --metrics-listen does), and so does a
-    kubeconfig that names no usable API server (the file and the field)."""
-    from phalanx.kube.connection import KubeconfigError
-
+    service with one line naming the flag and the address (as a busy --metrics-listen does)."""
     try:
         return build()
-    except (ListenError, KubeconfigError) as exc:
+    except ListenError as exc:
         usage_error(service, str(exc))
 
 
