@@ -107,6 +107,11 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         self._with_redis(context, lambda: self.backend.report(pods, gangs, self.clock.now(request.now)))
         return binder_pb2.ReportResponse()
 
+    def ReportStream(
+        self, requests: Iterator[binder_pb2.ReportRequest], context: grpc.ServicerContext
+    ) -> Iterator[binder_pb2.ReportResponse]:
+        return serve_stream(self.Report)(requests, context)
+
     def Evict(self, request: binder_pb2.EvictRequest, context: grpc.ServicerContext) -> binder_pb2.EvictResponse:
         validation.abort_if_invalid(context, validation.evict_request(request))
         victims = [victim_from_pb(v) for v in request.victims]

@@ -104,6 +104,11 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
     ) -> Iterator[queue_pb2.PopResponse]:
         return serve_stream(self.Pop)(requests, context)
 
+    def AddStream(
+        self, requests: Iterator[queue_pb2.AddRequest], context: grpc.ServicerContext
+    ) -> Iterator[queue_pb2.AddResponse]:
+        return serve_stream(self.Add)(requests, context)
+
     def Done(self, request: queue_pb2.DoneRequest, context: grpc.ServicerContext) -> queue_pb2.DoneResponse:
         self._done(request, self.clock.now(request.now), context)
         return queue_pb2.DoneResponse()

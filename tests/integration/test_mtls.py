@@ -153,6 +153,8 @@ def test_only_the_scheduler_may_bind(tls_dir: Path) -> None:
                 assert _code(lambda: stub.Bind(request, timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
                 report = binder_pb2.ReportRequest(pods=[binder_pb2.PodReport(pod_key="ns/p", annotations={"a": "b"})])
                 assert _code(lambda: stub.Report(report, timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
+                stream = lambda: list(stub.ReportStream(iter([report]), timeout=5))  # noqa: E731
+                assert _code(stream) == grpc.StatusCode.PERMISSION_DENIED
         # The scheduler's own client gets through (the pod has no reservation: FAILED, not refused).
         client = BinderClient(server.address, Security.tls(tls_dir / tls.SCHEDULER), timeout=5)
         results = client.bind([Assignment(pod_key="ns/p", uid="", node="n1")], False, 1.0, "")

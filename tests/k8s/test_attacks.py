@@ -139,6 +139,7 @@ def test_reports_cannot_write_on_a_foreign_pod(cluster: Cluster, phalanx: Phalan
     for _, ch in _callers(phalanx.binder.address, tls.BINDER):
         stub = binder_pb2_grpc.BinderStub(ch)
         _refused(lambda: stub.Report(report, timeout=5))
+        _refused(lambda: list(stub.ReportStream(iter([report]), timeout=5)))
         ch.close()
     # The binder's report writer has run since: a pod of Phalanx's own that fits nowhere is told so.
     app = cluster.namespace("app")
@@ -231,6 +232,9 @@ def test_a_forged_pod_spec_handed_to_the_queue_over_commits_nothing(
     with _secure(phalanx.queue.address, tls.SIMULATOR, tls.QUEUE) as ch:
         with pytest.raises(grpc.RpcError) as err:
             queue_pb2_grpc.QueueStub(ch).Add(forged, timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.RpcError) as err:
+            list(queue_pb2_grpc.QueueStub(ch).AddStream(iter([forged]), timeout=5))
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     # The scheduler's own certificate gets the forged copies into the queue, where they are popped: the
     # scheduler places each pod as the API server has it (a GPU, in its gang), so nothing fits.

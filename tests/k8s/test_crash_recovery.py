@@ -78,6 +78,29 @@ def test_a_gang_half_bound_by_a_crashed_binder_is_finished_not_released(cluster,
     assert phalanx.store.load_used()[(reserved[keys[0]][0], GPU)] == 3000
 
 
+def test_a_status_report_the_binder_was_down_for_is_written_once_it_is_back(cluster, phalanx) -> None:
+    """The scheduler's verdict on a pod travels to the binder on its report stream, which writes it to the
+    API server. With the binder gone the report stays with the scheduler (its stream broken); a new binder
+    process on the same address gets it on a new stream."""
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=1)
+    address = phalanx.stop_binder()
+    with recording_calls(phalanx.scheduler[1].scheduler.binder, "report") as reports:
+        cluster.pod(ns, "big", gpus=4)  # fits nowhere: the scheduler reports it unschedulable
+        wait_for(
+            lambda: any(f"{ns}/big" in {p.pod_key for p in pods} for pods, _, _ in reports),
+            BIND,
+            "the scheduler's report on the pod",
+        )
+        time.sleep(1.0)
+        assert cluster.condition(ns, "big") == {}  # nobody wrote it: the binder is down
+        phalanx.start_binder(address)
+        # Sent again with the scheduler's next round (the pod's next try, within the queue's 5 s flush of
+        # unschedulable pods here), once the channel has reconnected (gRPC's backoff, up to 5 s).
+        wait_for(lambda: cluster.condition(ns, "big").get("reason") == "Unschedulable", 3 * BIND, "the report written")
+    assert "FailedScheduling" in cluster.reasons(ns, "big")
+
+
 def test_redis_emptied_while_the_scheduler_runs_is_rebuilt(cluster, phalanx) -> None:
     ns = cluster.namespace()
     node = cluster.node("n1", gpus=4)

@@ -30,6 +30,7 @@ def test_binding_and_popping_belong_to_the_scheduler_alone() -> None:
         "/phalanx.v1.Binder/BindStream",
         "/phalanx.v1.Binder/BindManyStream",
         "/phalanx.v1.Binder/Report",
+        "/phalanx.v1.Binder/ReportStream",
         "/phalanx.v1.Queue/Pop",
         "/phalanx.v1.Queue/PopStream",
         "/phalanx.v1.Queue/Done",
@@ -48,13 +49,14 @@ def test_refusals() -> None:
 def test_against_the_api_server_the_simulator_identity_may_call_nothing_but_health() -> None:
     # Issue 23: with the simulator's certificate, Queue.Add took a forged copy of a pending GPU gang.
     kube = policy_for(kubernetes=True)
-    assert kube["/phalanx.v1.Queue/Add"] == {tls.SCHEDULER}
+    assert kube["/phalanx.v1.Queue/Add"] == kube["/phalanx.v1.Queue/AddStream"] == {tls.SCHEDULER}
     for method, allowed in kube.items():
         if not method.startswith("/grpc.health"):
             assert tls.SIMULATOR not in allowed, method
-    code, text = refusal("/phalanx.v1.Queue/Add", tls.SIMULATOR, kube)  # type: ignore[misc]
-    assert code == grpc.StatusCode.PERMISSION_DENIED
-    assert "'phalanx-simulator' may not call this method when running against the Kubernetes API server" in text
+    for method in ("/phalanx.v1.Queue/Add", "/phalanx.v1.Queue/AddStream"):
+        code, text = refusal(method, tls.SIMULATOR, kube)  # type: ignore[misc]
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+        assert "'phalanx-simulator' may not call this method when running against the Kubernetes API server" in text
     assert refusal("/grpc.health.v1.Health/Check", tls.SIMULATOR, kube) is None
     # The embedded cluster's simulator still feeds its pods.
     assert refusal("/phalanx.v1.Queue/Add", tls.SIMULATOR, policy_for(kubernetes=False)) is None

@@ -120,9 +120,10 @@ class QueueClient(_Client):
     def _open(self, ch: grpc.Channel) -> None:
         self.stub = queue_pb2_grpc.QueueStub(ch)
         self._pop = StreamCaller(self.stub.PopStream)
+        self._add = StreamCaller(self.stub.AddStream)
 
     def _streams(self) -> list[StreamCaller]:
-        return [self._pop]
+        return [self._pop, self._add]
 
     def on_restart(self, listener: Callable[[], None]) -> None:
         """Calls `listener` (on the calling thread of add or pop) when the queue answers with a new
@@ -145,7 +146,7 @@ class QueueClient(_Client):
             req = queue_pb2.AddRequest(
                 pods=[pod_to_pb(p) for p in pods[i : i + MAX_ITEMS]], now=now, only_missing=only_missing
             )
-            resp = self.stub.Add(req, timeout=self.timeout)
+            resp = self._add.call(req)
             self._heard(resp.incarnation)
             total.added += resp.added
             total.rejected.extend(resp.rejected)
@@ -244,9 +245,10 @@ class BinderClient(_Client):
         self.stub = binder_pb2_grpc.BinderStub(ch)
         self._bind = StreamCaller(self.stub.BindStream)
         self._bind_many = StreamCaller(self.stub.BindManyStream)
+        self._report = StreamCaller(self.stub.ReportStream)
 
     def _streams(self) -> list[StreamCaller]:
-        return [self._bind, self._bind_many]
+        return [self._bind, self._bind_many, self._report]
 
     def bind(self, assignments: list[Assignment], all_or_nothing: bool, now: float, trace: str) -> list[BindResult]:
         self._fresh()
@@ -285,7 +287,7 @@ class BinderClient(_Client):
         req = binder_pb2.ReportRequest(
             pods=[pod_report_to_pb(p) for p in pods], gangs=[gang_report_to_pb(g) for g in gangs], now=now
         )
-        self.stub.Report(req, timeout=self.timeout)
+        self._report.call(req)
 
     def evict(self, victims: list[Victim], now: float) -> list[EvictResult]:
         self._fresh()

@@ -19,9 +19,16 @@ Resp = TypeVar("Resp")
 _CLOSE = object()
 
 
+def _ended(responses: object) -> bool:
+    done = getattr(responses, "done", None)  # a gRPC call object; a plain iterator (tests) never ends early
+    return bool(done()) if callable(done) else False
+
+
 class StreamCaller(Generic[Req, Resp]):
-    """`call(request)` sends on the stream and waits for the matching response. A broken stream raises
-    the RpcError once and is reopened on the next call (the servers are stateless per message)."""
+    """`call(request)` sends on the stream and waits for the matching response. A stream that breaks
+    during a call raises the RpcError once (the request may or may not have been handled) and is reopened
+    on the next call; one the server ended between calls is reopened before sending (the servers are
+    stateless per message)."""
 
     def __init__(self, open_stream: Callable[[Iterator[Req]], Iterator[Resp]]) -> None:
         self._open = open_stream
@@ -30,6 +37,10 @@ class StreamCaller(Generic[Req, Resp]):
         self._responses: Iterator[Resp] | None = None
 
     def _ensure_open(self) -> tuple["queue.SimpleQueue[object]", Iterator[Resp]]:
+        if self._responses is not None and _ended(self._responses):
+            # The server ended the stream while it was idle (it restarted, or a certificate was renewed):
+            # open a new one rather than fail a request that was never sent.
+            self._reset()
         if self._requests is None or self._responses is None:
             requests: queue.SimpleQueue[object] = queue.SimpleQueue()
 

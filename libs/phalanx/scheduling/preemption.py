@@ -39,6 +39,7 @@ from phalanx.preemption.victims import RunningPod, candidate_units
 from phalanx.scheduling.cache import SchedulerCache
 from phalanx.scheduling.ports import BinderPort
 from phalanx.state.store import StateStore
+from phalanx.telemetry.failures import rpc_failure
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,7 @@ class Preemptions:
             try:
                 results = binder.evict(unsent, now)
             except Exception as exc:
-                log.warning("evictions for gang %s not delivered (%s); retried", gang, str(exc).splitlines()[0][:200])
+                log.warning("evictions for gang %s not delivered (%s); retried", gang, rpc_failure(exc)[:200])
                 self._evict_at = now + self.settings.evict_backoff_seconds
                 break
             changed = False

@@ -25,6 +25,7 @@ from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.objects import GangSpec
 from phalanx.model.status import EventReason, GangPhase
 from phalanx.scheduling.ports import BinderPort
+from phalanx.telemetry.failures import rpc_failure
 
 log = logging.getLogger(__name__)
 MAX_HELD = 100_000  # undelivered pod (and gang) reports kept while the binder is unreachable
@@ -139,6 +140,6 @@ class StatusReports:
         try:
             binder.report(pods, gangs, now)
         except Exception as exc:
-            log.warning("status reports not delivered (%s); kept for the next round", str(exc).splitlines()[0][:200])
+            log.warning("status reports not delivered (%s); kept for the next round", rpc_failure(exc)[:200])
             self._pods = (pods + self._pods)[-MAX_HELD:]
             self._gangs = (gangs + self._gangs)[-MAX_HELD:]

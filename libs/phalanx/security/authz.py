@@ -24,6 +24,7 @@ HEALTH = "/grpc.health.v1.Health/"
 # events on the embedded cluster; an operator may read. Every identity may ask for health.
 SIMULATED_POLICY: Mapping[str, frozenset[str]] = {
     _Q + "Add": frozenset({SCHEDULER, SIMULATOR}),
+    _Q + "AddStream": frozenset({SCHEDULER, SIMULATOR}),
     _Q + "Pop": frozenset({SCHEDULER}),
     _Q + "PopStream": frozenset({SCHEDULER}),
     _Q + "Done": frozenset({SCHEDULER}),
@@ -35,6 +36,7 @@ SIMULATED_POLICY: Mapping[str, frozenset[str]] = {
     _B + "BindStream": frozenset({SCHEDULER}),
     _B + "BindManyStream": frozenset({SCHEDULER}),
     _B + "Report": frozenset({SCHEDULER}),
+    _B + "ReportStream": frozenset({SCHEDULER}),
     _B + "Evict": frozenset({SCHEDULER}),
     _S + "ApplyClusterEvents": frozenset({SIMULATOR}),
     _S + "Step": frozenset({SIMULATOR}),

@@ -54,6 +54,11 @@ class BinderStub:
                 request_serializer=phalanx_dot_v1_dot_binder__pb2.BindManyRequest.SerializeToString,
                 response_deserializer=phalanx_dot_v1_dot_binder__pb2.BindManyResponse.FromString,
                 _registered_method=True)
+        self.ReportStream = channel.stream_stream(
+                '/phalanx.v1.Binder/ReportStream',
+                request_serializer=phalanx_dot_v1_dot_binder__pb2.ReportRequest.SerializeToString,
+                response_deserializer=phalanx_dot_v1_dot_binder__pb2.ReportResponse.FromString,
+                _registered_method=True)
         self.Evict = channel.unary_unary(
                 '/phalanx.v1.Binder/Evict',
                 request_serializer=phalanx_dot_v1_dot_binder__pb2.EvictRequest.SerializeToString,
@@ -92,6 +97,13 @@ class BinderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportStream(self, request_iterator, context):
+        """Report as a stream of calls: the scheduler reports after every round.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Evict(self, request, context):
         """Preemption: evicts the victims the scheduler chose for a higher-priority gang (Eviction API on a real
         cluster, with a DisruptionTarget condition and a Preempted Event naming the preemptor).
@@ -122,6 +134,11 @@ def add_BinderServicer_to_server(servicer, server):
                     servicer.BindManyStream,
                     request_deserializer=phalanx_dot_v1_dot_binder__pb2.BindManyRequest.FromString,
                     response_serializer=phalanx_dot_v1_dot_binder__pb2.BindManyResponse.SerializeToString,
+            ),
+            'ReportStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReportStream,
+                    request_deserializer=phalanx_dot_v1_dot_binder__pb2.ReportRequest.FromString,
+                    response_serializer=phalanx_dot_v1_dot_binder__pb2.ReportResponse.SerializeToString,
             ),
             'Evict': grpc.unary_unary_rpc_method_handler(
                     servicer.Evict,
@@ -237,6 +254,33 @@ class Binder:
             '/phalanx.v1.Binder/BindManyStream',
             phalanx_dot_v1_dot_binder__pb2.BindManyRequest.SerializeToString,
             phalanx_dot_v1_dot_binder__pb2.BindManyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/phalanx.v1.Binder/ReportStream',
+            phalanx_dot_v1_dot_binder__pb2.ReportRequest.SerializeToString,
+            phalanx_dot_v1_dot_binder__pb2.ReportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -74,6 +74,11 @@ class QueueStub:
                 request_serializer=phalanx_dot_v1_dot_queue__pb2.PopRequest.SerializeToString,
                 response_deserializer=phalanx_dot_v1_dot_queue__pb2.PopResponse.FromString,
                 _registered_method=True)
+        self.AddStream = channel.stream_stream(
+                '/phalanx.v1.Queue/AddStream',
+                request_serializer=phalanx_dot_v1_dot_queue__pb2.AddRequest.SerializeToString,
+                response_deserializer=phalanx_dot_v1_dot_queue__pb2.AddResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -134,6 +139,13 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddStream(self, request_iterator, context):
+        """Add as a stream of calls: the scheduler's feed adds each new pending pod as it is seen.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +188,11 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.PopStream,
                     request_deserializer=phalanx_dot_v1_dot_queue__pb2.PopRequest.FromString,
                     response_serializer=phalanx_dot_v1_dot_queue__pb2.PopResponse.SerializeToString,
+            ),
+            'AddStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AddStream,
+                    request_deserializer=phalanx_dot_v1_dot_queue__pb2.AddRequest.FromString,
+                    response_serializer=phalanx_dot_v1_dot_queue__pb2.AddResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -394,6 +411,33 @@ class Queue:
             '/phalanx.v1.Queue/PopStream',
             phalanx_dot_v1_dot_queue__pb2.PopRequest.SerializeToString,
             phalanx_dot_v1_dot_queue__pb2.PopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/phalanx.v1.Queue/AddStream',
+            phalanx_dot_v1_dot_queue__pb2.AddRequest.SerializeToString,
+            phalanx_dot_v1_dot_queue__pb2.AddResponse.FromString,
             options,
             channel_credentials,
             insecure,
