@@ -342,6 +342,54 @@ def test_a_wrapped_binary_ends_with_its_parent() -> None:
     assert _still_running_after(pids[:1], 10) == []
 
 
+def test_open_streams_leave_room_for_unary_calls() -> None:
+    """Each open stream holds a server thread for its life: ten schedulers' clients (a pop and an add stream
+    each, as a leader and the replicas that led before keep them) must not leave a unary call waiting."""
+    from phalanx.rpc.clients import QueueClient
+    from phalanx_queue import __main__ as queue_main
+
+    server = queue_main.build(
+        queue_main.parser().parse_args(["--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual"])
+    ).start()
+    clients = [QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT, consumer=f"s{i}") for i in range(10)]
+    try:
+        for client in clients:
+            client.add([], 0.0)
+            client.pop(1, 0.0)
+        stats = clients[0].stub.Stats(queue_pb2.StatsRequest(now=0.0), timeout=5)
+        assert stats.active == 0 and stats.in_flight == 0
+    finally:
+        for client in clients:
+            client.close()
+        server.stop(0)
+
+
+def test_a_stream_call_past_its_deadline_is_cancelled_and_the_next_call_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call on an open stream has a deadline as a unary call has: here a long poll that would wait 5 s,
+    given 1 s. Without it a hung server (or one with no thread left for the stream) blocks the caller."""
+    from phalanx.rpc import stream_call
+    from phalanx.rpc.clients import QueueClient
+    from phalanx_queue import __main__ as queue_main
+
+    monkeypatch.setattr(stream_call._Deadlines, "TICK", 0.1)
+    server = queue_main.build(
+        queue_main.parser().parse_args(["--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual"])
+    ).start()
+    client = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT)
+    try:
+        client.pop(1, 0.0)  # the stream open, and the deadline thread started
+        request = queue_pb2.PopRequest(max_pods=1, wait_seconds=5, consumer="c", consumer_incarnation="i")
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            client._pop.call(request, 1.0)
+        assert err.value.code() == grpc.StatusCode.CANCELLED
+        assert 0.9 < time.monotonic() - started < 3.0
+        assert client.pop(1, 0.0).items == []  # a new stream
+    finally:
+        client.close()
+        server.stop(0)
+
+
 def test_queue_client_notices_a_restarted_queue() -> None:
     """The queue holds pods in memory only; its clients learn of a restart from the incarnation it answers
     with, so that whoever handed it pods (the cluster feed) can hand them again."""

@@ -119,8 +119,8 @@ class QueueClient(_Client):
 
     def _open(self, ch: grpc.Channel) -> None:
         self.stub = queue_pb2_grpc.QueueStub(ch)
-        self._pop = StreamCaller(self.stub.PopStream)
-        self._add = StreamCaller(self.stub.AddStream)
+        self._pop = StreamCaller(self.stub.PopStream, self.timeout)
+        self._add = StreamCaller(self.stub.AddStream, self.timeout)
 
     def _streams(self) -> list[StreamCaller]:
         return [self._pop, self._add]
@@ -171,7 +171,8 @@ class QueueClient(_Client):
             req.move_all = carry.move_all
             if not carry.move_all:
                 req.freed.extend(freed_to_pb(carry.freed))
-        resp = self.stub.Pop(req, timeout=self.timeout + wait_seconds) if wait_seconds else self._pop.call(req)
+        # A long poll (wait_seconds) too: the loop's idle wait is its most frequent call.
+        resp = self._pop.call(req, self.timeout + wait_seconds)
         self._heard(resp.incarnation)
         items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
         return PopResult(items, resp.next_ready_at or None, resp.pending)
@@ -243,9 +244,9 @@ class BinderClient(_Client):
 
     def _open(self, ch: grpc.Channel) -> None:
         self.stub = binder_pb2_grpc.BinderStub(ch)
-        self._bind = StreamCaller(self.stub.BindStream)
-        self._bind_many = StreamCaller(self.stub.BindManyStream)
-        self._report = StreamCaller(self.stub.ReportStream)
+        self._bind = StreamCaller(self.stub.BindStream, self.timeout)
+        self._bind_many = StreamCaller(self.stub.BindManyStream, self.timeout)
+        self._report = StreamCaller(self.stub.ReportStream, self.timeout)
 
     def _streams(self) -> list[StreamCaller]:
         return [self._bind, self._bind_many, self._report]
@@ -300,6 +301,7 @@ class SchedulerClient(_Client):
 
     def _open(self, ch: grpc.Channel) -> None:
         self.stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        # No deadline: a step of a large replay runs as long as its work (the simulator waits for it).
         self._step = StreamCaller(self.stub.StepStream)
 
     def _streams(self) -> list[StreamCaller]:

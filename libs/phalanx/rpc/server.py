@@ -60,7 +60,7 @@ class ServiceServer:
         *,
         security: Security,
         health_listen: str = "",
-        workers: int = 8,
+        workers: int = 32,
         kubernetes: bool = False,
     ) -> None:
         """`kubernetes`: the service runs against the Kubernetes API server, whose callers' table is stricter
@@ -77,6 +77,9 @@ class ServiceServer:
         if tracing_enabled():
             interceptors.append(TracingServerInterceptor())
         interceptors += call_stats.interceptors_from_env(name)  # PHALANX_RPC_STATS_DIR: count calls (bench)
+        # An open stream holds one of these threads for its whole life (a scheduler keeps two open to the
+        # queue and three to the binder, and a replica that led once keeps its own): with too few, unary
+        # calls would wait behind idle streams. Threads are started only as calls need them.
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name),
             interceptors=interceptors,

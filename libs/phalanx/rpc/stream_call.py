@@ -7,8 +7,10 @@ pops and binds, the simulator's steps) use this; everything else stays unary.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -17,6 +19,49 @@ import grpc
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 _CLOSE = object()
+
+
+class _Deadlines:
+    """Cancels stream calls that overrun their deadline, as a unary call's timeout would end it: one thread
+    per process looks once a second, so a call pays a dict entry, not a timer of its own (a server that
+    hangs, or has no thread left for the stream, must not block the scheduler for good)."""
+
+    TICK = 1.0
+
+    def __init__(self) -> None:
+        self._calls: dict[int, tuple[float, object]] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, call: object, seconds: float) -> int:
+        token = next(self._ids)
+        with self._lock:
+            self._calls[token] = (time.monotonic() + seconds, call)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="stream-deadlines", daemon=True)
+                self._thread.start()
+        return token
+
+    def done(self, token: int) -> None:
+        with self._lock:
+            self._calls.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.TICK)
+            now = time.monotonic()
+            with self._lock:
+                late = [(t, c) for t, (at, c) in self._calls.items() if at <= now]
+                for t, _ in late:
+                    del self._calls[t]
+            for _, call in late:
+                cancel = getattr(call, "cancel", None)
+                if callable(cancel):
+                    cancel()  # the caller's next() raises CANCELLED, and the stream is opened again
+
+
+_deadlines = _Deadlines()
 
 
 def _ended(responses: object) -> bool:
@@ -30,8 +75,9 @@ class StreamCaller(Generic[Req, Resp]):
     on the next call; one the server ended between calls is reopened before sending (the servers are
     stateless per message)."""
 
-    def __init__(self, open_stream: Callable[[Iterator[Req]], Iterator[Resp]]) -> None:
+    def __init__(self, open_stream: Callable[[Iterator[Req]], Iterator[Resp]], timeout: float | None = None) -> None:
         self._open = open_stream
+        self.timeout = timeout  # each call's, as a unary call's timeout (None: none)
         self._lock = threading.Lock()
         self._requests: queue.SimpleQueue[object] | None = None
         self._responses: Iterator[Resp] | None = None
@@ -54,9 +100,13 @@ class StreamCaller(Generic[Req, Resp]):
             self._requests, self._responses = requests, self._open(feed())
         return self._requests, self._responses
 
-    def call(self, request: Req) -> Resp:
+    def call(self, request: Req, timeout: float | None = None) -> Resp:
+        """`timeout`: this call's, instead of the caller's default; past it the stream is cancelled (the
+        call raises CANCELLED) and opened again by the next call."""
+        seconds = timeout if timeout is not None else self.timeout
         with self._lock:
             requests, responses = self._ensure_open()
+            token = _deadlines.watch(responses, seconds) if seconds is not None else None
             requests.put(request)
             try:
                 return next(responses)
@@ -66,6 +116,9 @@ class StreamCaller(Generic[Req, Resp]):
             except StopIteration:
                 self._reset()
                 raise grpc.RpcError("the stream was closed by the server") from None
+            finally:
+                if token is not None:
+                    _deadlines.done(token)
 
     def _reset(self) -> None:
         if self._requests is not None:
