@@ -16,6 +16,7 @@ from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import FreedCapacity
 from phalanx.scheduling.hints import refresh_freed
 from phalanx.scheduling.ports import Carry, Verdict
+from phalanx.telemetry.failures import rpc_failure
 
 log = logging.getLogger(__name__)
 
@@ -110,4 +111,4 @@ class QueueOutbox:
                 self.queue.move_all("capacity-freed", now, ops.freed)
                 ops.freed = FreedCapacity()
         except Exception as exc:
-            log.warning("cluster feed: the queue did not answer (%s); retrying", exc)
+            log.warning("cluster feed: the queue did not answer (%s); retrying", rpc_failure(exc))
