@@ -98,7 +98,8 @@ def test_a_status_report_the_binder_was_down_for_is_written_once_it_is_back(clus
         # Sent again with the scheduler's next round (the pod's next try, within the queue's 5 s flush of
         # unschedulable pods here), once the channel has reconnected (gRPC's backoff, up to 5 s).
         wait_for(lambda: cluster.condition(ns, "big").get("reason") == "Unschedulable", 3 * BIND, "the report written")
-    assert "FailedScheduling" in cluster.reasons(ns, "big")
+    # Its Event goes on connections of its own, not waited for: it may follow the condition by a moment.
+    wait_for(lambda: "FailedScheduling" in cluster.reasons(ns, "big"), BIND, "the report's Event written")
 
 
 def test_redis_emptied_while_the_scheduler_runs_is_rebuilt(cluster, phalanx) -> None:
