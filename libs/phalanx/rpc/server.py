@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -179,9 +180,22 @@ def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     stopped.wait()
+    threading.Thread(target=_exit_anyway, args=(server.name, STOP_GRACE + 5.0), daemon=True).start()
     if on_stop is not None:
         on_stop()
-    server.stop()
+    server.stop(STOP_GRACE)
+
+
+STOP_GRACE = 5.0  # seconds in-flight calls get to finish after a signal
+
+
+def _exit_anyway(name: str, seconds: float) -> None:
+    """Ends the process `seconds` after the signal should anything still run then (a handler that does not
+    end blocks the interpreter's exit, which joins the server's threads): a stop is bounded, as the
+    orchestrator's kill after its grace period would bound it."""
+    time.sleep(seconds)
+    log.error("%s: still running %.0f s after the signal; exiting without waiting further", name, seconds)
+    os._exit(1)
 
 
 def dial(address: str, security: Security, peer: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
