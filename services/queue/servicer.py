@@ -70,6 +70,11 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
         return queue_pb2.AddResponse(added=added, rejected=rejected, incarnation=self.incarnation)
 
     def Pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
+        if request.wait_seconds > 0:
+            context.add_callback(self.queue.wake)  # a long poll's caller gone: its wait ends
+        return self._pop(request, context)
+
+    def _pop(self, request: queue_pb2.PopRequest, context: grpc.ServicerContext) -> queue_pb2.PopResponse:
         validation.abort_if_invalid(context, validation.pop_request(request))
         now = self.clock.now(request.now)
         if request.HasField("done"):
@@ -89,6 +94,7 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
             wait_seconds=min(request.wait_seconds, 30.0),
             consumer=request.consumer,
             incarnation=request.consumer_incarnation,
+            still_wanted=context.is_active,
         )
         nxt = self.queue.next_ready_at()
         return queue_pb2.PopResponse(
@@ -102,7 +108,8 @@ class QueueServicer(queue_pb2_grpc.QueueServicer):
     def PopStream(
         self, requests: Iterator[queue_pb2.PopRequest], context: grpc.ServicerContext
     ) -> Iterator[queue_pb2.PopResponse]:
-        return serve_stream(self.Pop)(requests, context)
+        context.add_callback(self.queue.wake)  # once per stream: its end ends a long poll on it
+        return serve_stream(self._pop)(requests, context)
 
     def AddStream(
         self, requests: Iterator[queue_pb2.AddRequest], context: grpc.ServicerContext

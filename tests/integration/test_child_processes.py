@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -77,3 +78,31 @@ def test_a_malformed_parent_pid_is_named() -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "PHALANX_PARENT_PID='abc'" in done.stderr
+
+
+def test_a_queue_told_to_stop_ends_its_long_polls_and_exits_at_once(tmp_path: Path) -> None:
+    """A scheduler's idle long poll holds a server thread in a wait of up to 30 s, and the interpreter's exit
+    joins that thread: before the stop drained the queue, a SIGTERM left the process running until the wait
+    ran out (or the bounded stop's os._exit at 10 s, status 1). Now the poll answers empty at once and the
+    process ends cleanly."""
+    from phalanx.v1 import queue_pb2, queue_pb2_grpc
+
+    service = ServiceProcess(
+        "queue", "phalanx_queue", ["--clock", "virtual", "--plaintext"], free_port(), tmp_path / "q.log"
+    )
+    service.start()
+    with grpc.insecure_channel(service.address) as ch:
+        stub = queue_pb2_grpc.QueueStub(ch)
+        poll = stub.Pop.future(
+            queue_pb2.PopRequest(max_pods=1, wait_seconds=25, consumer="s", consumer_incarnation="i"), timeout=60
+        )
+        time.sleep(0.5)  # the poll is waiting in the server
+        assert not poll.done()
+        started = time.monotonic()
+        assert service.proc is not None
+        service.proc.terminate()
+        code = service.proc.wait(timeout=15)
+        took = time.monotonic() - started
+        assert list(poll.result(timeout=5).pods) == []  # answered, not cut off
+    assert code == 0, service.log_tail()
+    assert took < 3.0, f"the queue took {took:.1f} s to stop with a long poll open:\n{service.log_tail()}"

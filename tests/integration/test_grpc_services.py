@@ -390,6 +390,45 @@ def test_a_stream_call_past_its_deadline_is_cancelled_and_the_next_call_works(mo
         server.stop(0)
 
 
+@pytest.mark.parametrize("over", ["unary", "stream"])
+def test_a_long_poll_whose_caller_went_away_pops_nothing(over: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long poll cut off by its caller (a deadline, a closed channel) must not pop: the pods would be lent to
+    a call nobody reads and stay in flight for as long as that scheduler keeps popping. Here the pod that
+    arrives after the caller left stays active for the next pop."""
+    from phalanx.rpc import stream_call
+    from phalanx.rpc.clients import QueueClient
+    from phalanx_queue import __main__ as queue_main
+
+    monkeypatch.setattr(stream_call._Deadlines, "TICK", 0.1)
+    server = queue_main.build(
+        queue_main.parser().parse_args(["--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual"])
+    ).start()
+    poller = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT, consumer="s")
+    feeder = QueueClient(server.address, PLAINTEXT, timeout=TIMEOUT, consumer="other")
+    request = queue_pb2.PopRequest(max_pods=1, wait_seconds=20, consumer="s", consumer_incarnation="i")
+    try:
+        if over == "unary":
+            with grpc.insecure_channel(server.address) as ch:  # a bare stub: its future does not block
+                poll = queue_pb2_grpc.QueueStub(ch).Pop.future(request, timeout=60)
+                time.sleep(0.5)
+                assert not poll.done()  # waiting in the server
+                poll.cancel()
+        else:  # the stream's deadline cancels it, as it would a poll to a server that stopped answering
+            with pytest.raises(grpc.RpcError) as err:
+                poller._pop.call(request, 1.0)
+            assert err.value.code() == grpc.StatusCode.CANCELLED
+        time.sleep(0.3)  # the server hears of the cancellation
+        feeder.add([PodInfo("d", "p", created_at=1.0)], 1.0)
+        time.sleep(0.3)
+        stats = feeder.stub.Stats(queue_pb2.StatsRequest(now=1.0), timeout=5)
+        assert (stats.active, stats.in_flight) == (1, 0)
+        assert [i.pod.name for i in feeder.pop(1, 1.0).items] == ["p"]
+    finally:
+        poller.close()
+        feeder.close()
+        server.stop(0)
+
+
 def test_queue_client_notices_a_restarted_queue() -> None:
     """The queue holds pods in memory only; its clients learn of a restart from the incarnation it answers
     with, so that whoever handed it pods (the cluster feed) can hand them again."""

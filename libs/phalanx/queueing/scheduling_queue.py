@@ -72,6 +72,7 @@ class SchedulingQueue:
         self._unschedulable = Unschedulable(self.settings)
         self._loans = Loans(self._entries, self.settings, monotonic)
         self._moves = HintMoves(self._entries, self._unschedulable, self._gangs, self._active.sort_key)
+        self._closed = False  # the service is stopping: long polls end at once, with nothing popped
 
     @property
     def returned_loans(self) -> int:
@@ -183,10 +184,18 @@ class SchedulingQueue:
         self._shares.charge(e)
 
     def pop(
-        self, max_pods: int, now: float, wait_seconds: float = 0.0, consumer: str = "", incarnation: str = ""
+        self,
+        max_pods: int,
+        now: float,
+        wait_seconds: float = 0.0,
+        consumer: str = "",
+        incarnation: str = "",
+        still_wanted: Callable[[], bool] | None = None,
     ) -> list[Entry]:
         """Pops whole units in queue order until at least `max_pods` pods (a gang is never split), lent
-        to `consumer` (see loans.py)."""
+        to `consumer` (see loans.py). A pop that waited (a long poll) pops nothing if `still_wanted()` says
+        its caller is gone by then (wake() ends the wait early): pods lent to a call nobody reads would stay
+        in flight for as long as that consumer keeps popping."""
         with self._lock:
             for e in self._loans.heard_from(consumer, incarnation):
                 self._to_active(e)
@@ -194,8 +203,10 @@ class SchedulingQueue:
             released = self._moves.release_deferred()
             if released is not None:
                 self._move(released, now)
-            if not self._active and wait_seconds > 0:
+            if not self._active and wait_seconds > 0 and not self._closed:
                 self._lock.wait(timeout=wait_seconds)
+                if self._closed or (still_wanted is not None and not still_wanted()):
+                    return []
                 self._flush(now)
             out: list[Entry] = []
             while len(out) < max(max_pods, 1):
@@ -207,6 +218,18 @@ class SchedulingQueue:
                     self._take(e, consumer)
                 out.extend(unit)
             return out
+
+    def wake(self) -> None:
+        """Ends every long poll's wait now (a caller went away: each checks whether it is still wanted)."""
+        with self._lock:
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        """The service is stopping: long polls return empty now and no pop waits again, so no server thread
+        outlives the stop in a wait."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
 
     # -- results ---------------------------------------------------------------------------------
     def done(

@@ -26,6 +26,8 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+STOP_GRACE = 5.0  # seconds in-flight calls get to finish after a signal
+
 # A request carries at most one gang's pods (10,000 at most, validation.MAX_ITEMS) or one batch of cluster
 # events. Measured: an AddRequest of 10,000 pods (gang and sim annotations, five resources, a selector, a
 # toleration, a trace parent) is 5.4 MiB. 16 MiB leaves three times that while bounding what one call can
@@ -93,6 +95,7 @@ class ServiceServer:
         self.monitor = HealthMonitor(self.health, f"phalanx.v1.{name.capitalize()}")
         self.stopping = threading.Event()  # set by stop(): background loops of the service end with it
         self._cleanups: list[Callable[[], None]] = []
+        self._drains: list[Callable[[], None]] = []
         if security.files is None:
             self.port = _bound_port(lambda: self.server.add_insecure_port(listen), "--listen", listen)
         else:
@@ -119,18 +122,26 @@ class ServiceServer:
         log.info("%s serving on %s", self.name, self.address)
         return self
 
-    def stop(self, grace: float = 5.0) -> None:
+    def stop(self, grace: float = STOP_GRACE) -> None:
         self.stopping.set()
         self.monitor.stop()
         self.health.enter_graceful_shutdown()
         if self.health_server is not None:
             self.health_server.stop(0)
+        for drain in self._drains:
+            drain()
         self.server.stop(grace).wait()
         for cleanup in self._cleanups:
             try:
                 cleanup()
             except Exception as exc:  # stopping goes on: the process is ending anyway
                 log.warning("%s: cleanup on stop failed: %s", self.name, exc)
+
+    def add_drain(self, fn: Callable[[], None]) -> None:
+        """Runs `fn` as the stop begins, before in-flight calls get their grace: it ends calls that would
+        otherwise wait out the grace (the queue's long polls). The interpreter's exit joins the server's
+        threads, so a handler still waiting would keep the process alive after the stop."""
+        self._drains.append(fn)
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Runs `fn` after the server stopped (threads of a backend, connections)."""
@@ -184,9 +195,6 @@ def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None
     if on_stop is not None:
         on_stop()
     server.stop(STOP_GRACE)
-
-
-STOP_GRACE = 5.0  # seconds in-flight calls get to finish after a signal
 
 
 def _exit_anyway(name: str, seconds: float) -> None:
