@@ -429,6 +429,45 @@ def test_a_long_poll_whose_caller_went_away_pops_nothing(over: str, monkeypatch:
         server.stop(0)
 
 
+def test_pods_whose_pop_answer_was_lost_come_back_to_the_next_pop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue popped and lent a pod, and the answer never reached the scheduler (here its deadline ran out
+    first). The queue cannot tell; the scheduler, whose call failed, pops next under a new incarnation, and
+    the pod lent to the old one comes back. Before, it stayed in flight for as long as that scheduler popped."""
+    from phalanx.rpc import stream_call
+    from phalanx.rpc.clients import QueueClient
+    from phalanx_queue import __main__ as queue_main
+    from phalanx_queue.servicer import QueueServicer
+
+    monkeypatch.setattr(stream_call._Deadlines, "TICK", 0.1)
+    answered = QueueServicer._pop
+    slow = threading.Event()
+
+    def late(
+        self: QueueServicer, request: queue_pb2.PopRequest, context: grpc.ServicerContext
+    ) -> queue_pb2.PopResponse:
+        resp = answered(self, request, context)
+        if slow.is_set():
+            slow.clear()
+            time.sleep(2.0)  # popped and lent: the caller's deadline runs out before the answer
+        return resp
+
+    monkeypatch.setattr(QueueServicer, "_pop", late)
+    server = queue_main.build(
+        queue_main.parser().parse_args(["--listen", "127.0.0.1:0", "--plaintext", "--clock", "virtual"])
+    ).start()
+    scheduler = QueueClient(server.address, PLAINTEXT, timeout=1.0, consumer="s")
+    try:
+        scheduler.add([PodInfo("d", "p", created_at=1.0)], 1.0)
+        slow.set()
+        with pytest.raises(grpc.RpcError):
+            scheduler.pop(1, 1.0)
+        time.sleep(1.5)  # the server's handler ends
+        assert [i.pod.name for i in scheduler.pop(1, 1.0).items] == ["p"]
+    finally:
+        scheduler.close()
+        server.stop(0)
+
+
 def test_queue_client_notices_a_restarted_queue() -> None:
     """The queue holds pods in memory only; its clients learn of a restart from the incarnation it answers
     with, so that whoever handed it pods (the cluster feed) can hand them again."""

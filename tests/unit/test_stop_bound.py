@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 _CODE = """
 import threading, time
 from phalanx.rpc.server import _exit_anyway
@@ -14,6 +16,7 @@ threading.Thread(target=_exit_anyway, args=("test", 0.3), daemon=True).start()
 """
 
 
+@pytest.mark.starts_processes
 def test_a_stuck_thread_does_not_keep_a_stopping_service_alive() -> None:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", _CODE], capture_output=True, text=True, timeout=30)

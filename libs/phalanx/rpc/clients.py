@@ -171,8 +171,14 @@ class QueueClient(_Client):
             req.move_all = carry.move_all
             if not carry.move_all:
                 req.freed.extend(freed_to_pb(carry.freed))
-        # A long poll (wait_seconds) too: the loop's idle wait is its most frequent call.
-        resp = self._pop.call(req, self.timeout + wait_seconds)
+        try:  # a long poll (wait_seconds) too: the loop's idle wait is its most frequent call
+            resp = self._pop.call(req, self.timeout + wait_seconds)
+        except grpc.RpcError:
+            # The queue may have popped and lent pods whose answer is lost (a deadline, a broken stream): under
+            # a new incarnation the next pop gets them back, as after a restart. Pods this scheduler holds
+            # come back too and are answered again with their reservations: a pop's work, never a pod.
+            self.consumer_incarnation = uuid.uuid4().hex
+            raise
         self._heard(resp.incarnation)
         items = [Popped(pod_from_pb(p), p.trace_parent) for p in resp.pods]
         return PopResult(items, resp.next_ready_at or None, resp.pending)
