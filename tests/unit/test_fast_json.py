@@ -55,3 +55,15 @@ def test_records_read_back_the_same_whichever_library_wrote_them() -> None:
     assert codec.gang_from_json(codec.gang_to_json(gang)) == gang
     node = NodeInfo("n", {"cpu": 1000}, taints=(Taint("k", "v", "NoSchedule"),))
     assert codec.node_from_json(codec.node_to_json(node)) == node
+
+
+@pytest.mark.parametrize("uid", ["", "0d5b1c3e-1111-2222-3333-444455556666"])
+@pytest.mark.parametrize("state", [None, "assumed", "binding", "bound"])
+def test_a_reservations_mark_says_what_its_full_record_says(uid: str, state: str | None) -> None:
+    """Reconciliation compares marks (node, pod uid, state) read without building the pod; they must agree
+    with the full record, state defaulting to assumed where podstate has none."""
+    pod = PodInfo("ns", "w-0", created_at=1.0, requests={"cpu": 100}, gang="ns/g", uid=uid)
+    raw = codec.reservation_record(pod, "node-7", {"cpu": 100})
+    full, mark = codec.pod_record("ns/w-0", raw, state), codec.pod_mark(raw, state)
+    assert (mark.node, mark.uid, mark.state) == (full.node, full.pod.uid, full.state)
+    assert (mark.node, mark.uid) == ("node-7", uid)

@@ -39,8 +39,8 @@ from phalanx.framework.snapshot import Snapshot
 from phalanx.metrics.catalog import RECONCILE_REPAIRS
 from phalanx.model.objects import NodeInfo, PodInfo
 from phalanx.queueing.hints import FreedCapacity
-from phalanx.state.pod_state import PodState
-from phalanx.state.store import PodRecord, StateStore
+from phalanx.state.pod_state import PodMark, PodRecord, PodState
+from phalanx.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,10 @@ IDENTITY_CHECK_SECONDS = 1.0
 FAST_PASSES_AFTER_RESTART = 3
 FAST_PASS_SECONDS = 2.0
 # A pass reads every pod record from Redis and holds the scheduler's lock: its cost grows with the cluster
-# (about 50 ms per 1,000 pods here). The next regular pass waits at least this many times as long as the last
-# took, so reconciliation stays under 1/20 of the scheduler's time however large the cluster.
+# (a steady-arrival run's passes over 1,800 pods held it 40-90 ms, on 2 busy cores). The records are read as
+# marks (node, uid, state), not pods: 214 against 704 ms of CPU for 30,000 records. The next regular pass
+# waits at least this many times as long as the last took, so reconciliation stays under 1/20 of the
+# scheduler's time however large the cluster.
 PASS_COST_FACTOR = 20.0
 
 
@@ -170,6 +172,7 @@ class Maintenance:
             self._next_pass = now + FAST_PASS_SECONDS  # a failed pass is retried, not spun on
             self.reconcile()
             took = self._clock() - now
+            log.debug("reconcile: a pass took %.1f ms", took * 1000)
             if self._fast_passes > 0:
                 self._fast_passes -= 1
                 self._next_pass = self._clock() + FAST_PASS_SECONDS
@@ -213,7 +216,7 @@ class Maintenance:
                 s.upsert_nodes(changed)
                 repairs["node"] += len(changed)
 
-            records = store.load_pods()
+            records = store.load_pod_marks()  # node, uid and state only: the pass holds the lock
             bound = view.mirror_bound()
             findings: set[tuple[str, ...]] = set()
             confirm = []
@@ -227,7 +230,7 @@ class Maintenance:
                         findings.add(("stale-bound", key, rec.node, rec.state))
                 elif api.node_name != rec.node:
                     findings.add(("moved", key, rec.node, api.node_name))
-                elif rec.state != PodState.BOUND and (not rec.pod.uid or rec.pod.uid == api.uid):
+                elif rec.state != PodState.BOUND and (not rec.uid or rec.uid == api.uid):
                     confirm.append(api)
             for key, pod in sorted(bound.items()):
                 if key not in records and pod.node_name in s.snapshot.index:
@@ -269,7 +272,7 @@ class Maintenance:
                 repairs["usage"] += fixed
 
             # Read again only if this pass changed the records.
-            differs = self._memory_differs(store.load_pods() if repairs or sure else records)
+            differs = self._memory_differs(store.load_pod_marks() if repairs or sure else records)
             if differs and self._memory_suspect:
                 log.warning("reconcile: scheduler memory differs from Redis: %s", differs)
                 s.resync()
@@ -292,7 +295,7 @@ class Maintenance:
             )
         return repairs
 
-    def _memory_differs(self, records: dict[str, PodRecord]) -> str:
+    def _memory_differs(self, records: dict[str, PodMark]) -> str:
         """How the scheduler's memory differs from Redis ("" when it does not), for the log line."""
         s = self.scheduler
         assumed = {k for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}

@@ -29,3 +29,13 @@ class PodRecord:
     def assignment(self) -> Assignment:
         """The binder's assignment for this reservation: bind this pod (this incarnation of it) here."""
         return Assignment(self.key, self.pod.uid, self.node, self.gang)
+
+
+@dataclass(frozen=True, slots=True)
+class PodMark:
+    """What a reconcile pass compares of a reservation (where, which incarnation of the pod, in what state),
+    read without building the pod: a pass reads every record while it holds the scheduler's lock."""
+
+    node: str
+    uid: str
+    state: PodState

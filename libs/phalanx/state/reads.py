@@ -11,9 +11,9 @@ import redis
 
 from phalanx.gang.record import GangRecord
 from phalanx.model.objects import GangSpec, NodeInfo
-from phalanx.state.codec import gang_from_json, gang_record, node_from_json, pod_record, role_in_record
+from phalanx.state.codec import gang_from_json, gang_record, node_from_json, pod_mark, pod_record, role_in_record
 from phalanx.state.keys import FIELD_SEP, Keys
-from phalanx.state.pod_state import PodRecord, PodState
+from phalanx.state.pod_state import PodMark, PodRecord, PodState
 
 # The binder's roll-forward rounds per read of all of podstate (`pods_binding(full=True)`); at its default 2 s
 # between rounds, once a minute. On 30,000 pods a whole read cost the binder ~10 ms and Redis ~10 ms, where
@@ -58,6 +58,14 @@ class StateReads:
         for key, raw in records.items():
             out[key] = pod_record(key, raw, states.get(key))
         return out
+
+    def load_pod_marks(self) -> dict[str, PodMark]:
+        """Every reservation's node, pod uid and state (what reconciliation compares), without the pods."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(self.keys.pods)
+        pipe.hgetall(self.keys.podstate)
+        records, states = pipe.execute()
+        return {key: pod_mark(raw, states.get(key)) for key, raw in records.items()}
 
     def get_pods(self, keys: list[str]) -> dict[str, PodRecord]:
         if not keys:
