@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -355,6 +356,72 @@ def test_reconciliation_compares_the_mirror_with_the_scheduler_and_repairs_throu
     assert maintenance.reconcile()["uncounted-pod"] == 1
     assert handlers.calls == [("add_bound", ["ns/theirs"]), ("requeue_missing", []), ("retry_unschedulable", [])]
     assert h.reserved() == {"ns/theirs": "bound"}
+
+
+class WatchedLock:
+    """The scheduler's lock, telling whether it is held (a pass's reads are checked against it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    def held(self) -> bool:
+        return self.lock.locked()
+
+
+def test_a_pass_that_finds_nothing_reads_the_records_without_the_schedulers_lock(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading and comparing every record held the lock the scheduling loop needs, for the whole pass; a
+    pass that finds nothing now takes it once, for the memory check and the queue's refill, and never
+    while it reads the records. One that finds drift still compares again and repairs under it."""
+    h.apply(node("n1"), pod("theirs", node_name="n1", scheduler="default-scheduler"))
+    lock = WatchedLock()
+    handlers = RecordingHandlers(h.feed)
+    maintenance = Maintenance(h.feed.mirror, h.sched, handlers, lock, lambda: 0.0)
+    reads: list[bool] = []
+    marks = h.sched.store.load_pod_marks
+    monkeypatch.setattr(h.sched.store, "load_pod_marks", lambda: (reads.append(lock.held()), marks())[1])
+
+    assert maintenance.reconcile() == Counter()
+    assert (reads, lock.taken) == ([False], 1)
+    assert handlers.calls == [("requeue_missing", [])]
+
+    h.sched.release_pods(["ns/theirs"])  # drift: Redis lost a pod the API server shows bound
+    reads.clear()
+    assert maintenance.reconcile()["uncounted-pod"] == 1
+    assert reads[0] is False and reads[1:] and all(reads[1:])  # found without the lock, compared again under it
+    assert h.reserved() == {"ns/theirs": "bound"}
+
+
+def test_a_stale_record_found_without_the_lock_is_released_when_the_next_pass_sees_it_too(h: Harness) -> None:
+    """A finding seen once is remembered, not repaired, and costs no lock (most are a watch event on its
+    way); seen again on the next pass, that pass compares under the lock and releases the record."""
+    h.apply(node("n1"), pod("theirs", node_name="n1", scheduler="default-scheduler"))
+    h.feed.mirror.drop_pod("ns/theirs")  # the API server no longer has it; Redis still counts it
+    lock = WatchedLock()
+    maintenance = Maintenance(h.feed.mirror, h.sched, RecordingHandlers(h.feed), lock, lambda: 0.0)
+    assert maintenance.reconcile() == Counter()
+    assert (lock.taken, maintenance.last_pass_quiet, h.reserved()) == (1, True, {"ns/theirs": "bound"})
+    assert maintenance.reconcile()["stale-record"] == 1
+    assert (maintenance.last_pass_quiet, h.reserved()) == (False, {})
+
+
+def test_memory_apart_from_redis_in_a_quiet_pass_is_reloaded_if_the_next_pass_sees_it_too(h: Harness) -> None:
+    """The memory check of a pass that found nothing in Redis still counts: a difference seen there and on
+    the next pass makes that pass reload the scheduler's memory."""
+    h.apply(node("n1"), pod("theirs", node_name="n1", scheduler="default-scheduler"))
+    maintenance = Maintenance(h.feed.mirror, h.sched, RecordingHandlers(h.feed), threading.Lock(), lambda: 0.0)
+    h.sched.store.redis.hset(h.sched.store.keys.podstate, "ns/theirs", "assumed")  # Redis now says otherwise
+    assert maintenance.reconcile() == Counter()  # seen once: a suspicion, no reload yet
+    assert maintenance.reconcile()["scheduler-memory"] == 1
 
 
 def test_a_slow_pass_spaces_the_next_so_reconciliation_stays_a_twentieth_of_the_time(h: Harness) -> None:

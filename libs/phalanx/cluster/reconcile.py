@@ -15,7 +15,8 @@ A pass compares the mirror of the API server with Redis, and Redis with the sche
 like kube-scheduler's cache comparer, and repairs:
 - nodes missing or different in Redis; nodes Redis has that the API server does not;
 - pods bound in the API server that Redis does not count (added at once: over-counting is the safe side);
-- reservations whose binding the API server shows done (recorded as bound at once);
+- reservations whose binding the API server shows done (recorded as bound when a second pass still sees
+  them so: until then the binder's own roll-forward usually has);
 - records of pods that finished, were deleted, are pending although Redis says bound, or are bound
   elsewhere: released only when the same finding is seen on two passes in a row, so a watch event
   still in flight cannot make it release capacity that is really in use;
@@ -32,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Set
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from phalanx.framework.framework import Framework
@@ -47,8 +49,8 @@ log = logging.getLogger(__name__)
 IDENTITY_CHECK_SECONDS = 1.0
 FAST_PASSES_AFTER_RESTART = 3
 FAST_PASS_SECONDS = 2.0
-# A pass reads every pod record from Redis and holds the scheduler's lock: its cost grows with the cluster
-# (a steady-arrival run's passes over 1,800 pods held it 40-90 ms, on 2 busy cores). The records are read as
+# A pass reads every pod record from Redis: its cost grows with the cluster (passes over 1,800 pods took
+# 46-176 ms on 2 busy cores; only their memory check holds the scheduler's lock). The records are read as
 # marks (node, uid, state), not pods: 214 against 704 ms of CPU for 30,000 records. The next regular pass
 # waits at least this many times as long as the last took, so reconciliation stays under 1/20 of the
 # scheduler's time however large the cluster.
@@ -146,9 +148,11 @@ class Maintenance:
         self._next_pass = self._clock() + reconcile_interval
         self._fast_passes = 0
         self._suspects: set[tuple[str, ...]] = set()  # release findings of the previous pass
+        self._unconfirmed: set[str] = set()  # bindings the API server showed and Redis did not, last pass
         self._memory_suspect = False  # the previous pass found memory and Redis apart
         self._retry_after_restart = False  # Redis restarted or was emptied: the next pass retries everything
         self.totals: Counter[str] = Counter()
+        self.last_pass_quiet = False  # the last pass found nothing and held the lock only for the memory check
 
     def request_reconcile(self, specs_unsure: bool = False) -> None:
         """A pass at the next tick; `specs_unsure`: a batch failed to apply, so every gang spec is re-sent."""
@@ -172,7 +176,11 @@ class Maintenance:
             self._next_pass = now + FAST_PASS_SECONDS  # a failed pass is retried, not spun on
             self.reconcile()
             took = self._clock() - now
-            log.debug("reconcile: a pass took %.1f ms", took * 1000)
+            log.debug(
+                "reconcile: a pass took %.1f ms (%s)",
+                took * 1000,
+                "found nothing" if self.last_pass_quiet else "compared and repaired under the lock",
+            )
             if self._fast_passes > 0:
                 self._fast_passes -= 1
                 self._next_pass = self._clock() + FAST_PASS_SECONDS
@@ -200,66 +208,117 @@ class Maintenance:
 
     # -- one pass ----------------------------------------------------------------------------------------
     def reconcile(self) -> Counter[str]:
-        view, s, handlers = self.api, self.scheduler, self.handlers
+        """One pass. Its comparisons of the mirror with Redis run first without the scheduler's lock: a pass
+        holding it throughout kept scheduling waiting 71-179 ms every 10 s under steady arrival (1,800 pods,
+        2 busy cores), longer on larger clusters; a pass that finds nothing holds it 6-11 ms. The whole pass runs under the lock, comparing again before it repairs,
+        only when there is something to repair now: a node or a bound pod Redis lacks, a finding or an
+        unrecorded binding seen on the previous pass too, usage that was wrong, or a suspicion left by a
+        failed batch, a Redis restart or the memory check. A finding seen once is only remembered: most are
+        a watch event still on its way (the binder records a binding before the API server's event of it
+        reaches the feed)."""
+        self.last_pass_quiet = False
+        if self.specs_unsure or self._retry_after_restart or self._memory_suspect:
+            return self._repair_pass()
+        found = self._scan()
+        # Recomputed inside Redis, atomically with respect to every write: it needs no lock of ours.
+        usage_fixed = self.scheduler.store.repair_usage()
+        unconfirmed = {p.key for p in found.confirm}
+        if (
+            usage_fixed
+            or found.changed_nodes
+            or found.add
+            or found.findings & self._suspects
+            or unconfirmed & self._unconfirmed
+        ):
+            return self._repair_pass(usage_fixed)
+        self._suspects, self._unconfirmed = found.findings, unconfirmed
+        self._quiet_memory_check()
+        self.last_pass_quiet = True
+        return Counter()
+
+    def _scan(self) -> _Scan:
+        """The mirror against Redis: nodes, and each reservation against the pod the API server shows. Safe
+        without the lock (the mirror changes on this thread only; Redis answers each read atomically), and
+        what it finds is only a finding until a locked pass has seen it too."""
+        view, s = self.api, self.scheduler
+        nodes = {name: s.framework.prepare_node(n) for name, n in view.mirror_nodes().items()}
+        in_redis = {n.name: n for n in s.store.load_nodes()}
+        changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]
+        records = s.store.load_pod_marks()  # node, uid and state only: a pass reads every record
+        bound = view.mirror_bound()
+        findings: set[tuple[str, ...]] = set()
+        confirm = []
+        add = []
+        for key, rec in sorted(records.items()):
+            api = bound.get(key)
+            if api is None:
+                if not view.mirror_has(key):
+                    findings.add(("stale-record", key, rec.node, rec.state))
+                elif rec.state == PodState.BOUND:
+                    findings.add(("stale-bound", key, rec.node, rec.state))
+            elif api.node_name != rec.node:
+                findings.add(("moved", key, rec.node, api.node_name))
+            elif rec.state != PodState.BOUND and (not rec.uid or rec.uid == api.uid):
+                confirm.append(api)
+        for key, pod in sorted(bound.items()):
+            if key not in records and pod.node_name in s.snapshot.index:
+                add.append(pod)
+        for name in sorted(set(in_redis) - set(nodes)):
+            findings.add(("stale-node", name))
+        return _Scan(records, bound, changed, findings, confirm, add)
+
+    def _quiet_memory_check(self) -> None:
+        """A pass that found nothing still compares the scheduler's memory with Redis (a difference seen twice
+        is reloaded, by the locked pass the next one becomes) and refills the queue. Under the lock only the
+        reads and copies: states without the records, usage, the memory's sets."""
+        s = self.scheduler
+        with self.lock:
+            states = s.store.pod_states()
+            view = _MemoryView(states, s.store.load_used(), set(s.assumed), set(s.bound), s.snapshot.used_map())
+            self.handlers.requeue_missing()
+        self._memory_suspect = bool(view.differs())
+
+    def _repair_pass(self, usage_fixed: int = 0) -> Counter[str]:
+        """The whole pass under the scheduler's lock: compares again, then repairs what it finds.
+        `usage_fixed`: usage fields the quick look already repaired (counted here)."""
+        s, handlers = self.scheduler, self.handlers
         store = s.store
         repairs: Counter[str] = Counter()
+        if usage_fixed:
+            repairs["usage"] += usage_fixed
         with self.lock:
             now = self.now()
             if self.specs_unsure:  # a batch failed to apply: the gang specs it carried may be lost
                 handlers.resend_gangs()
                 self.specs_unsure = False
                 repairs["gang specs re-sent"] += 1
-            nodes = {name: s.framework.prepare_node(n) for name, n in view.mirror_nodes().items()}
-            in_redis = {n.name: n for n in store.load_nodes()}
-            changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]
-            if changed:
-                s.upsert_nodes(changed)
-                repairs["node"] += len(changed)
-
-            records = store.load_pod_marks()  # node, uid and state only: the pass holds the lock
-            bound = view.mirror_bound()
-            findings: set[tuple[str, ...]] = set()
-            confirm = []
-            add = []
-            for key, rec in sorted(records.items()):
-                api = bound.get(key)
-                if api is None:
-                    if not view.mirror_has(key):
-                        findings.add(("stale-record", key, rec.node, rec.state))
-                    elif rec.state == PodState.BOUND:
-                        findings.add(("stale-bound", key, rec.node, rec.state))
-                elif api.node_name != rec.node:
-                    findings.add(("moved", key, rec.node, api.node_name))
-                elif rec.state != PodState.BOUND and (not rec.uid or rec.uid == api.uid):
-                    confirm.append(api)
-            for key, pod in sorted(bound.items()):
-                if key not in records and pod.node_name in s.snapshot.index:
-                    add.append(pod)
-            stale_nodes = sorted(set(in_redis) - set(nodes))
-            for name in stale_nodes:
-                findings.add(("stale-node", name))
+            found = self._scan()
+            if found.changed_nodes:
+                s.upsert_nodes(found.changed_nodes)
+                repairs["node"] += len(found.changed_nodes)
 
             # Only pods the scheduler holds as reserved can be confirmed through it; others (a reservation its
             # memory lost) are recorded after the memory check below.
-            held = [p for p in confirm if p.key in s.assumed]
+            self._unconfirmed = set()  # confirmed here, or not ours to confirm
+            held = [p for p in found.confirm if p.key in s.assumed]
             if held:
                 moved = {p.key for p in s.confirm_bound(held, now)}
                 confirmed = len({p.key for p in held} - moved)
                 if confirmed:
                     repairs["unrecorded-binding"] += confirmed
-            if add:
-                handlers.add_bound(add)
-                repairs["uncounted-pod"] += len(add)
+            if found.add:
+                handlers.add_bound(found.add)
+                repairs["uncounted-pod"] += len(found.add)
 
             # Releases only for what the previous pass saw too (see the module docstring).
-            sure = findings & self._suspects
-            self._suspects = findings - sure
+            sure = found.findings & self._suspects
+            self._suspects = found.findings - sure
             release = sorted({f[1] for f in sure if f[0] in ("stale-record", "stale-bound", "moved")})
             if release:
                 s.release_pods(release)
                 for kind, n in Counter(f[0] for f in sure if f[0] != "stale-node").items():
                     repairs[kind] += n
-                moved_pods = [bound[f[1]] for f in sure if f[0] == "moved" and f[1] in bound]
+                moved_pods = [found.bound[f[1]] for f in sure if f[0] == "moved" and f[1] in found.bound]
                 if moved_pods:
                     handlers.add_bound(moved_pods)
             gone_nodes = sorted(f[1] for f in sure if f[0] == "stale-node")
@@ -272,7 +331,15 @@ class Maintenance:
                 repairs["usage"] += fixed
 
             # Read again only if this pass changed the records.
-            differs = self._memory_differs(store.load_pod_marks() if repairs or sure else records)
+            marks = store.load_pod_marks() if repairs or sure else found.records
+            view = _MemoryView(
+                {k: m.state for k, m in marks.items()},
+                store.load_used(),
+                set(s.assumed),
+                set(s.bound),
+                s.snapshot.used_map(),
+            )
+            differs = view.differs()
             if differs and self._memory_suspect:
                 log.warning("reconcile: scheduler memory differs from Redis: %s", differs)
                 s.resync()
@@ -295,18 +362,44 @@ class Maintenance:
             )
         return repairs
 
-    def _memory_differs(self, records: dict[str, PodMark]) -> str:
+
+@dataclass
+class _Scan:
+    """What comparing the mirror with Redis found, before any repair."""
+
+    records: dict[str, PodMark]
+    bound: dict[str, PodInfo]  # the mirror's bound pods
+    changed_nodes: list[NodeInfo]
+    findings: set[tuple[str, ...]]
+    confirm: list[PodInfo]
+    add: list[PodInfo]
+
+    def clean(self) -> bool:
+        return not (self.changed_nodes or self.findings or self.confirm or self.add)
+
+
+@dataclass
+class _MemoryView:
+    """Redis's reservations and usage beside the scheduler's memory of them, read at one moment (under the
+    scheduler's lock), compared after."""
+
+    states: dict[str, PodState]  # every reservation's state in Redis
+    redis_used: dict[tuple[str, str], int]
+    assumed: set[str]  # in the scheduler's memory
+    bound: set[str]
+    memory_used: dict[tuple[str, str], int]
+
+    def differs(self) -> str:
         """How the scheduler's memory differs from Redis ("" when it does not), for the log line."""
-        s = self.scheduler
-        assumed = {k for k, r in records.items() if r.state in (PodState.ASSUMED, PodState.BINDING)}
-        bound = {k for k, r in records.items() if r.state == PodState.BOUND}
+        assumed = {k for k, st in self.states.items() if st in (PodState.ASSUMED, PodState.BINDING)}
+        bound = {k for k, st in self.states.items() if st == PodState.BOUND}
         out = []
-        for name, mine, theirs in (("assumed", set(s.assumed), assumed), ("bound", s.bound, bound)):
+        for name, mine, theirs in (("assumed", self.assumed, assumed), ("bound", self.bound, bound)):
             if mine != theirs:
                 out.append(
                     f"{name}: only in memory {sorted(mine - theirs)[:5]}, only in Redis {sorted(theirs - mine)[:5]}"
                 )
-        mem, red = s.snapshot.used_map(), {k: v for k, v in s.store.load_used().items() if v}
+        mem, red = self.memory_used, {k: v for k, v in self.redis_used.items() if v}
         wrong = sorted(k for k in set(mem) | set(red) if mem.get(k, 0) != red.get(k, 0))
         if wrong:
             out.append(

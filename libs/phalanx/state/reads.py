@@ -67,6 +67,14 @@ class StateReads:
         records, states = pipe.execute()
         return {key: pod_mark(raw, states.get(key)) for key, raw in records.items()}
 
+    def pod_states(self) -> dict[str, PodState]:
+        """Every reservation's state (assumed where podstate has none), without reading the records."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hkeys(self.keys.pods)
+        pipe.hgetall(self.keys.podstate)
+        keys, states = pipe.execute()
+        return {key: PodState(states.get(key) or PodState.ASSUMED) for key in keys}
+
     def get_pods(self, keys: list[str]) -> dict[str, PodRecord]:
         if not keys:
             return {}
