@@ -42,6 +42,8 @@ def test_arrival_figures_from_a_log() -> None:
     assert f["achieved_gangs_per_s"] == pytest.approx(10.0)
     assert f["start_lag_ms"]["max"] == pytest.approx(2.0)
     assert f["latency_ms"]["p50"] == pytest.approx(48.0) and f["latency_ms"]["n"] == 4
+    bound["gang-00001-0"] += 0.2  # the slowest, created 0.103 s after the first gang was due
+    assert arrival.figures(log, bound, 10.0)["slowest"] == [[0.1, pytest.approx(248.0)]]
 
 
 def test_arrivals_create_each_gang_podgroup_first_then_its_pods(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -414,6 +414,19 @@ def test_a_stale_record_found_without_the_lock_is_released_when_the_next_pass_se
     assert (maintenance.last_pass_quiet, h.reserved()) == (False, {})
 
 
+def test_one_pass_restores_a_lost_node_and_counts_the_pods_bound_on_it(h: Harness) -> None:
+    """Redis lost a node and the pods bound on it (emptied): the pass that puts the node back must count its
+    pods too. A pass that compared pods before restoring the node left their capacity free until the next,
+    and the scheduler placed other pods there meanwhile (an over-committed GPU in the redis-empty chaos trial)."""
+    h.apply(node("n1"), pod("theirs", node_name="n1", scheduler="default-scheduler"))
+    h.sched.release_pods(["ns/theirs"])
+    h.sched.remove_nodes(["n1"], 0.0)
+    maintenance = Maintenance(h.feed.mirror, h.sched, RecordingHandlers(h.feed), threading.Lock(), lambda: 0.0)
+    repairs = maintenance.reconcile()
+    assert (repairs["node"], repairs["uncounted-pod"]) == (1, 1)
+    assert h.reserved() == {"ns/theirs": "bound"}
+
+
 def test_memory_apart_from_redis_in_a_quiet_pass_is_reloaded_if_the_next_pass_sees_it_too(h: Harness) -> None:
     """The memory check of a pass that found nothing in Redis still counts: a difference seen there and on
     the next pass makes that pass reload the scheduler's memory."""

@@ -296,6 +296,10 @@ class Maintenance:
             if found.changed_nodes:
                 s.upsert_nodes(found.changed_nodes)
                 repairs["node"] += len(found.changed_nodes)
+                # A bound pod is counted only on a node the snapshot has: on nodes just restored (Redis
+                # emptied) they are found by comparing again. Counted in a later pass instead, they would
+                # leave that capacity free meanwhile, for the scheduler to hand out twice.
+                found = self._scan()
 
             # Only pods the scheduler holds as reserved can be confirmed through it; others (a reservation its
             # memory lost) are recorded after the memory check below.

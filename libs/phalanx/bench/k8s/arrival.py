@@ -115,6 +115,10 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
         started = sorted(log.started.values())
         lags = [log.started[g] - log.due[g] for g in log.started if g in log.due]
         latency = [bound[p] - t for p, t in log.created.items() if p in bound]
+        # The slowest 1% with when they arrived: clustered in time, the tail is a pause of the scheduler's
+        # (a lock held, a collection); spread, it is each pod's own path.
+        worst = sorted(((bound[p] - t, t - log.t0) for p, t in log.created.items() if p in bound), reverse=True)
+        slowest = [[round(at, 2), round(lat * 1000, 1)] for lat, at in worst[: max(1, len(worst) // 100)]]
         pods_created, gangs_started, errors = len(log.created), len(log.started), list(log.errors)
     span = started[-1] - started[0] if len(started) > 1 else 0.0
     return {
@@ -126,6 +130,7 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
         "achieved_gangs_per_s": round((len(started) - 1) / span, 3) if span > 0 else None,
         "start_lag_ms": dist(lags, 1000, 1),  # a gang's first POST after the time it was due
         "latency_ms": dist(latency, 1000, 1),  # a pod's POST sent -> the watch saw it bound
+        "slowest": sorted(slowest),  # [seconds after the first gang was due, latency ms] of the slowest 1%
         "errors": errors[:10],
         "error_count": len(errors),
     }
