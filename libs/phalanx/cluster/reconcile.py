@@ -210,12 +210,12 @@ class Maintenance:
     def reconcile(self) -> Counter[str]:
         """One pass. Its comparisons of the mirror with Redis run first without the scheduler's lock: a pass
         holding it throughout kept scheduling waiting 71-179 ms every 10 s under steady arrival (1,800 pods,
-        2 busy cores), longer on larger clusters; a pass that finds nothing holds it 6-11 ms. The whole pass runs under the lock, comparing again before it repairs,
-        only when there is something to repair now: a node or a bound pod Redis lacks, a finding or an
-        unrecorded binding seen on the previous pass too, usage that was wrong, or a suspicion left by a
-        failed batch, a Redis restart or the memory check. A finding seen once is only remembered: most are
-        a watch event still on its way (the binder records a binding before the API server's event of it
-        reaches the feed)."""
+        2 busy cores), longer on larger clusters; a pass that finds nothing holds it 6-11 ms. The whole pass
+        runs under the lock, comparing again before it repairs, only when there is something to repair now:
+        a node or a bound pod Redis lacks, a finding or an unrecorded binding seen on the previous pass too,
+        usage that was wrong, or a suspicion left by a failed batch, a Redis restart or the memory check. A
+        finding seen once is only remembered: most are a watch event still on its way (the binder records a
+        binding before the API server's event of it reaches the feed)."""
         self.last_pass_quiet = False
         if self.specs_unsure or self._retry_after_restart or self._memory_suspect:
             return self._repair_pass()
@@ -274,9 +274,14 @@ class Maintenance:
         s = self.scheduler
         with self.lock:
             states = s.store.pod_states()
-            view = _MemoryView(states, s.store.load_used(), set(s.assumed), set(s.bound), s.snapshot.used_map())
+            view = self._memory_view(states)
             self.handlers.requeue_missing()
         self._memory_suspect = bool(view.differs())
+
+    def _memory_view(self, states: dict[str, PodState]) -> _MemoryView:
+        """Redis's usage and the scheduler's memory beside `states`; called under the lock."""
+        s = self.scheduler
+        return _MemoryView(states, s.store.load_used(), set(s.assumed), set(s.bound), s.snapshot.used_map())
 
     def _repair_pass(self, usage_fixed: int = 0) -> Counter[str]:
         """The whole pass under the scheduler's lock: compares again, then repairs what it finds.
@@ -336,14 +341,7 @@ class Maintenance:
 
             # Read again only if this pass changed the records.
             marks = store.load_pod_marks() if repairs or sure else found.records
-            view = _MemoryView(
-                {k: m.state for k, m in marks.items()},
-                store.load_used(),
-                set(s.assumed),
-                set(s.bound),
-                s.snapshot.used_map(),
-            )
-            differs = view.differs()
+            differs = self._memory_view({k: m.state for k, m in marks.items()}).differs()
             if differs and self._memory_suspect:
                 log.warning("reconcile: scheduler memory differs from Redis: %s", differs)
                 s.resync()

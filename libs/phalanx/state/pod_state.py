@@ -34,7 +34,8 @@ class PodRecord:
 @dataclass(frozen=True, slots=True)
 class PodMark:
     """What a reconcile pass compares of a reservation (where, which incarnation of the pod, in what state),
-    read without building the pod: a pass reads every record while it holds the scheduler's lock."""
+    read without building the pod: a pass reads every record, and a repair pass does so under the
+    scheduler's lock."""
 
     node: str
     uid: str

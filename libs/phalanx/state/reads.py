@@ -49,22 +49,21 @@ class StateReads:
         return out
 
     # -- pods ------------------------------------------------------------------------------------
-    def load_pods(self) -> dict[str, PodRecord]:
+    def _records_and_states(self) -> tuple[dict[str, str], dict[str, str]]:
+        """All of `pods` and `podstate`, read at one moment."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.hgetall(self.keys.pods)
         pipe.hgetall(self.keys.podstate)
         records, states = pipe.execute()
-        out: dict[str, PodRecord] = {}
-        for key, raw in records.items():
-            out[key] = pod_record(key, raw, states.get(key))
-        return out
+        return records, states
+
+    def load_pods(self) -> dict[str, PodRecord]:
+        records, states = self._records_and_states()
+        return {key: pod_record(key, raw, states.get(key)) for key, raw in records.items()}
 
     def load_pod_marks(self) -> dict[str, PodMark]:
         """Every reservation's node, pod uid and state (what reconciliation compares), without the pods."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hgetall(self.keys.pods)
-        pipe.hgetall(self.keys.podstate)
-        records, states = pipe.execute()
+        records, states = self._records_and_states()
         return {key: pod_mark(raw, states.get(key)) for key, raw in records.items()}
 
     def pod_states(self) -> dict[str, PodState]:

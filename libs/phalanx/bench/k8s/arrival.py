@@ -114,11 +114,12 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
     with log.lock:
         started = sorted(log.started.values())
         lags = [log.started[g] - log.due[g] for g in log.started if g in log.due]
-        latency = [bound[p] - t for p, t in log.created.items() if p in bound]
+        arrived = [(bound[p] - t, t - log.t0) for p, t in log.created.items() if p in bound]  # (latency, when)
+        latency = [lat for lat, _ in arrived]
         # The slowest 1% with when they arrived: clustered in time, the tail is a pause of the scheduler's
         # (a lock held, a collection); spread, it is each pod's own path.
-        worst = sorted(((bound[p] - t, t - log.t0) for p, t in log.created.items() if p in bound), reverse=True)
-        slowest = [[round(at, 2), round(lat * 1000, 1)] for lat, at in worst[: max(1, len(worst) // 100)]]
+        worst = sorted(arrived, reverse=True)[: max(1, len(arrived) // 100)]
+        slowest = [[round(at, 2), round(lat * 1000, 1)] for lat, at in worst]
         pods_created, gangs_started, errors = len(log.created), len(log.started), list(log.errors)
     span = started[-1] - started[0] if len(started) > 1 else 0.0
     return {
