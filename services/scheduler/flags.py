@@ -112,6 +112,16 @@ def _cluster(p: argparse.ArgumentParser) -> None:
     )
     env_flag(
         p,
+        "--feed-linger",
+        "PHALANX_FEED_LINGER",
+        "0.008",
+        "seconds the cluster feed waits, when a watch event ends a lull, for the events right behind it, so a "
+        "gang's pods (created one after the other) reach the queue and the scheduler together; 0: no wait",
+        parse=linger_of,
+        type=linger_of,
+    )
+    env_flag(
+        p,
         "--liveness-timeout",
         "PHALANX_LIVENESS_TIMEOUT",
         "120",
@@ -220,5 +230,19 @@ def retry_backoff_of(raw: str) -> float:
         usage_error(
             "scheduler",
             f"--gang-retry-backoff (env PHALANX_GANG_RETRY_BACKOFF): {raw!r} is not a number of seconds, 0 or more",
+        )
+    return seconds
+
+
+def linger_of(raw: str) -> float:
+    """--feed-linger: seconds from 0 to 1 (a longer wait would only delay every pod after a lull); anything
+    else ends the service with one line naming the flag and its variable (exit status 2)."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= 1:  # NaN fails both comparisons
+        usage_error(
+            "scheduler", f"--feed-linger (env PHALANX_FEED_LINGER): {raw!r} is not a number of seconds from 0 to 1"
         )
     return seconds

@@ -58,8 +58,12 @@ def test_arrivals_create_each_gang_podgroup_first_then_its_pods(monkeypatch: pyt
     shape = steady("s", nodes=1, gangs_per_s=200, seconds=0.05, timeout=5)
     gangs = gang_names(shape)
     arr = arrival.Arrivals(None, shape, "sched", gangs)  # type: ignore[arg-type]
+    before = time.time()
     arr.start()
     assert arr.join(5)
+    # the first gang's due time on the wall clock, to find the slowest pods in the services' logs
+    assert before <= arr.log.t0_unix <= before + 0.05
+    assert arrival.figures(arr.log, {}, 200)["first_due_unix"] == pytest.approx(arr.log.t0_unix, abs=0.001)
     assert WARMUP_GANG not in arr.log.started  # created before the launch, not by the arrivals
     assert sorted(arr.log.started) == [g for g in gangs if g != WARMUP_GANG]
     for g in arr.log.started:

@@ -47,3 +47,37 @@ def test_a_waiting_drain_wakes_at_the_first_put_and_an_empty_one_returns_at_its_
     inbox.put("a")
     inbox.put("b")
     assert len(inbox) == 2 and inbox.drain() == ["a", "b"] and len(inbox) == 0
+
+
+def _put_later(inbox: Inbox[str], *timed: tuple[float, str]) -> None:
+    """Puts each item at its delay (seconds from now), from another thread, as a watch thread would."""
+
+    def run() -> None:
+        start = time.monotonic()
+        for delay, item in timed:
+            time.sleep(max(0.0, start + delay - time.monotonic()))
+            inbox.put(item)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def test_a_drain_that_waited_lingers_so_the_items_right_behind_the_first_come_with_it() -> None:
+    inbox: Inbox[str] = Inbox()
+    # A gang's three pods arrive 10 ms apart after a lull: one batch with a 0.1 s linger ...
+    _put_later(inbox, (0.05, "pod-0"), (0.06, "pod-1"), (0.07, "pod-2"))
+    assert inbox.drain(5.0, linger=0.1) == ["pod-0", "pod-1", "pod-2"]
+    # ... and the first one alone without it.
+    _put_later(inbox, (0.05, "pod-0"), (0.15, "pod-1"))
+    assert inbox.drain(5.0) == ["pod-0"]
+    assert inbox.drain(5.0) == ["pod-1"]
+
+
+def test_a_drain_that_finds_items_waiting_takes_them_without_lingering() -> None:
+    inbox: Inbox[str] = Inbox()
+    inbox.put("a")
+    started = time.monotonic()
+    assert inbox.drain(5.0, linger=1.0) == ["a"]  # behind already: no wait on top
+    assert time.monotonic() - started < 0.5
+    started = time.monotonic()
+    assert inbox.drain(0.1, linger=1.0) == []  # nothing came: no linger after the timeout either
+    assert time.monotonic() - started < 0.5

@@ -111,12 +111,14 @@ class ClusterFeed:
         watch_timeout: int = 300,
         missing_retry: float = 30.0,
         reconcile_interval: float = 10.0,
+        linger: float = 0.0,
         gated: bool = False,
         after_rebuild: Callable[[], object] | None = None,
     ) -> None:
         """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
         leader lists the API server while it recovers its memory from Redis; the rebuild needs both).
-        `after_rebuild`: called once the first batch is applied (the service freezes its heap there)."""
+        `after_rebuild`: called once the first batch is applied (the service freezes its heap there).
+        `linger`: seconds a batch that ends a lull waits for the events right behind its first (Inbox.drain)."""
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -130,6 +132,7 @@ class ClusterFeed:
         self.flow = IntakeFlow(self.mirror, self.counts, scheduler_name)
         self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot, self.mirror.verdicts_delivered)
         self.reporter = reporter
+        self.linger = linger
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
         self._after_rebuild = after_rebuild
@@ -244,7 +247,7 @@ class ClusterFeed:
                     self._after_rebuild()
 
     def _drain(self, block: bool) -> list[Event]:
-        return self._events.drain(0.2 if block else 0.0)
+        return self._events.drain(0.2 if block else 0.0, linger=self.linger)
 
     def _maintain(self) -> None:
         try:

@@ -10,6 +10,7 @@ not set already.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Generic, TypeVar
 
@@ -26,11 +27,14 @@ class Inbox(Generic[T]):
         if not self._ready.is_set():
             self._ready.set()
 
-    def drain(self, timeout: float | None = 0.0) -> list[T]:
+    def drain(self, timeout: float | None = 0.0, linger: float = 0.0) -> list[T]:
         """Everything put so far, oldest first; waits up to `timeout` seconds (None: without limit) for the
-        first item when there is none."""
+        first item when there is none. `linger`: when it had to wait and an item came, it waits that much
+        longer, so what arrives just after (the next pods of a gang, POSTed one after the other) comes in the
+        same batch; a batch waiting already is taken at once."""
         if timeout != 0.0 and not self._items:
-            self._ready.wait(timeout)
+            if self._ready.wait(timeout) and linger > 0:
+                time.sleep(linger)
         # Cleared before the items are taken: a put after this sets it again, so no item waits unseen.
         self._ready.clear()
         items, out = self._items, []

@@ -41,6 +41,7 @@ class ArrivalLog:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     t0: float = 0.0
+    t0_unix: float = 0.0  # t0 on the wall clock, to line the slowest pods up with the services' logs
     due: dict[str, float] = field(default_factory=dict)  # gang -> when it was due
     started: dict[str, float] = field(default_factory=dict)  # gang -> its PodGroup's POST was sent
     created: dict[str, float] = field(default_factory=dict)  # pod -> just before its POST was sent
@@ -68,6 +69,7 @@ class Arrivals:
 
     def start(self) -> None:
         self.log.t0 = self.clock() + 0.01
+        self.log.t0_unix = time.time() + (self.log.t0 - self.clock())
         self._thread.start()
 
     def join(self, timeout: float) -> bool:
@@ -132,6 +134,7 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
         "start_lag_ms": dist(lags, 1000, 1),  # a gang's first POST after the time it was due
         "latency_ms": dist(latency, 1000, 1),  # a pod's POST sent -> the watch saw it bound
         "slowest": sorted(slowest),  # [seconds after the first gang was due, latency ms] of the slowest 1%
+        "first_due_unix": round(log.t0_unix, 3),
         "errors": errors[:10],
         "error_count": len(errors),
     }
