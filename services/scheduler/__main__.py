@@ -222,6 +222,7 @@ def start_feed(
         scheduler_name=args.scheduler_name,
         reconcile_interval=args.reconcile_interval,
         linger=args.feed_linger,
+        gang_hold=args.gang_hold,
         gated=gated,
         # The cluster as first listed joins what start-up froze (gc_tuning.freeze_heap): full collections
         # then walk only what changed since, not every pod and node the rebuild decoded.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from phalanx.cluster.leader import DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD
 from phalanx.config import bool_arg, common_parser, env_flag, kubeconfig_arg, opt_bool, redis_args, usage_error
@@ -119,6 +120,16 @@ def _cluster(p: argparse.ArgumentParser) -> None:
         "gang's pods (created one after the other) reach the queue and the scheduler together; 0: no wait",
         parse=linger_of,
         type=linger_of,
+    )
+    env_flag(
+        p,
+        "--gang-hold",
+        "PHALANX_GANG_HOLD",
+        "0.05",
+        "seconds the first pods of a gang with fewer pods created than its minimum wait in the cluster feed for "
+        "the rest, so the gang is placed in one step instead of reserved pod by pod; 0: no wait",
+        parse=gang_hold_of,
+        type=gang_hold_of,
     )
     env_flag(
         p,
@@ -234,15 +245,21 @@ def retry_backoff_of(raw: str) -> float:
     return seconds
 
 
-def linger_of(raw: str) -> float:
-    """--feed-linger: seconds from 0 to 1 (a longer wait would only delay every pod after a lull); anything
-    else ends the service with one line naming the flag and its variable (exit status 2)."""
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not 0 <= seconds <= 1:  # NaN fails both comparisons
-        usage_error(
-            "scheduler", f"--feed-linger (env PHALANX_FEED_LINGER): {raw!r} is not a number of seconds from 0 to 1"
-        )
-    return seconds
+def bounded_seconds(flag: str, variable: str, upper: float) -> Callable[[str], float]:
+    """A parser of seconds from 0 to `upper` (a longer wait would only delay pods); anything else ends the
+    service with one line naming the flag and its variable (exit status 2)."""
+
+    def parse(raw: str) -> float:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = math.nan
+        if not 0 <= seconds <= upper:  # NaN fails both comparisons
+            usage_error("scheduler", f"{flag} (env {variable}): {raw!r} is not a number of seconds from 0 to {upper:g}")
+        return seconds
+
+    return parse
+
+
+linger_of = bounded_seconds("--feed-linger", "PHALANX_FEED_LINGER", 1.0)
+gang_hold_of = bounded_seconds("--gang-hold", "PHALANX_GANG_HOLD", 5.0)

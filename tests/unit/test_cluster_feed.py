@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -99,6 +101,7 @@ class CountingQueue(LocalQueue):
     def __init__(self, queue: SchedulingQueue) -> None:
         super().__init__(queue)
         self.removes: list[list[str]] = []
+        self.adds: list[list[str]] = []  # the pods of each Add call
         self.dones: list[tuple[int, list[str]]] = []  # (verdicts, gangs activated) of each Done
         self._popping = False
 
@@ -108,6 +111,10 @@ class CountingQueue(LocalQueue):
             return super().pop(max_pods, now, carry, wait_seconds)
         finally:
             self._popping = False
+
+    def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> None:
+        self.adds.append(sorted(p.key for p in pods))
+        super().add(pods, now, only_missing)
 
     def remove(self, keys: list[str]) -> None:
         if keys and not self._popping:
@@ -127,7 +134,7 @@ class Harness:
         self.reports = Reports()
         self.start()
 
-    def start(self) -> None:
+    def start(self, gang_hold: float = 0.0, now: Callable[[], float] = lambda: 0.0) -> None:
         """A scheduler (recovered from Redis, as after a restart) with a fresh feed."""
         backend = SimulatedBackend(self.store.redis, self.store.keys)
         binder = LocalBinder(BatchBinder(self.store, backend, FencedLock(self.store.redis, self.store.keys)), backend)
@@ -136,7 +143,14 @@ class Harness:
         )
         self.sched.recover(0.0)
         self.feed = ClusterFeed(
-            self.sched, threading.Lock(), self.queue, self.reports, [], scheduler_name=NAME, now=lambda: 0.0
+            self.sched,
+            threading.Lock(),
+            self.queue,
+            self.reports,
+            [],
+            scheduler_name=NAME,
+            now=now,
+            gang_hold=gang_hold,
         )
         self.first = True
 
@@ -687,3 +701,89 @@ def test_a_watched_pod_is_parsed_outside_the_schedulers_lock(h: Harness, monkeyp
     feed._apply(feed._drain(block=False), initial=False)
     assert held == [False] * 4, "the binding parsed once more, outside the lock; the status change not at all"
     assert feed.mirror.pods["ns/b"].node == "n1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_new_gangs_first_pods_wait_for_its_minimum_and_go_to_the_queue_together(h: Harness) -> None:
+    """A job controller creates a gang's pods one after the other: with a hold, the pods of a gang with
+    fewer pods known than its minimum stay in the feed, and the queue gets the gang in one Add."""
+    clock = Clock()
+    h.start(gang_hold=0.05, now=clock)
+    h.apply(node("n1"))
+    h.apply(volcano_podgroup("pg", 3))
+    h.apply(member("w0"))
+    clock.t += 0.01
+    h.apply(member("w1"))
+    assert h.queue.adds == [] and len(h.queue.queue) == 0
+    assert h.feed.outbox.next_release() == pytest.approx(1000.05)  # from the first pod held
+    clock.t += 0.01
+    h.apply(member("w2"))
+    assert h.queue.adds == [["ns/w0", "ns/w1", "ns/w2"]]
+    assert h.feed.outbox.next_release() is None
+    h.apply(member("w3"))  # more than the minimum, once it is known: at once
+    assert h.queue.adds[-1] == ["ns/w3"]
+
+
+def test_pods_held_for_their_gang_go_alone_once_the_hold_ends(h: Harness) -> None:
+    clock = Clock()
+    h.start(gang_hold=0.05, now=clock)
+    h.apply(node("n1"))
+    h.apply(volcano_podgroup("pg", 3))
+    h.apply(member("w0"), pod("plain"))  # a pod of no gang is never held
+    assert h.queue.adds == [["ns/plain"]]
+    clock.t += 0.049
+    h.feed.outbox.flush(clock())
+    assert h.queue.adds == [["ns/plain"]]
+    clock.t += 0.002
+    h.feed.outbox.flush(clock())
+    assert h.queue.adds == [["ns/plain"], ["ns/w0"]]  # as without a hold: placed alone, waiting for the rest
+    h.apply(("pods", "DELETED", member("w0")[2]))
+    h.apply(member("w1"))  # the gang is held afresh for its new pods
+    assert h.queue.adds[-1] == ["ns/w0"] and h.feed.outbox.next_release() == pytest.approx(clock() + 0.05)
+
+
+def test_a_pod_deleted_while_held_never_reaches_the_queue(h: Harness) -> None:
+    clock = Clock()
+    h.start(gang_hold=0.05, now=clock)
+    h.apply(node("n1"))
+    h.apply(volcano_podgroup("pg", 3))
+    h.apply(member("w0"))
+    h.apply(("pods", "DELETED", member("w0")[2]))
+    clock.t += 1.0
+    h.feed.outbox.flush(clock())
+    assert all("ns/w0" not in add for add in h.queue.adds) and h.feed.outbox.next_release() is None
+
+
+def test_the_feeds_own_loop_sends_held_pods_when_their_hold_ends_without_another_event(store: StateStore) -> None:
+    """No watch event comes after a lone pod: the feed's thread still wakes at the end of its hold."""
+    h = Harness.__new__(Harness)
+    h.store, h.queue, h.reports = store, CountingQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0))), Reports()
+    h.start(gang_hold=0.3, now=time.time)
+    h.feed.start()
+    try:
+        assert h.feed.wait_synced(5)
+        for e in (node("n1"), volcano_podgroup("pg", 3), member("w0")):
+            h.feed._sink(*e)
+        started = time.monotonic()
+        wait_for(lambda: h.queue.adds == [["ns/w0"]], 5, "the held pod sent", interval=0.01)
+        # not a second later, as when the queue is down and the outbox waits to try again
+        assert 0.25 <= time.monotonic() - started < 0.9
+    finally:
+        h.feed.stop()
+
+
+def test_a_feed_holding_pods_waits_for_events_only_until_their_hold_ends(h: Harness) -> None:
+    h.start(gang_hold=0.05, now=time.time)
+    h.apply(node("n1"))
+    h.apply(volcano_podgroup("pg", 3))
+    h.apply(member("w0"))
+    started = time.monotonic()
+    assert h.feed._drain(block=True) == []
+    assert time.monotonic() - started < 0.15  # 0.2 s, the wait without pods held

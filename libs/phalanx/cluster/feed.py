@@ -112,13 +112,15 @@ class ClusterFeed:
         missing_retry: float = 30.0,
         reconcile_interval: float = 10.0,
         linger: float = 0.0,
+        gang_hold: float = 0.0,
         gated: bool = False,
         after_rebuild: Callable[[], object] | None = None,
     ) -> None:
         """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
         leader lists the API server while it recovers its memory from Redis; the rebuild needs both).
         `after_rebuild`: called once the first batch is applied (the service freezes its heap there).
-        `linger`: seconds a batch that ends a lull waits for the events right behind its first (Inbox.drain)."""
+        `linger`: seconds a batch that ends a lull waits for the events right behind its first (Inbox.drain).
+        `gang_hold`: seconds a new gang's first pods may wait for the rest of its minimum (outbox.py)."""
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -130,7 +132,13 @@ class ClusterFeed:
         # PodGroup status has one author, gang_counts.py: the scheduler's gang reports go through it.
         self.scheduler.reports.gang_author = self._author_status
         self.flow = IntakeFlow(self.mirror, self.counts, scheduler_name)
-        self.outbox = QueueOutbox(queue_client, lambda: scheduler.snapshot, self.mirror.verdicts_delivered)
+        self.outbox = QueueOutbox(
+            queue_client,
+            lambda: scheduler.snapshot,
+            self.mirror.verdicts_delivered,
+            hold=gang_hold,
+            gathered=self._gathered,
+        )
         self.reporter = reporter
         self.linger = linger
         self.stop_event = threading.Event()
@@ -218,8 +226,9 @@ class ClusterFeed:
             if not batch and not first:
                 if self.outbox.pending():
                     with self.lock:
-                        self.outbox.flush(self.now())
-                    self.stop_event.wait(1.0)
+                        delivered = self.outbox.flush(self.now())
+                    if not delivered:  # the queue is down: retried every second
+                        self.stop_event.wait(1.0)
                 continue
             try:
                 self._apply(batch, initial=first)
@@ -247,7 +256,11 @@ class ClusterFeed:
                     self._after_rebuild()
 
     def _drain(self, block: bool) -> list[Event]:
-        return self._events.drain(0.2 if block else 0.0, linger=self.linger)
+        timeout = 0.2 if block else 0.0
+        release = self.outbox.next_release()  # pods held for their gang go at this time, events or not
+        if release is not None:
+            timeout = max(0.0, min(timeout, release - self.now()))
+        return self._events.drain(timeout, linger=self.linger)
 
     def _maintain(self) -> None:
         try:
@@ -356,6 +369,14 @@ class ClusterFeed:
             self.counts.forget(gang)
         self.outbox.stage(b.queue_add, b.queue_remove, carry)
         self.outbox.flush(now)
+
+    def _gathered(self, gang: str) -> bool:
+        """Whether the gang has as many pods of ours known as its minimum, or waiting cannot help (the
+        scheduler does not know the gang yet, or it is invalid: its pods get their answer at once)."""
+        spec = self.scheduler.gangs.specs.get(gang)
+        if spec is None or spec.invalid:
+            return True
+        return self.counts.member_count(gang) >= spec.min_available
 
     def _scheduler_view(self, gang: str) -> tuple[int, int]:
         """Of the gang's pods, those the scheduler placed and has not bound yet (the mirror cannot see them),

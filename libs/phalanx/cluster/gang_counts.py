@@ -77,6 +77,10 @@ class GangCounts:
             self._members.setdefault(new, set()).add(key)
         return emptied
 
+    def member_count(self, gang: str) -> int:
+        """Our pods known to belong to the gang, whatever their state."""
+        return len(self._members.get(gang, ()))
+
     def in_use(self, gang: str) -> bool:
         return gang in self._members
 

@@ -2,6 +2,13 @@
 
 What the queue fails to take is kept and sent again with the next flush: the feed never forgets a pod
 because the queue was briefly unreachable.
+
+A gang's pods are created one after the other (a job controller's POSTs, a few milliseconds apart), so a
+new gang's first pods reach the feed before the rest. Sent at once, the scheduler would place them alone,
+report the gang waiting (an Event, a PodGroup status write) and place the rest in another step. With `hold`,
+pods of a gang with fewer pods known than its minimum wait here, at most `hold` seconds from the first of
+them, and go to the queue together once the minimum is known. Held pods are only in this process's memory:
+if it dies, the next leader lists them from the API server as it does every pending pod.
 """
 
 from __future__ import annotations
@@ -54,14 +61,26 @@ class QueueOutbox:
         queue: FeedQueue,
         snapshot: Callable[[], Snapshot],
         delivered: Callable[[list[Verdict]], None] = lambda _verdicts: None,
+        *,
+        hold: float = 0.0,
+        gathered: Callable[[str], bool] = lambda _gang: True,
     ) -> None:
+        """`gathered(gang)`: whether as many of the gang's pods are known as its minimum (or nothing is to be
+        gained by waiting); `hold`: seconds a pod of a gang not gathered yet may wait for the rest."""
         self.queue = queue
         self._snapshot = snapshot  # the scheduler's, for the current amounts of freed capacity
         self._delivered = delivered  # told of the verdicts the queue took (the mirror: what it forgot)
         self._ops = _Pending()
+        self.hold = hold
+        self._gathered = gathered
+        self._held_since: dict[str, float] = {}  # gang -> when its first held pod was first flushed
 
     def pending(self) -> bool:
         return self._ops.any()
+
+    def next_release(self) -> float | None:
+        """When the longest-held gang's pods go to the queue whether gathered or not (None: none held)."""
+        return min(self._held_since.values()) + self.hold if self._held_since else None
 
     def stage(self, add: Mapping[str, PodInfo], remove: Iterable[str], carry: Carry | None = None) -> None:
         """Adds and removes of one batch (an add wins over a remove of the same pod), and what the scheduler's
@@ -88,15 +107,18 @@ class QueueOutbox:
         if pods:
             self.queue.add(pods, now, only_missing=True)
 
-    def flush(self, now: float) -> None:
+    def flush(self, now: float) -> bool:
+        """Sends what is staged (held pods once due); False if the queue did not answer (kept for the next)."""
         ops = self._ops
         try:
             if ops.remove:
                 self.queue.remove(sorted(ops.remove))
                 ops.remove.clear()
-            if ops.add:
-                self.queue.add(list(ops.add.values()), now)
-                ops.add.clear()
+            due = self._due(now)
+            if due:
+                self.queue.add(due, now)
+                for pod in due:
+                    ops.add.pop(pod.key, None)
             if ops.verdicts or ops.activate:
                 self.queue.done(ops.verdicts, sorted(ops.activate), [], now)
                 self._delivered(ops.verdicts)
@@ -112,3 +134,21 @@ class QueueOutbox:
                 ops.freed = FreedCapacity()
         except Exception as exc:
             log.warning("cluster feed: the queue did not answer (%s); retrying", rpc_failure(exc))
+            return False
+        return True
+
+    def _due(self, now: float) -> list[PodInfo]:
+        """The staged adds to send now: all of them, but for pods of gangs not gathered whose hold runs."""
+        adds = self._ops.add
+        if self.hold <= 0 or not adds:
+            self._held_since.clear()  # held pods all deleted: nothing to wake up for
+            return list(adds.values())
+        waits: dict[str, bool] = {}  # gang -> whether its pods stay (asked once per gang and flush)
+        for pod in adds.values():
+            if pod.gang and pod.gang not in waits:
+                waits[pod.gang] = (
+                    not self._gathered(pod.gang) and now - self._held_since.setdefault(pod.gang, now) < self.hold
+                )
+        # A gang sent (gathered, due, or its pods removed) is held afresh should more of its pods come alone.
+        self._held_since = {g: t for g, t in self._held_since.items() if waits.get(g)}
+        return [p for p in adds.values() if not (p.gang and waits[p.gang])]
