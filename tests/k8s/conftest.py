@@ -369,10 +369,10 @@ class Phalanx:
             "--default-wait", f"{default_wait:g}", "--reconcile-interval", "1",
         ]  # fmt: skip
 
-    def start_scheduler(self) -> None:
+    def start_scheduler(self, *extra: str) -> None:
         from phalanx_scheduler import __main__ as scheduler_main
 
-        args = scheduler_main.parser().parse_args(self.scheduler_flags(default_wait=30))
+        args = scheduler_main.parser().parse_args([*self.scheduler_flags(default_wait=30), *extra])
         server, servicer = scheduler_main.build(args)
         server.start()
         feed = scheduler_main.start_feed(args, servicer)

@@ -232,6 +232,24 @@ def test_pods_that_finished_or_vanished_while_the_scheduler_was_down_free_their_
     wait_for(lambda: cluster.all_bound(ns, late), BIND, "the freed GPUs used again")
 
 
+def test_a_gangs_first_pods_held_by_a_scheduler_that_stops_are_scheduled_by_the_next(cluster, phalanx) -> None:
+    """The feed holds a new gang's first pods until its minimum is created (--gang-hold). Held, they are
+    only in the scheduler's memory: not in the queue, not in Redis. The scheduler stopping then loses
+    nothing: the next one lists them from the API server, and the gang binds whole once complete."""
+    ns = cluster.namespace()
+    cluster.node("n1", gpus=4)
+    phalanx.stop_scheduler()
+    phalanx.start_scheduler("--gang-hold", "5")
+    names = cluster.koord_pods(ns, "train", 2, min_available=3)
+    feed = phalanx.scheduler[2]
+    wait_for(lambda: feed.outbox.next_release() is not None, BIND, "the first two pods held")
+    assert _states(phalanx, ns) == {} and feed.outbox.pending()  # staged for the queue, not sent
+    phalanx.stop_scheduler()
+    phalanx.start_scheduler()
+    rest = cluster.koord_pods(ns, "train", 1, min_available=3, start=2)
+    wait_for(lambda: cluster.all_bound(ns, names + rest), BIND, "the gang bound whole")
+
+
 def test_a_reservation_redis_lost_is_placed_again_as_a_member_of_its_gang(cluster, phalanx) -> None:
     """Redis loses one reservation of a waiting gang (its last second before a crash, say): reconciliation
     reloads the scheduler and hands the pod to the queue again, resolved to its gang, so it waits with the
