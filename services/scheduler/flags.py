@@ -230,36 +230,25 @@ def election_enabled(args: argparse.Namespace) -> bool:
     return bool(args.backend == "kubernetes" and args.clock == "real")
 
 
-def retry_backoff_of(raw: str) -> float:
-    """--gang-retry-backoff: seconds, 0 or more (0: a timed-out gang is tried again at once); anything else
-    ends the service with one line naming the flag and its variable (exit status 2)."""
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        usage_error(
-            "scheduler",
-            f"--gang-retry-backoff (env PHALANX_GANG_RETRY_BACKOFF): {raw!r} is not a number of seconds, 0 or more",
-        )
-    return seconds
-
-
-def bounded_seconds(flag: str, variable: str, upper: float) -> Callable[[str], float]:
-    """A parser of seconds from 0 to `upper` (a longer wait would only delay pods); anything else ends the
-    service with one line naming the flag and its variable (exit status 2)."""
+def bounded_seconds(flag: str, variable: str, upper: float = math.inf) -> Callable[[str], float]:
+    """A parser of seconds from 0 to `upper`; anything else ends the service with one line naming the flag and
+    its variable (exit status 2)."""
+    allowed = "0 or more" if math.isinf(upper) else f"from 0 to {upper:g}"
 
     def parse(raw: str) -> float:
         try:
             seconds = float(raw)
         except ValueError:
             seconds = math.nan
-        if not 0 <= seconds <= upper:  # NaN fails both comparisons
-            usage_error("scheduler", f"{flag} (env {variable}): {raw!r} is not a number of seconds from 0 to {upper:g}")
+        if not 0 <= seconds <= upper or math.isinf(seconds):  # NaN fails both comparisons
+            usage_error("scheduler", f"{flag} (env {variable}): {raw!r} is not a number of seconds, {allowed}")
         return seconds
 
     return parse
 
 
+# --gang-retry-backoff: 0 retries a timed-out gang at once. --feed-linger and --gang-hold are bounded: a
+# longer wait would only delay pods.
+retry_backoff_of = bounded_seconds("--gang-retry-backoff", "PHALANX_GANG_RETRY_BACKOFF")
 linger_of = bounded_seconds("--feed-linger", "PHALANX_FEED_LINGER", 1.0)
 gang_hold_of = bounded_seconds("--gang-hold", "PHALANX_GANG_HOLD", 5.0)

@@ -749,6 +749,17 @@ def test_pods_held_for_their_gang_go_alone_once_the_hold_ends(h: Harness) -> Non
     assert h.queue.adds[-1] == ["ns/w0"] and h.feed.outbox.next_release() == pytest.approx(clock() + 0.05)
 
 
+def test_a_wall_clock_set_back_sends_held_pods_rather_than_holding_them_longer(h: Harness) -> None:
+    clock = Clock()
+    h.start(gang_hold=0.05, now=clock)
+    h.apply(node("n1"))
+    h.apply(volcano_podgroup("pg", 3))
+    h.apply(member("w0"))
+    clock.t -= 60.0
+    h.feed.outbox.flush(clock())
+    assert h.queue.adds == [["ns/w0"]]
+
+
 def test_a_pod_deleted_while_held_never_reaches_the_queue(h: Harness) -> None:
     clock = Clock()
     h.start(gang_hold=0.05, now=clock)
