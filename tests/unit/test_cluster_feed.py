@@ -711,14 +711,20 @@ class Clock:
         return self.t
 
 
-def test_a_new_gangs_first_pods_wait_for_its_minimum_and_go_to_the_queue_together(h: Harness) -> None:
-    """A job controller creates a gang's pods one after the other: with a hold, the pods of a gang with
-    fewer pods known than its minimum stay in the feed, and the queue gets the gang in one Add."""
+def one_pod_of_three_held(h: Harness) -> Clock:
+    """A feed holding gangs 50 ms, on a clock the test moves, and the first pod of a gang of three."""
     clock = Clock()
     h.start(gang_hold=0.05, now=clock)
     h.apply(node("n1"))
     h.apply(volcano_podgroup("pg", 3))
     h.apply(member("w0"))
+    return clock
+
+
+def test_a_new_gangs_first_pods_wait_for_its_minimum_and_go_to_the_queue_together(h: Harness) -> None:
+    """A job controller creates a gang's pods one after the other: with a hold, the pods of a gang with
+    fewer pods known than its minimum stay in the feed, and the queue gets the gang in one Add."""
+    clock = one_pod_of_three_held(h)
     clock.t += 0.01
     h.apply(member("w1"))
     assert h.queue.adds == [] and len(h.queue.queue) == 0
@@ -750,22 +756,14 @@ def test_pods_held_for_their_gang_go_alone_once_the_hold_ends(h: Harness) -> Non
 
 
 def test_a_wall_clock_set_back_sends_held_pods_rather_than_holding_them_longer(h: Harness) -> None:
-    clock = Clock()
-    h.start(gang_hold=0.05, now=clock)
-    h.apply(node("n1"))
-    h.apply(volcano_podgroup("pg", 3))
-    h.apply(member("w0"))
+    clock = one_pod_of_three_held(h)
     clock.t -= 60.0
     h.feed.outbox.flush(clock())
     assert h.queue.adds == [["ns/w0"]]
 
 
 def test_a_pod_deleted_while_held_never_reaches_the_queue(h: Harness) -> None:
-    clock = Clock()
-    h.start(gang_hold=0.05, now=clock)
-    h.apply(node("n1"))
-    h.apply(volcano_podgroup("pg", 3))
-    h.apply(member("w0"))
+    clock = one_pod_of_three_held(h)
     h.apply(("pods", "DELETED", member("w0")[2]))
     clock.t += 1.0
     h.feed.outbox.flush(clock())
