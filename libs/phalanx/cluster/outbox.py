@@ -145,10 +145,14 @@ class QueueOutbox:
             return list(adds.values())
         waits: dict[str, bool] = {}  # gang -> whether its pods stay (asked once per gang and flush)
         for pod in adds.values():
-            if pod.gang and pod.gang not in waits:
-                held_for = now - self._held_since.setdefault(pod.gang, now)
-                # (a wall clock set back makes it negative: sent then, rather than held for the difference)
-                waits[pod.gang] = not self._gathered(pod.gang) and 0 <= held_for < self.hold
+            if not pod.gang or pod.gang in waits:
+                continue
+            if self._gathered(pod.gang):
+                waits[pod.gang] = False
+                continue
+            held_for = now - self._held_since.setdefault(pod.gang, now)
+            # (a wall clock set back makes it negative: sent then, rather than held for the difference)
+            waits[pod.gang] = 0 <= held_for < self.hold
         # A gang sent (gathered, due, or its pods removed) is held afresh should more of its pods come alone.
         self._held_since = {g: t for g, t in self._held_since.items() if waits.get(g)}
         return [p for p in adds.values() if not (p.gang and waits[p.gang])]
