@@ -27,7 +27,7 @@ from phalanx import fast_json
 from phalanx.backends.api_calls import json_or_none, transient
 from phalanx.backends.base import BindFailure
 from phalanx.intake.errors import IntakeError, Subject
-from phalanx.intake.pods import pod_requests
+from phalanx.intake.spec_parts import requests_of
 from phalanx.kube.watch import Collection, Watcher
 from phalanx.model import keys
 from phalanx.model.binding import Assignment
@@ -89,7 +89,7 @@ class PodFacts:
 def _spec_requests(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Resources | str:
     subject = Subject("Pod", str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     try:
-        return pod_requests(spec, subject)
+        return requests_of(spec, subject)
     except IntakeError as exc:
         return str(exc)
 

@@ -167,7 +167,9 @@ def read_link(pod: PodInfo, site: LinkSite) -> GangLink:
         raise subject.error(site.field, f"{quoted(site.name)} is not a valid gang name (RFC 1123 subdomain)")
     link = _FORM_READERS[site.form](pod, subject, site)
     overrides = koordinator_params(pod.annotations, subject, POD_OVERRIDE_KEYS)
-    return replace(link, params=link.params.overridden_by(overrides))
+    params = link.params.overridden_by(overrides)
+    # Most pods override nothing: no copy then (dataclasses.replace is ~18 us of a pod's resolution).
+    return link if params is link.params else replace(link, params=params)
 
 
 def _read_koordinator(pod: PodInfo, subject: Subject, site: LinkSite) -> GangLink:

@@ -7,20 +7,17 @@ GangResolver's job.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from phalanx.intake import bounds, fields, names
 from phalanx.intake.errors import Subject, quoted
-from phalanx.intake.placement import parse_placement
-from phalanx.intake.pod_affinity import parse_pod_affinity
+from phalanx.intake.spec_parts import spec_parts
 from phalanx.model import keys, limits
-from phalanx.model.objects import PodInfo, Resources
+from phalanx.model.objects import PodInfo
 from phalanx.model.policies import check_basic_policy, check_job_queue_policy
-from phalanx.model.quantity import add
 
 KUBE_DEFAULT_SCHEDULER = "default-scheduler"
-POD_SLOT = 1000  # every pod takes one of the node's "pods" (milli-units, like every resource)
 
 # uuid5 namespace for pods that arrive without metadata.uid (scenario files): same name, same uid, every run.
 _UID_NAMESPACE = uuid.UUID("6f1f5d2e-8a47-4c55-9a1e-70686c616e78")
@@ -34,19 +31,20 @@ def parse_pod(obj: Mapping[str, Any], *, epoch: float = 0.0) -> PodInfo:
     annotations = fields.string_map(fields.get(meta, "annotations"), subject, "metadata.annotations")
     created = fields.timestamp(fields.get(meta, "creationTimestamp"), subject, "metadata.creationTimestamp")
     _check_policies(annotations, subject)
+    requests, placement, pod_affinity = spec_parts(spec, subject)
     return PodInfo(
         namespace=subject.namespace,
         name=subject.name,
         uid=_uid(meta, subject),
         priority=_priority(spec, subject),
         created_at=0.0 if created is None else _created_at(created - epoch, subject),
-        requests=pod_requests(spec, subject),
-        placement=parse_placement(spec, subject),
+        requests=requests,
+        placement=placement,
         node_name=_node_name(spec, subject),
         annotations=annotations,
         labels=fields.string_map(fields.get(meta, "labels"), subject, "metadata.labels"),
         duration=_duration(annotations, subject),
-        pod_affinity=parse_pod_affinity(spec, subject),
+        pod_affinity=pod_affinity,
         preemption_policy=_preemption_policy(spec, subject),
         scheduling_group=_scheduling_group(spec, subject),
     )
@@ -142,50 +140,3 @@ def _check_policies(annotations: Mapping[str, str], subject: Subject) -> None:
             check_job_queue_policy(annotations[keys.JOB_QUEUE_POLICY])
         except ValueError as exc:
             raise subject.error(f"metadata.annotations[{keys.JOB_QUEUE_POLICY}]", str(exc)) from None
-
-
-def pod_requests(spec: Mapping[str, Any], subject: Subject) -> Resources:
-    """What the scheduler must reserve for the pod, computed as kube-scheduler does.
-
-    App containers run together, so their requests add up; init containers run one at a time before
-    them, so only the largest counts. Sidecars (init containers with restartPolicy Always) keep running,
-    so they add to everything started after them. Pod overhead (runtime cost) comes on top.
-    """
-    app = _sum(
-        _container_requests(container, subject, f"spec.containers[{i}]")
-        for i, container in enumerate(fields.sequence(fields.get(spec, "containers"), subject, "spec.containers"))
-    )
-    sidecars: Resources = {}
-    init_peak: Resources = {}
-    init_containers = fields.sequence(fields.get(spec, "initContainers"), subject, "spec.initContainers")
-    for i, container in enumerate(init_containers):
-        own = _container_requests(container, subject, f"spec.initContainers[{i}]")
-        if fields.get(container, "restartPolicy") == "Always":
-            sidecars = _sum([sidecars, own])
-            init_peak = _max(init_peak, sidecars)
-        else:
-            init_peak = _max(init_peak, _sum([sidecars, own]))
-    total = _max(_sum([app, sidecars]), init_peak)
-    total = _sum([total, fields.resource_list(fields.get(spec, "overhead"), subject, "spec.overhead")])
-    total["pods"] = POD_SLOT
-    return fields.checked_total(total, subject, "spec.containers[*].resources.requests")
-
-
-def _container_requests(raw: Any, subject: Subject, field: str) -> Resources:
-    container = fields.mapping(raw, subject, field)
-    resources = fields.mapping(fields.get(container, "resources"), subject, f"{field}.resources")
-    requests = fields.resource_list(fields.get(resources, "requests"), subject, f"{field}.resources.requests")
-    limits = fields.resource_list(fields.get(resources, "limits"), subject, f"{field}.resources.limits")
-    # Kubernetes defaults a missing request to the limit (GPU pods usually give only limits).
-    return {**limits, **requests}
-
-
-def _sum(parts: Iterable[Resources]) -> Resources:
-    out: Resources = {}
-    for part in parts:
-        add(out, part)
-    return out
-
-
-def _max(a: Resources, b: Resources) -> Resources:
-    return {name: max(a.get(name, 0), b.get(name, 0)) for name in {**a, **b}}
