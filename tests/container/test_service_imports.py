@@ -51,10 +51,9 @@ def loaded_after_import(module: str, run_main_help: bool = False) -> set[str]:
     return set(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-# The scheduler's entry point imports the service itself only once it runs (after its early lists start).
-@pytest.mark.parametrize("module", [*SERVICE_MAINS, "phalanx_scheduler.service"])
+@pytest.mark.parametrize("module", SERVICE_MAINS)
 def test_services_do_not_import_report_dependencies(module: str) -> None:
-    loaded = loaded_after_import(module, run_main_help=module.endswith(".__main__"))
+    loaded = loaded_after_import(module, run_main_help=True)
     assert "phalanx" in loaded  # the import did happen
     assert not loaded & set(REPORT_ONLY), f"{module} loads report-only modules: {sorted(loaded & set(REPORT_ONLY))}"
     assert not loaded & set(BENCH_ONLY), f"{module} loads benchmark-only modules: {sorted(loaded & set(BENCH_ONLY))}"

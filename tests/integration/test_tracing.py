@@ -30,8 +30,8 @@ from phalanx_binder.__main__ import build as build_binder
 from phalanx_binder.__main__ import parser as binder_parser
 from phalanx_queue.__main__ import build as build_queue
 from phalanx_queue.__main__ import parser as queue_parser
+from phalanx_scheduler.__main__ import build as build_scheduler
 from phalanx_scheduler.__main__ import parser as scheduler_parser
-from phalanx_scheduler.service import build as build_scheduler
 
 pytestmark = pytest.mark.integration
 

@@ -370,10 +370,9 @@ class Phalanx:
         ]  # fmt: skip
 
     def start_scheduler(self, *extra: str) -> None:
-        from phalanx_scheduler import __main__ as scheduler_cli
-        from phalanx_scheduler import service as scheduler_main
+        from phalanx_scheduler import __main__ as scheduler_main
 
-        args = scheduler_cli.parser().parse_args([*self.scheduler_flags(default_wait=30), *extra])
+        args = scheduler_main.parser().parse_args([*self.scheduler_flags(default_wait=30), *extra])
         server, servicer = scheduler_main.build(args)
         server.start()
         feed = scheduler_main.start_feed(args, servicer)

@@ -55,14 +55,13 @@ BIND = 30.0
 
 
 class Replica:
-    """One scheduler replica, wired as services/scheduler/service.py's run() does with --leader-elect."""
+    """One scheduler replica, wired as services/scheduler/__main__.py's main() does with --leader-elect."""
 
     def __init__(self, stack: Phalanx, name: str, lease_namespace: str, lease_name: str) -> None:
-        from phalanx_scheduler import __main__ as scheduler_cli
-        from phalanx_scheduler import service as scheduler_main
+        from phalanx_scheduler import __main__ as scheduler_main
 
         self.name = name
-        args = scheduler_cli.parser().parse_args(
+        args = scheduler_main.parser().parse_args(
             [
                 *stack.scheduler_flags(default_wait=60),
                 "--leader-elect",
@@ -81,16 +80,10 @@ class Replica:
                 str(RETRY),
             ]
         )
-        # As main() does: the feed's lists start first, before the replica is built or campaigns.
-        self.early = scheduler_cli.start_early_lists(args, freeze=False)
-        assert self.early is not None
-        self.early_source = self.early.pending
         self.server, self.servicer = scheduler_main.build(args, standby=True)
         self.server.start()
         self.lost: list[str] = []
-        self.leadership = scheduler_main.Leadership(
-            args, self.server, self.servicer, on_lost=self.lost.append, early=self.early
-        ).start()
+        self.leadership = scheduler_main.Leadership(args, self.server, self.servicer, on_lost=self.lost.append).start()
         self.down = False
 
     @property
@@ -109,14 +102,12 @@ class Replica:
     def crash(self) -> None:
         """Everything stops at once; the Lease is left as it was (not released)."""
         if not self.down:
-            self.early.drop("the replica stops")
             self.leadership.abandon()
             self._close()
 
     def stop(self) -> None:
         """A graceful stop (SIGTERM): scheduling stops, the Lease is released."""
         if not self.down:
-            self.early.drop("the replica stops")
             self.leadership.stop()
             self._close()
 
@@ -166,9 +157,6 @@ def gpus_used(cluster: Cluster, namespace: str, names: list[str]) -> dict[str, i
 def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: list[Replica]) -> None:
     leader = leader_of(replicas)
     [standby] = [r for r in replicas if r is not leader]
-    # Finding the Lease held, the standby drops the lists its main started: its watches end.
-    wait_for(lambda: standby.early.pending is None, 10 * RETRY + 5, "the standby to drop its early lists")
-    dropped_with = len(standby.early_source.inbox)
     cfg = leader.leadership.config
     spec = lease(cluster, cfg.namespace, cfg.name)
     assert spec["holderIdentity"] == leader.leadership.identity
@@ -183,13 +171,6 @@ def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: l
         wait_for(lambda names=names: cluster.all_bound(ns, names), BIND, "gang bound")
     with recording_calls(standby.leadership.elector, "on_tick") as looks:  # a tick: one look at the Lease
         wait_for(lambda: len(looks) >= 2, 10 * RETRY + 5, "the standby to look at the Lease twice more")
-    # The leader's feed is the one whose lists started before the replica was built; the standby's dropped
-    # source heard nothing of what was made since.
-    assert leader.leadership.scheduling is not None and leader.leadership.scheduling.feed is not None
-    assert leader.leadership.scheduling.feed.source is leader.early_source
-    assert standby.early_source.stop_event.is_set()
-    assert not any(w._thread.is_alive() for w in standby.early_source.watchers if w._thread is not None)
-    assert len(standby.early_source.inbox) == dropped_with, "the nodes and gangs made since reached a dropped source"
     # The standby took no part: no term, no feed, no loop, no memory of the cluster, and yet ready.
     assert standby.store.term is None and standby.leadership.scheduling is None
     assert not standby.servicer.scheduler.assumed and not standby.servicer.scheduler.bound

@@ -16,7 +16,6 @@ from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BatchBinder
 from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
-from phalanx.cluster.feed_source import EarlyLists, FeedSource
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.gang.manager import GangStatus
 from phalanx.model.binding import GangReport, PodReport
@@ -586,53 +585,15 @@ def test_after_rebuild_runs_once_the_first_batch_is_applied(h: Harness) -> None:
         after_rebuild=lambda: (seen.append((len(feed.mirror.pods), feed.synced.is_set())), done.set()),
     )
     for event in (node("n1"), pod("a", node_name="n1"), pod("b")):
-        feed.source._sink(*event)
+        feed._sink(*event)
     feed.start()
     try:
         assert done.wait(10)
-        feed.source._sink(*pod("c"))
+        feed._sink(*pod("c"))
         wait_for(lambda: "ns/c" in feed.mirror.pods, 10, "the later batch applied")
     finally:
         feed.stop()
     assert seen == [(2, True)]
-
-
-def test_a_feed_takes_over_what_a_source_started_before_it_heard(h: Harness) -> None:
-    """The scheduler's main starts the watches before the scheduler exists (feed_source.EarlyLists): what they
-    delivered meanwhile, parsed on their threads, is the first batch of the feed built around them, and
-    nothing is applied before the feed is opened."""
-    source = FeedSource([], NAME)
-    for event in (node("n1"), pod("a", node_name="n1"), pod("b")):
-        source._sink(*event)
-    assert [type(e[3]).__name__ for e in list(source.inbox._items)] == ["NoneType", "PodInfo", "PodInfo"]
-    feed = ClusterFeed(h.sched, threading.Lock(), h.queue, h.reports, source, scheduler_name=NAME, gated=True)
-    assert feed.mirror is source.mirror and feed.stop_event is source.stop_event
-    feed.start()
-    try:
-        time.sleep(0.1)
-        assert not feed.synced.is_set() and not h.queue.adds, "applied before the gate opened"
-        feed.open()
-        assert feed.wait_synced(10)
-        assert "ns/a" in h.sched.bound and "ns/b" in feed.mirror.pods
-        assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/b"]
-    finally:
-        feed.stop()
-
-
-def test_early_lists_go_to_one_feed_or_are_dropped_once() -> None:
-    resumed: list[int] = []
-    early = EarlyLists(FeedSource([], NAME), after_first_lists=lambda: resumed.append(1))
-    source = early.pending
-    assert source is not None and early.take() is source
-    assert early.take() is None and early.pending is None
-    early.drop("taken already")
-    assert resumed == [] and not source.stop_event.is_set(), "a taken source is the feed's to stop"
-    other = EarlyLists(FeedSource([], NAME), after_first_lists=lambda: resumed.append(2))
-    dropped = other.pending
-    other.drop("the Lease is held by another replica")
-    other.drop("again")
-    assert dropped is not None and dropped.stop_event.is_set()
-    assert resumed == [2] and other.take() is None
 
 
 # -- a restart's rebuild does not write again what the PodGroups show ---------------------------------------
@@ -730,13 +691,13 @@ def test_a_watched_pod_is_parsed_outside_the_schedulers_lock(h: Harness, monkeyp
 
     monkeypatch.setattr(intake_flow, "parse_pod", parse)
     for event in (node("n1"), pod("a", node_name="n1"), pod("b"), pod("c", annotations=koord("g", "1"))):
-        feed.source._sink(*event)
+        feed._sink(*event)
     feed._apply(feed._drain(block=False), initial=True)
     assert held == [False, False, False], "each pod parsed once, none under the lock"
     assert "ns/a" in feed.mirror.pods and feed.mirror.pods["ns/a"].node == "n1"
     assert sorted(e.key for e in h.queue.queue.pop(10, 0.0)) == ["ns/b", "ns/c"]
-    feed.source._sink(*pod("b", node_name="n1", kind="MODIFIED"))  # bound
-    feed.source._sink(*pod("a", node_name="n1", kind="MODIFIED", phase="Running"))  # a status change: no parse
+    feed._sink(*pod("b", node_name="n1", kind="MODIFIED"))  # bound
+    feed._sink(*pod("a", node_name="n1", kind="MODIFIED", phase="Running"))  # a status change: no parse
     feed._apply(feed._drain(block=False), initial=False)
     assert held == [False] * 4, "the binding parsed once more, outside the lock; the status change not at all"
     assert feed.mirror.pods["ns/b"].node == "n1"
@@ -818,7 +779,7 @@ def test_the_feeds_own_loop_sends_held_pods_when_their_hold_ends_without_another
     try:
         assert h.feed.wait_synced(5)
         for e in (node("n1"), volcano_podgroup("pg", 3), member("w0")):
-            h.feed.source._sink(*e)
+            h.feed._sink(*e)
         started = time.monotonic()
         wait_for(lambda: h.queue.adds == [["ns/w0"]], 5, "the held pod sent", interval=0.01)
         # not a second later, as when the queue is down and the outbox waits to try again

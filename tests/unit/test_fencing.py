@@ -488,8 +488,8 @@ def test_a_new_leader_gets_the_old_leaders_loans_back_at_its_first_pop() -> None
     import argparse
 
     from phalanx.queueing.scheduling_queue import SchedulingQueue
+    from phalanx_scheduler.__main__ import SHARED_CONSUMER
     from phalanx_scheduler.flags import election_enabled
-    from phalanx_scheduler.service import SHARED_CONSUMER
 
     q = SchedulingQueue()
     for i in range(4):

@@ -1,4 +1,4 @@
-"""The scheduler waits for the queue and the binder concurrently (phalanx_scheduler.service.Dependencies):
+"""The scheduler waits for the queue and the binder concurrently (phalanx_scheduler.__main__.Dependencies):
 both serving, it is ready as soon as the later one is; one that never serves is named, the queue first."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 from phalanx.rpc.server import ServiceServer
 from phalanx.security.tls import PLAINTEXT
 from phalanx.testing.ports import free_ports
-from phalanx_scheduler.__main__ import parser
-from phalanx_scheduler.service import Dependencies
+from phalanx_scheduler.__main__ import Dependencies, parser
 
 
 @pytest.fixture

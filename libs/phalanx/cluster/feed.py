@@ -40,16 +40,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from phalanx.cluster.batch import Batch
-from phalanx.cluster.feed_source import BUDGETS, CONFIGMAPS, NODES, PODS, Event, FeedSource
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import GangIntake
-from phalanx.cluster.intake_flow import IntakeFlow
+from phalanx.cluster.inbox import Inbox
+from phalanx.cluster.intake_flow import Early, IntakeFlow, parse_early
+from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND
-from phalanx.kube.watch import Collection, object_key
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND, PODGROUP_KINDS
+from phalanx.kube import podgroups
+from phalanx.kube.watch import Collection, Watcher, object_key
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.objects import PodInfo
 from phalanx.scheduling.events import API_SERVER, ClusterChange, ClusterEvents
@@ -58,11 +60,41 @@ from phalanx.state.store import FencedOut
 
 log = logging.getLogger(__name__)
 
+_NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
+_BUDGETS = "poddisruptionbudgets"  # for preemption's choice of victims (phalanx.scheduling.preemption)
+
 
 class Reporter(Protocol):
     """The binder's report path, which the PodGroup status goes to."""
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
+
+
+def collections(api_client: Any) -> list[Collection]:
+    from phalanx.kube.api import KubeApi
+
+    api = KubeApi(api_client)  # not the client's generated API classes: see kube/api.py
+    out = [
+        Collection(_NODES, api.list_node, "Node", "v1"),
+        Collection(_PODS, api.list_pod_for_all_namespaces, "Pod", "v1"),
+        Collection(_CONFIGMAPS, api.list_config_map_for_all_namespaces, CONFIGMAP_KIND, "v1"),
+        Collection(_BUDGETS, api.list_pod_disruption_budget_for_all_namespaces, "PodDisruptionBudget", "policy/v1"),
+    ]
+    for k in PODGROUP_KINDS:  # the gang-declaring kinds' one list (intake/gang_kinds.py)
+        out.append(
+            Collection(
+                f"{podgroups.PLURAL}.{k.group}",
+                api.list_cluster_custom_object,
+                k.kind,
+                k.api_version,
+                args=(k.group, k.version, podgroups.PLURAL),
+            )
+        )
+    return out
+
+
+# A watch event: collection, kind (ADDED, MODIFIED, DELETED), the object, and a pod's early parse.
+Event = tuple[str, str, dict[str, Any], Early]
 
 
 class ClusterFeed:
@@ -72,7 +104,7 @@ class ClusterFeed:
         lock: threading.Lock,
         queue_client: FeedQueue,
         reporter: Reporter,
-        sources: list[Collection] | FeedSource,
+        sources: list[Collection],
         *,
         scheduler_name: str,
         now: Callable[[], float] = time.time,
@@ -84,8 +116,7 @@ class ClusterFeed:
         gated: bool = False,
         after_rebuild: Callable[[], object] | None = None,
     ) -> None:
-        """`sources`: the collections to watch, or a FeedSource already watching them (feed_source.EarlyLists:
-        its lists started before the scheduler was built). `gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
+        """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
         leader lists the API server while it recovers its memory from Redis; the rebuild needs both).
         `after_rebuild`: called once the first batch is applied (the service freezes its heap there).
         `linger`: seconds a batch that ends a lull waits for the events right behind its first (Inbox.drain).
@@ -96,10 +127,7 @@ class ClusterFeed:
         self.name = scheduler_name
         self.now = now
         self.events = ClusterEvents(scheduler, API_SERVER)
-        if not isinstance(sources, FeedSource):
-            sources = FeedSource(sources, scheduler_name, watch_timeout=watch_timeout, missing_retry=missing_retry)
-        self.source = sources
-        self.mirror = sources.mirror
+        self.mirror = Mirror()
         self.counts = GangCounts()
         # PodGroup status has one author, gang_counts.py: the scheduler's gang reports go through it.
         self.scheduler.reports.gang_author = self._author_status
@@ -113,14 +141,17 @@ class ClusterFeed:
         )
         self.reporter = reporter
         self.linger = linger
-        self.stop_event = sources.stop_event
+        self.stop_event = threading.Event()
         self.synced = threading.Event()  # set once the rebuild (the first batch) has been applied
         self._after_rebuild = after_rebuild
         self.applying = threading.Event()  # the gate: set once the scheduler may be fed (see `gated`)
         if not gated:
             self.applying.set()
-        self._events = sources.inbox
-        self._watchers = sources.watchers
+        self._events: Inbox[Event] = Inbox()
+        self._watchers = [
+            Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
+            for c in sources
+        ]
         self._queue_restarted = threading.Event()
         self._thread: threading.Thread | None = None
         self.maintenance = Maintenance(self.mirror, scheduler, self, lock, now, reconcile_interval=reconcile_interval)
@@ -130,7 +161,8 @@ class ClusterFeed:
         on_restart = getattr(self.queue, "on_restart", None)
         if on_restart is not None:  # the queue keeps its contents in memory: a restart empties it
             on_restart(self._queue_restarted.set)
-        self.source.start()
+        for w in self._watchers:
+            w.start()
         self._thread = threading.Thread(target=self._run, name="cluster-feed", daemon=True)
         self._thread.start()
         return self
@@ -157,9 +189,16 @@ class ClusterFeed:
         for w in self._watchers:
             w.join(timeout)
 
+    def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
+        self._events.put(self.event(collection, kind, obj))
+
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
-        """A watch event as the feed's batch takes it (FeedSource.event)."""
-        return self.source.event(collection, kind, obj)
+        """A watch event as the feed's batch takes it. Pods are parsed here, on their watch thread, not in the
+        batch under the scheduler's lock (intake_flow.parse_early)."""
+        if collection != _PODS:
+            return collection, kind, obj, None
+        known = self.mirror.pods.get(object_key(obj))  # read without the lock: see parse_early
+        return collection, kind, obj, parse_early(kind, obj, self.name, None if known is None else known.node)
 
     def _run(self) -> None:
         while not self.stop_event.is_set() and not (
@@ -232,16 +271,16 @@ class ClusterFeed:
     # -- one batch: dispatch -----------------------------------------------------------------------------
     def _apply(self, events: list[Event], initial: bool) -> None:
         # Nodes first (bound pods need their node), then gang objects (pods resolve against them).
-        rank = {NODES: 0, PODS: 2}
+        rank = {_NODES: 0, _PODS: 2}
         b = Batch()
         with self.lock:
             for collection, kind, obj, early in sorted(events, key=lambda e: rank.get(e[0], 1)):
                 try:
-                    if collection == NODES:
+                    if collection == _NODES:
                         self.flow.on_node(kind, obj, b)
-                    elif collection == PODS:
+                    elif collection == _PODS:
                         self.flow.on_pod(kind, obj, b, early)
-                    elif collection == BUDGETS:
+                    elif collection == _BUDGETS:
                         self._on_budget(kind, obj)
                     else:
                         self._on_gang_object(collection, kind, obj, b)
@@ -287,7 +326,7 @@ class ClusterFeed:
         self.scheduler.preemption.set_budgets([budget], [])
 
     def _on_gang_object(self, collection: str, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
-        if collection == CONFIGMAPS:
+        if collection == _CONFIGMAPS:
             if kind != "DELETED" and not GangIntake.is_gang_object(obj):
                 kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
             self.flow.on_gang_object(kind, CONFIGMAP_KIND, obj, b)

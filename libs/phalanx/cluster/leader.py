@@ -127,20 +127,17 @@ class LeaderElector:
         on_started_leading: Callable[[int], None],
         on_stopped_leading: Callable[[str], None],
         on_tick: Callable[[], None] | None = None,
-        on_standby: Callable[[str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         """`api`: the Lease calls (phalanx.kube.api.KubeApi; a CoordinationV1Api has the same). `on_tick`: called
-        at every iteration (a liveness beat). `on_standby(holder)`: called when an attempt finds the Lease
-        held by another replica (each time the holder changes)."""
+        at every iteration (a liveness beat)."""
         config.validate()
         self.api = api
         self.config = config
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
         self.on_tick = on_tick
-        self.on_standby = on_standby
         self._mono = monotonic
         self._wall = wall
         self._lock = threading.Lock()  # lease writes: the renew loop and raise_transitions
@@ -197,8 +194,6 @@ class LeaderElector:
                     holder,
                 )
                 logged = holder
-                if self.on_standby is not None:
-                    self.on_standby(holder)
             stop.wait(self._until_next_attempt())
         return False
 
