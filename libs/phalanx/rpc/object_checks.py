@@ -46,6 +46,8 @@ def _placement(p: objects_pb2.Placement, path: str) -> list[str]:
     for i, term in enumerate(p.affinity_terms):
         for part, requirements in (("match_expressions", term.match_expressions), ("match_fields", term.match_fields)):
             errors += _requirements(requirements, f"{path}.affinity_terms[{i}].{part}")
+    if all(max(len(t.key), len(t.operator), len(t.value), len(t.effect)) <= MAX_KEY for t in p.tolerations):
+        return errors  # the common case, without formatting a path per field
     for i, t in enumerate(p.tolerations):
         at = f"{path}.tolerations[{i}]"
         errors += (

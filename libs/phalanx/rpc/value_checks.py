@@ -69,6 +69,9 @@ def check_string_map(m: Mapping[str, str], path: str) -> list[str]:
     errors = check_count(m, path, MAX_ENTRIES)
     if errors:
         return errors
+    # Every pod's labels and annotations pass here: the error paths are formatted only for a map that fails.
+    if all(key and len(key) <= MAX_KEY and len(value) <= MAX_VALUE for key, value in m.items()):
+        return errors
     for key, value in m.items():
         if not key or len(key) > MAX_KEY:
             errors.append(f"{path}: key {shown(key)} must have 1 to {MAX_KEY} characters")
@@ -80,6 +83,8 @@ def check_resources(m: Mapping[str, int], path: str) -> list[str]:
     """Milli-units: a negative amount would drive a node's recorded usage below zero."""
     errors = check_count(m, path, MAX_ENTRIES)
     if errors:
+        return errors
+    if all(key and len(key) <= MAX_KEY and 0 <= amount <= MAX_AMOUNT for key, amount in m.items()):
         return errors
     for key, amount in m.items():
         if not key or len(key) > MAX_KEY:
