@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from phalanx.model.binding import (
     Assignment,
     BindResult,
@@ -147,25 +150,23 @@ _placements_out: dict[Placement, pb.Placement] = {}
 _placements_in: dict[bytes, Placement] = {}
 
 
+def _memo(cache: dict[Any, Any], key: Any, make: Callable[[], Any]) -> Any:
+    value = cache.get(key)
+    if value is None:
+        value = make()
+        if len(cache) >= _MAX_PLACEMENTS:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
 def _placement_pb(p: Placement) -> pb.Placement:
-    m = _placements_out.get(p)
-    if m is None:
-        m = placement_to_pb(p)
-        if len(_placements_out) >= _MAX_PLACEMENTS:
-            _placements_out.clear()
-        _placements_out[p] = m
-    return m
+    return _memo(_placements_out, p, lambda: placement_to_pb(p))
 
 
 def _placement_of(m: pb.Placement) -> Placement:
     key = m.SerializeToString(deterministic=True)
-    p = _placements_in.get(key)
-    if p is None:
-        p = placement_from_pb(m)
-        if len(_placements_in) >= _MAX_PLACEMENTS:
-            _placements_in.clear()
-        _placements_in[key] = p
-    return p
+    return _memo(_placements_in, key, lambda: placement_from_pb(m))
 
 
 def placement_to_pb(p: Placement) -> pb.Placement:
