@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
 
 from phalanx.model.binding import (
     Assignment,
@@ -145,28 +144,18 @@ def _requirements_from_pb(reqs: object) -> tuple[SelectorRequirement, ...]:
 # A job's pods share one Placement (intake/spec_parts.py) and pods of one template send equal ones: each
 # direction converts a distinct placement once (4-6 us a pod otherwise, on every add to the queue and every
 # pod popped from it). Bounded as the intake's memo is; a message kept here is only ever copied from.
-_MAX_PLACEMENTS = 4096
-_placements_out: dict[Placement, pb.Placement] = {}
-_placements_in: dict[bytes, Placement] = {}
-
-
-def _memo(cache: dict[Any, Any], key: Any, make: Callable[[], Any]) -> Any:
-    value = cache.get(key)
-    if value is None:
-        value = make()
-        if len(cache) >= _MAX_PLACEMENTS:
-            cache.clear()
-        cache[key] = value
-    return value
-
-
+@functools.lru_cache(maxsize=4096)
 def _placement_pb(p: Placement) -> pb.Placement:
-    return _memo(_placements_out, p, lambda: placement_to_pb(p))
+    return placement_to_pb(p)
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement_from_bytes(key: bytes) -> Placement:
+    return placement_from_pb(pb.Placement.FromString(key))
 
 
 def _placement_of(m: pb.Placement) -> Placement:
-    key = m.SerializeToString(deterministic=True)
-    return _memo(_placements_in, key, lambda: placement_from_pb(m))
+    return _placement_from_bytes(m.SerializeToString(deterministic=True))
 
 
 def placement_to_pb(p: Placement) -> pb.Placement:
