@@ -16,8 +16,9 @@ _THREADS_AFTER_NUMPY = (
 def _threads(extra_env: dict[str, str]) -> int:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     env.update(extra_env)
-    out = subprocess.run([sys.executable, "-c", _THREADS_AFTER_NUMPY], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS_AFTER_NUMPY], env=env, check=True, capture_output=True, text=True
+    ).stdout
     return int(out.strip())
 
 
