@@ -167,6 +167,18 @@ def test_pod_to_json_is_asdict(pod: PodInfo) -> None:
     assert pod.requests.get("cpu") != -1
 
 
+def test_records_of_one_placement_share_it_and_others_keep_their_own() -> None:
+    # A restarted scheduler reads every reservation record: a job's pods, one placement, are built once.
+    rich = _pods()[1]
+    twins = [dataclasses.replace(rich, name=f"p{i}", uid=f"u{i}") for i in range(3)]
+    other = dataclasses.replace(rich, placement=dataclasses.replace(rich.placement, node_selector=(("zone", "b"),)))
+    read = [pod_from_json(json.loads(json.dumps(pod_to_json(p)))) for p in [*twins, other]]
+    assert read[:3] == twins and read[3] == other
+    assert read[0].placement is read[1].placement is read[2].placement
+    assert read[3].placement is not read[0].placement
+    assert read[3].placement.node_selector == (("zone", "b"),)
+
+
 @pytest.mark.parametrize(
     "gang",
     [

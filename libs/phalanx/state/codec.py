@@ -8,6 +8,7 @@ reservation records' "node", "gang" and "requests".
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
 from typing import Any
@@ -116,8 +117,19 @@ def pod_to_json(pod: PodInfo) -> dict[str, Any]:
 
 
 def pod_from_json(data: dict[str, Any]) -> PodInfo:
-    p = data["placement"]
-    placement = Placement(
+    placement = _placement_of_json(fast_json.dumps_bytes(data["placement"]))
+    # Records written before pods carried affinity have no such field: None, as for a pod declaring none.
+    affinity = affinity_from_plain(data.get("pod_affinity"))
+    return PodInfo(**{**data, "placement": placement, "pod_affinity": affinity})
+
+
+# A job's pods share one placement (the two default tolerations at least): a restarted scheduler reading
+# 30,000 reservation records builds each distinct one once. Placement is frozen, so pods may share it; the
+# key is the placement's own JSON as pod_to_json wrote it. Bounded as the other placement memos are.
+@functools.lru_cache(maxsize=4096)
+def _placement_of_json(key: bytes) -> Placement:
+    p = fast_json.loads(key)
+    return Placement(
         node_selector=tuple(tuple(x) for x in p["node_selector"]),
         affinity_terms=tuple(
             SelectorTerm(
@@ -128,9 +140,6 @@ def pod_from_json(data: dict[str, Any]) -> PodInfo:
         ),
         tolerations=tuple(Toleration(**t) for t in p["tolerations"]),
     )
-    # Records written before pods carried affinity have no such field: None, as for a pod declaring none.
-    affinity = affinity_from_plain(data.get("pod_affinity"))
-    return PodInfo(**{**data, "placement": placement, "pod_affinity": affinity})
 
 
 # -- reservation records (the `pods` hash) -----------------------------------------------------------------
