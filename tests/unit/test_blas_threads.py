@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.starts_processes  # each check is a fresh interpreter
+
 _THREADS_AFTER_NUMPY = (
     "import os, phalanx, numpy; "
     "numpy.ones((64, 64), dtype=numpy.float32) @ numpy.ones((64, 64), dtype=numpy.float32); "

@@ -9,6 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.starts_processes  # each check is a fresh interpreter
+
 
 def _loaded_after(code: str, tmp: Path | None = None) -> set[str]:
     script = code + "\nimport sys, json\nprint(json.dumps(sorted({n.split('.')[0] for n in sys.modules})))\n"
