@@ -118,11 +118,10 @@ class StateReads:
         return {k: gang_from_json(v) for k, v in decoded(self.redis.hgetall(self.keys.gangs)).items()}
 
     def load_gang_records(self, keys: list[str]) -> dict[str, GangRecord]:
-        read = self.redis.register_script(_GANG_RECORDS_LUA)
+        read, k = self.redis.register_script(_GANG_RECORDS_LUA), self.keys
         out: dict[str, GangRecord] = {}
         for i in range(0, len(keys), GANG_RECORDS_CHUNK):
             chunk = keys[i : i + GANG_RECORDS_CHUNK]
-            k = self.keys
             names = [n for g in chunk for n in (k.gang(g), k.gang_assumed(g), k.gang_bound(g), k.gang_rounds(g))]
             for key, (h, assumed, bound, rounds) in zip(chunk, read(keys=names)):
                 out[key] = gang_record(key, _pairs(h), set(assumed), set(bound), _pairs(rounds))
