@@ -152,6 +152,38 @@ def test_after_sync_runs_once_with_the_first_lists_in_the_view(cluster, binder) 
     assert seen == [True]
 
 
+def test_the_view_lists_from_the_first_report_which_waits_for_those_lists(cluster, binder) -> None:
+    """The binder's view does not list at start (a restart's list of every pod of ours would compete with the
+    scheduler's rebuild): the first report starts it, and a PodGroup report then waits for its lists rather
+    than listing the namespace's pods to learn who owns the PodGroup."""
+    ns = cluster.namespace()
+    cluster.podgroup(GROUP_X_K8S, ns, "train", 2)
+    for i in range(2):
+        cluster.pod(ns, f"train-{i}", gpus=0, labels={LABEL_X_K8S_PODGROUP: "train"})
+    view = binder.backend.view
+    starts: list[float] = []
+    synced: list[bool] = []
+    view.on_start = lambda: starts.append(time.monotonic()) or (lambda: synced.append(True))
+    listed: list[str] = []
+    list_namespace = view.core.list_namespaced_pod
+
+    def spy(namespace: str, **kwargs: Any) -> Any:
+        listed.append(namespace)
+        return list_namespace(namespace, **kwargs)
+
+    view.core.list_namespaced_pod = spy
+    time.sleep(0.2)
+    assert starts == [] and not view.wait_synced(0)  # nothing listed before the first report
+    report = GangReport(gang_key=f"{ns}/train", source=SOURCE_X_K8S, phase="Running", scheduled=2, running=2)
+    binder.report([], [report])
+    assert binder.backend.flush(30)
+    assert len(starts) == 1 and synced == [True]
+    assert cluster.podgroup_status(GROUP_X_K8S, ns, "train")["phase"] == "Running"
+    assert listed == []  # the owner was read from the view, once it had listed
+    binder.report([], [report])  # started already: on_start is not called again
+    assert binder.backend.flush(30) and len(starts) == 1
+
+
 def test_pods_deleted_or_being_deleted_are_gone_and_do_not_hold_their_gang_back(cluster, binder) -> None:
     """The API server answers a binding of a pod being deleted (a finalizer holds it) with 409, which the
     binder took for a conflict to retry: the gang's batch stayed pending. Now both pods are gone before the

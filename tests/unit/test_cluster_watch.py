@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 from phalanx.kube.errors import ApiError
@@ -243,9 +244,10 @@ def page(rv: str, token: str, *items: dict[str, Any]) -> Resp:
     return resp
 
 
-def test_a_paginated_list_follows_continue_and_delivers_each_page_before_asking_for_the_next() -> None:
+def test_a_paginated_list_follows_continue_and_asks_one_page_ahead_at_most() -> None:
     """Three pages of one snapshot: every call asks for `limit`, the later ones with the previous page's
-    token; each page is delivered before the next is asked for (so no more than a page is held); the watch
+    token; the next page is asked for while a page is delivered, never the one after it (so no more than
+    two pages are held, one of them undecoded); the watch
     starts from the first page's resourceVersion; a re-list in pages still finds what vanished meanwhile
     (its deletions wait for the whole set, not one page)."""
     stop = threading.Event()
@@ -271,7 +273,10 @@ def test_a_paginated_list_follows_continue_and_delivers_each_page_before_asking_
     watcher.start()
     watcher.join(5)
     assert seen[:7] == [*[("ADDED", n) for n in "abcde"], ("MODIFIED", "c"), ("ADDED", "f")]
-    assert [asked[n] for n in "abcde"] == [1, 1, 2, 2, 3]
+    # page p's objects are delivered once p calls were made, and before p + 2 were (the fetch ahead runs
+    # on its own thread: whether it has called yet when an object is delivered is a race)
+    for p, names in ((1, "ab"), (2, "cd"), (3, "e")):
+        assert all(asked[n] in (p, min(p + 1, 3)) for n in names), asked
     assert sorted(seen[7:]) == [("DELETED", "b"), ("DELETED", "d")]  # (a set's order)
     lists = [c for c in script.calls if not c.get("watch")]
     assert [(c.get("limit"), c.get("_continue")) for c in lists[:5]] == [
@@ -284,6 +289,39 @@ def test_a_paginated_list_follows_continue_and_delivers_each_page_before_asking_
     watches = [c for c in script.calls if c.get("watch")]
     assert [c["resource_version"] for c in watches[:2]] == ["10", "20"]
     assert watcher.pages == len(lists) and watcher.relists >= 1
+
+
+def test_the_next_page_is_asked_for_while_a_page_is_delivered() -> None:
+    """While the sink is still busy with page 1's object, page 2 has been asked for (the API server encodes it
+    meanwhile); a 410 on the page fetched ahead still lists again whole."""
+    stop = threading.Event()
+    script = Script(
+        stop,
+        [
+            page("10", "t1", obj("a", "1")),
+            ApiError(status=410, reason="Expired"),
+            listing("30", obj("a", "1"), obj("c", "3")),
+        ],
+    )
+    during_a: list[bool] = []
+    seen: list[str] = []
+
+    def sink(c: str, k: str, o: dict[str, Any]) -> None:
+        name = o["metadata"]["name"]
+        if name == "a" and not during_a:
+            deadline = time.monotonic() + 2.0
+            while len(script.calls) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            during_a.append(len(script.calls) >= 2)
+        seen.append(f"{k} {name}")
+
+    watcher = Watcher(Collection("pods", script, "Pod", "v1"), sink, stop, limit=1)
+    watcher.start()
+    watcher.join(5)
+    assert during_a == [True]
+    assert seen[:2] == ["ADDED a", "ADDED c"]
+    lists = [c for c in script.calls if not c.get("watch")]
+    assert [(c.get("limit"), c.get("_continue")) for c in lists[:3]] == [(1, None), (1, "t1"), (None, None)]
 
 
 def test_an_expired_continue_lists_again_whole_and_delivers_only_the_difference() -> None:

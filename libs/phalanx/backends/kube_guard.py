@@ -53,6 +53,10 @@ VACATED_KEPT = 10_000  # PodGroups remembered as ours after their last pod of ou
 # the scheduler's watch saw the pods a moment before this one did. A write lane waits this long only for a
 # PodGroup no pod of ours names (a report on a gang whose pods were deleted meanwhile, or a forged one).
 OWNER_WAIT_S = 1.0
+# How long a PodGroup report waits for the view's first lists, which the binder's first bind or report starts
+# (a restart's first reports come as those lists begin): its owner and occupiedBy are read from them. Past
+# this (an API server that cannot list), the namespace's pods are listed for the owner.
+REPORT_SYNC_WAIT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +191,19 @@ class ClusterView:
         self._stop = threading.Event()
         self._watchers: list[Watcher] = []
         self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
+        # Called as the watches start, under start's lock (once); returns start's `after_sync` when given none.
+        self.on_start: Callable[[], Callable[[], object]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self, after_sync: Callable[[], object] | None = None, sync_limit: float = 60.0) -> ClusterView:
         """Starts the watches (once; later calls do nothing). `after_sync`: called on a thread of its own once
-        both first lists are in, or after `sync_limit` seconds (the binder freezes its heap there)."""
+        both first lists are in, or after `sync_limit` seconds (the binder freezes its heap there); without
+        one, `on_start`'s."""
         with self._lock:
             if self._watchers or self._stop.is_set():
                 return self
+            if after_sync is None and self.on_start is not None:
+                after_sync = self.on_start()
             pods = Collection(
                 _PODS,
                 self.core.list_pod_for_all_namespaces,

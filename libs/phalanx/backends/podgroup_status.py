@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from phalanx.backends.api_calls import json_or_none
-from phalanx.backends.kube_guard import event_reason_allowed
+from phalanx.backends.kube_guard import REPORT_SYNC_WAIT_S, event_reason_allowed
 from phalanx.backends.kube_writer import MERGE_PATCH, KubeWriter
 from phalanx.kube import podgroups
 from phalanx.model.binding import GangReport
@@ -30,6 +30,8 @@ class PodGroupStatus(KubeWriter):
         target: dict[str, Any] | None = None
         # Its pods (ours) all deleted, no pod names it any more: only the counters saying so are written.
         gone = g.has_counts and not (g.running or g.scheduled)
+        # Who owns it and occupies it are read from the view: a report that started it waits for its lists.
+        self.view.wait_synced(REPORT_SYNC_WAIT_S)
         if (
             group is not None
             and not (gone and self.view.vacated(group, namespace, name))

@@ -19,8 +19,13 @@ binding settles (the PodGroup statuses and reconciliation that follow a rebuild)
 Bindings are timed by a watch of the new gangs' pods (the arrival of the event showing spec.nodeName).
 The services log at INFO; the steps of each start come from their log lines (phalanx.bench.startup.phases).
 
-Run as `python -m phalanx.bench.restart [--nodes N --gangs G] [--peer] [--label NAME] [--out DIR]`;
-results by label in DIR/restart.json and DIR/restart.txt. Needs `make tools` (and the peer for --peer).
+With `--profile DIR`, py-spy (--gil) records the Python processes from the moment each is serving to its
+first binding: the queue, binder and scheduler of step 1, the restarted scheduler of step 2 (files
+DIR/launch-<process>.txt and DIR/restart-scheduler.txt, summarised by `phalanx bench-k8s --profile-summary`).
+
+Run as `python -m phalanx.bench.restart [--nodes N --gangs G] [--peer] [--label NAME] [--out DIR]
+[--profile DIR]`; results by label in DIR/restart.json and DIR/restart.txt. Needs `make tools` (and the
+peer for --peer).
 """
 
 from __future__ import annotations
@@ -190,7 +195,15 @@ def _start_of(pid: int) -> float | None:
     return time.monotonic() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
 
 
-def run(shape: Shape, *, peer: bool, settle: float, workers: int, progress: Any = print) -> dict[str, Any]:
+def run(
+    shape: Shape,
+    *,
+    peer: bool,
+    settle: float,
+    workers: int,
+    profile_dir: Path | None = None,
+    progress: Any = print,
+) -> dict[str, Any]:
     from phalanx.bench.startup import phases
     from phalanx.testing.apiserver import LocalApiServer
     from phalanx.testing.stack import ChaosStack, StackConfig
@@ -219,7 +232,9 @@ def run(shape: Shape, *, peer: bool, settle: float, workers: int, progress: Any 
             wall, launch = time.time(), time.monotonic()
             stack.start(timeout=300)
             pids = {pid: name for name, pid in stack.pids().items()}
+            profiler = _profile(profile_dir, "launch", stack.pids())
             first = clock.wait("new-launch", 300, sampler)
+            _stop_profile(profiler, shape.pods)
             sched_start = _start_of(stack.pids()["scheduler"])
             created = time.monotonic()
             new_gang(api, "new-after-launch", SCHEDULER_NAMES[PHALANX])
@@ -241,7 +256,9 @@ def run(shape: Shape, *, peer: bool, settle: float, workers: int, progress: Any 
             wall, restart = time.time(), time.monotonic()
             stack.restart("scheduler")
             pid = stack.pids()["scheduler"]
+            profiler = _profile(profile_dir, "restart", {"scheduler": pid})
             first = clock.wait("new-restart", 300, sampler)
+            _stop_profile(profiler, shape.pods)
             settled = sampler.settle(settle)
             steps = phases(run_dir, wall)
             out["scheduler_restart"] = {
@@ -257,6 +274,27 @@ def run(shape: Shape, *, peer: bool, settle: float, workers: int, progress: Any 
         if peer:
             out["peer"] = _peer(api, kubeconfig, Path(tmp), settle, progress)
     return out
+
+
+def _profile(out_dir: Path | None, run: str, pids: dict[str, int]) -> Any:
+    """py-spy on `pids` from now (None without --profile). The scheduler's first seconds (interpreter start
+    and imports) are before this; bench-k8s's profile and bench-startup cover those."""
+    if out_dir is None:
+        return None
+    from phalanx.bench.k8s.profile import Profiler
+
+    profiler = Profiler(out_dir, run)
+    profiler.attach(pids)
+    return profiler
+
+
+def _stop_profile(profiler: Any, pods: int) -> None:
+    if profiler is None:
+        return
+    profiler.stop()
+    profiler.write_meta(pods)
+    for error in profiler.errors:
+        print(f"bench-restart: profile: {error}", file=sys.stderr)
 
 
 def _peer(api: Any, kubeconfig: str, tmp: Path, settle: float, progress: Any) -> dict[str, Any]:
@@ -337,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", default="now")
     p.add_argument("--note", default="")
     p.add_argument("--out", default="bench")
+    p.add_argument("--profile", type=Path, default=None, help="py-spy the processes to their first binding, into DIR")
     args = p.parse_args(argv)
     from phalanx.bench.extra import extra_missing
     from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
@@ -355,7 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(f"bench-restart '{args.label}': {shape.describe()} (load {info['load_average_at_start']})", flush=True)
     result = run(
-        shape, peer=args.peer, settle=args.settle, workers=args.workers, progress=lambda s: print(s, flush=True)
+        shape,
+        peer=args.peer,
+        settle=args.settle,
+        workers=args.workers,
+        profile_dir=args.profile,
+        progress=lambda s: print(s, flush=True),
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

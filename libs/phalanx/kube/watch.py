@@ -34,13 +34,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from phalanx import fast_json
 from phalanx.kube.errors import ApiError, api_errors
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MODIFIED|DELETED, object)
 TimedSink = Callable[[float, str, str, dict[str, Any]], None]  # (time.monotonic() at arrival, then as Sink)
@@ -197,22 +199,29 @@ class Watcher:
             arrived, read = time.monotonic(), 0
             version: str | None = None
             token: str | None = None
+            ahead: Future[tuple[bytes, float]] | None = None
             try:
                 while True:
-                    extra: dict[str, Any] = {"limit": limit} if limit > 0 else {}
-                    if token:
-                        extra["_continue"] = token
-                    self.pages += 1
-                    read += 1
-                    resp = self._call(_request_timeout=self.request_timeout, **extra)
-                    data = resp.data  # read here: the page's items arrived once the whole answer has
-                    arrived = time.monotonic()
+                    if ahead is None:
+                        self.pages += 1
+                        read += 1
+                        data, arrived = self._page(limit, token)
+                    else:
+                        data, arrived = ahead.result()
+                        ahead = None
                     body = fast_json.loads(data)
-                    del data, resp
+                    del data
                     meta = body.get("metadata") or {}
                     if version is None:  # the first page's: every later page is of the same snapshot
                         version = str(meta.get("resourceVersion") or "")
                     token = meta.get("continue") or None
+                    if token:
+                        # The next page is asked for now, while this one is delivered: the API server
+                        # encodes it while the sink parses this one (a rebuild's lists, 60 pages of pods
+                        # at 30,000, waited for each other's page before).
+                        self.pages += 1
+                        read += 1
+                        ahead = _in_background(self._page, limit, token)
                     items = body.pop("items", None) or []
                     del body
                     for item in items:
@@ -234,6 +243,14 @@ class Watcher:
                 continue
             self._deliver_deletions(fresh, arrived)
             return version or ""
+
+    def _page(self, limit: int, token: str | None) -> tuple[bytes, float]:
+        """One page of the list, read whole, and when its last bytes arrived."""
+        extra: dict[str, Any] = {"limit": limit} if limit > 0 else {}
+        if token:
+            extra["_continue"] = token
+        resp = self._call(_request_timeout=self.request_timeout, **extra)
+        return resp.data, time.monotonic()  # the page's items arrived once the whole answer has
 
     def _deliver_page(self, items: list[dict[str, Any]], arrived: float, fresh: dict[str, str]) -> None:
         """A listed page's objects that are new (ADDED) or changed (MODIFIED) since they were last delivered,
@@ -302,6 +319,21 @@ class Watcher:
                 self.sink(self.collection.name, kind, obj)
         except Exception:  # the sink's problem must not kill the watch
             log.exception("%s: handling a %s event failed", self.collection.name, kind)
+
+
+def _in_background(fn: Callable[..., _T], *args: Any) -> Future[_T]:
+    """`fn(*args)` on a daemon thread of its own: a page fetched ahead must not hold the process at exit
+    (an executor's threads are joined there), and a list asks for one page ahead at most."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="list-page", daemon=True).start()
+    return future
 
 
 def _trim(obj: dict[str, Any]) -> dict[str, Any]:
