@@ -576,3 +576,34 @@ def test_a_later_pod_with_another_form_joins_the_gang_its_first_pod_declared():
     later = resolver.resolve(parse_pod(make_pod("w1").label(keys.LABEL_X_K8S_PODGROUP, "train").build()))
     assert first.gang_key == later.gang_key == "default/train"
     assert (later.spec.min_available, later.spec.source) == (2, "koordinator-annotations")
+
+
+def test_a_gangs_pods_share_one_spec_until_what_it_is_built_from_changes():
+    """The spec is built once per version of the gang's declaration (a rebuild resolves every bound pod, three
+    of a gang); a changed PodGroup, or a gang forgotten and declared again by a new first pod, builds it
+    anew, equal to what a resolver that never saw the earlier versions gives."""
+    resolver = GangResolver(default_wait_seconds=60)
+    pods = [parse_pod(make_pod(f"w{i}").label(keys.LABEL_X_K8S_PODGROUP, "train").build()) for i in range(3)]
+    resolver.add_object(make_podgroup("train", api_version=X_K8S).min_member(3).build(), created_at=1.0)
+    specs = [resolver.resolve(p).spec for p in pods]
+    assert specs[0] is specs[1] is specs[2] and specs[0].min_available == 3
+
+    changed = make_podgroup("train", api_version=X_K8S).min_member(2).timeout(30).build()
+    resolver.add_object(changed, created_at=1.0)
+    after = resolver.resolve(pods[0]).spec
+    fresh = GangResolver(default_wait_seconds=60)
+    fresh.add_object(changed, created_at=1.0)
+    assert after is not specs[0] and after == fresh.resolve(pods[0]).spec
+    assert (after.min_available, after.wait_seconds) == (2, 30.0)
+    assert resolver.gang("default/train") is after
+
+    # Self-contained: the first pod's creation time is part of the spec; forgotten, the next first pod's counts.
+    def solo(name: str, created: str) -> Resolution:
+        pod = koord(name, gang="solo").created(created).build()
+        return resolver.resolve(parse_pod(pod, epoch=1714564800))
+
+    first = solo("a", "2024-05-01T12:00:10Z")
+    assert solo("b", "2024-05-01T12:00:30Z").spec is first.spec
+    resolver.forget_link("default/solo")
+    again = solo("c", "2024-05-01T12:00:20Z")
+    assert again.spec is not first.spec and (first.spec.created_at, again.spec.created_at) == (10.0, 20.0)
