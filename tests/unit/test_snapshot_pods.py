@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -108,6 +109,37 @@ def test_bound_pods_found_in_bulk_go_to_redis_in_bounded_transactions(store: Sta
     assert sorted(store.load_pods()) == [f"default/f{i}" for i in range(5)]
     devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
     assert len(devices) == 5 and all(v == 1000 for v in devices.values())  # five distinct devices
+
+
+def test_the_next_of_those_transactions_is_built_while_one_is_written(store: StateStore, monkeypatch: Any) -> None:
+    """Redis writes one transaction while the scheduler builds the next (each has a core of its own); memory
+    takes each transaction's pods once Redis has them, and the result is that of one transaction after the
+    other."""
+    from phalanx.scheduling import cluster_state
+
+    monkeypatch.setattr(cluster_state, "BOUND_PODS_PER_TXN", 2)
+    h = LocalScheduler(store)
+    h.sched.upsert_nodes([model_node("n0", gpus=8)])
+    reads: list[list[str]] = []
+    get_pods, must_apply = store.get_pods, store.must_apply
+    monkeypatch.setattr(store, "get_pods", lambda keys: reads.append(list(keys)) or get_pods(keys))
+    built_meanwhile: list[int] = []
+
+    def slow_write(txn: Any) -> Any:
+        deadline = time.monotonic() + 2.0
+        while len(reads) <= len(built_meanwhile) + 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        built_meanwhile.append(len(reads))
+        return must_apply(txn)
+
+    monkeypatch.setattr(store, "must_apply", slow_write)
+    found = [replace(model_pod(f"f{i}", "g", gpus=1), node_name="n0") for i in range(5)]
+    h.sched.add_bound_pods(found)
+    assert built_meanwhile[:2] == [2, 3]  # the 2nd and 3rd were read and built while the 1st and 2nd were written
+    assert sorted(store.load_pods()) == [f"default/f{i}" for i in range(5)]
+    assert set(h.sched.bound) == {p.key for p in found}
+    devices = {r: v for r, v in store.load_used().items() if "gpu-device" in r[1]}
+    assert len(devices) == 5 and all(v == 1000 for v in devices.values())
 
 
 def test_a_scheduler_dying_between_two_of_those_transactions_leaves_a_redis_the_next_one_completes(
