@@ -53,9 +53,9 @@ VACATED_KEPT = 10_000  # PodGroups remembered as ours after their last pod of ou
 # the scheduler's watch saw the pods a moment before this one did. A write lane waits this long only for a
 # PodGroup no pod of ours names (a report on a gang whose pods were deleted meanwhile, or a forged one).
 OWNER_WAIT_S = 1.0
-# How long a PodGroup report waits for the view's first lists, which the binder's first bind or report starts
-# (a restart's first reports come as those lists begin): its owner and occupiedBy are read from them. Past
-# this (an API server that cannot list), the namespace's pods are listed for the owner.
+# How long after the view's watches started a PodGroup report waits for their first lists, which the binder's
+# first bind or report starts (a restart's first reports come as those lists begin): its owner and occupiedBy
+# are read from them. Past this (an API server that cannot list), the namespace's pods are listed for the owner.
 REPORT_SYNC_WAIT_S = 60.0
 
 
@@ -192,6 +192,7 @@ class ClusterView:
         self._watchers: list[Watcher] = []
         self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
         # Called as the watches start, under start's lock (once); returns start's `after_sync` when given none.
+        self._started_at: float | None = None  # time.monotonic() when the watches started
         self.on_start: Callable[[], Callable[[], object]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class ClusterView:
                 return self
             if after_sync is None and self.on_start is not None:
                 after_sync = self.on_start()
+            self._started_at = time.monotonic()
             pods = Collection(
                 _PODS,
                 self.core.list_pod_for_all_namespaces,
@@ -231,6 +233,16 @@ class ClusterView:
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         return all(w.synced.wait(timeout) for w in self._watchers) and bool(self._watchers)
+
+    def wait_first_lists(self, limit: float) -> bool:
+        """Waits for the first lists until `limit` seconds after the watches started, at most: a view that
+        cannot list (the API server refusing, say) holds each caller back only until then, not each for
+        `limit` again. Whether they are in."""
+        with self._lock:
+            started = self._started_at
+        if started is None:
+            return False
+        return self.wait_synced(max(0.0, started + limit - time.monotonic()))
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()

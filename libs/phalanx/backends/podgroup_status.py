@@ -31,7 +31,7 @@ class PodGroupStatus(KubeWriter):
         # Its pods (ours) all deleted, no pod names it any more: only the counters saying so are written.
         gone = g.has_counts and not (g.running or g.scheduled)
         # Who owns it and occupies it are read from the view: a report that started it waits for its lists.
-        self.view.wait_synced(REPORT_SYNC_WAIT_S)
+        self.view.wait_first_lists(REPORT_SYNC_WAIT_S)
         if (
             group is not None
             and not (gone and self.view.vacated(group, namespace, name))
