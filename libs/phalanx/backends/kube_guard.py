@@ -191,8 +191,8 @@ class ClusterView:
         self._stop = threading.Event()
         self._watchers: list[Watcher] = []
         self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
-        # Called as the watches start, under start's lock (once); returns start's `after_sync` when given none.
         self._started_at: float | None = None  # time.monotonic() when the watches started
+        # Called as the watches start, under start's lock (once); returns start's `after_sync` when given none.
         self.on_start: Callable[[], Callable[[], object]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------

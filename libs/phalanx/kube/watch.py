@@ -6,10 +6,11 @@ What client-go's reflector does, for the few collections the scheduler needs:
   resourceVersion (with bookmarks, so an idle watch still advances it); each page is delivered as it
   arrives (ADDED, or MODIFIED where its version changed) and the deletions once every page is in, so a
   re-list's diff sees the whole set while no more than a page is held decoded (listing 30,000 pods held
-  them all before: most of the binder's 265 MiB peak at a restart); a continue token that expired (410:
-  etcd compacted the snapshot's revision meanwhile) lists again from scratch in one unpaginated request, as
-  client-go's pager does (so a list slower than compaction still ends), diffed against what was delivered:
-  an object of the first pages gone by then is delivered DELETED;
+  them all before: most of the binder's 265 MiB peak at a restart), and the next page is asked for while
+  one is delivered (one ahead, undecoded), so the API server encodes it meanwhile; a continue token that
+  expired (410: etcd compacted the snapshot's revision meanwhile) lists again from scratch in one
+  unpaginated request, as client-go's pager does (so a list slower than compaction still ends), diffed
+  against what was delivered: an object of the first pages gone by then is delivered DELETED;
 - a watch that ends (the server's timeout, a dropped connection) resumes from the last version seen;
 - 410 Gone (that version was compacted away) re-lists and diffs against what it knew: objects that vanished
   meanwhile are delivered as DELETED, changed ones as MODIFIED, so no deletion is ever missed;
