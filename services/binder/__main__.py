@@ -7,7 +7,6 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from functools import partial
 
 from phalanx.backends.base import ClusterBackend
 from phalanx.backends.simulated import SimulatedBackend
@@ -46,10 +45,9 @@ log = logging.getLogger("phalanx_binder")
 FIRST_LIST_PAUSE_LIMIT = 60.0
 
 
-def build(args: argparse.Namespace, first_list: Callable[[], Callable[[], object]] | None = None) -> ServiceServer:
-    """The binder and its server. `first_list`: in Kubernetes mode, called as the cluster view's watches start
-    (its first bind or report); returns what to call once their first lists are in (main pauses the collector
-    for those lists, then freezes the heap and resumes it)."""
+def build(args: argparse.Namespace, after_first_list: Callable[[], object] | None = None) -> ServiceServer:
+    """The binder and its server. `after_first_list`: in Kubernetes mode, called once the cluster view's
+    first lists are in (main freezes the heap there and resumes collection)."""
     client = redis_client(args)
     keys = Keys(args.redis_prefix)
     backend: ClusterBackend
@@ -58,7 +56,7 @@ def build(args: argparse.Namespace, first_list: Callable[[], Callable[[], object
     else:
         from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
 
-        backend = KubernetesBackend.from_args(args, first_list)
+        backend = KubernetesBackend.from_args(args, after_first_list)
     replicas, wait_timeout = bind_wait(args)
     durability = ReplicaWait(client, keys.bind_durable, replicas, wait_timeout) if replicas else None
     binder = BatchBinder(
@@ -188,11 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     setup_tracing("phalanx-binder")
     metrics = serve_metrics_of(args, "binder")
     check_kubeconfig("binder", args)  # read once here; the backend takes the same connection
-    # Every pod of ours and every node are listed with the first bind or report: no collection meanwhile,
-    # then the result is frozen and collection resumes (as the scheduler's first list;
-    # gc_tuning.pause_until_frozen).
-    first_list = partial(pause_until_frozen, FIRST_LIST_PAUSE_LIMIT) if args.backend == "kubernetes" else None
-    server = built_or_exit("binder", lambda: build(args, first_list))
+    # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
+    # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_until_frozen).
+    after_first_list = pause_until_frozen(FIRST_LIST_PAUSE_LIMIT) if args.backend == "kubernetes" else None
+    server = built_or_exit("binder", lambda: build(args, after_first_list))
     if metrics is not None:
         server.add_cleanup(metrics.stop)
     server.start()

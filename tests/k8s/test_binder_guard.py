@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from waiting import wait_for
 
+from phalanx.backends.cluster_view import ClusterView
 from phalanx.backends.kubernetes import KubernetesBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock
@@ -152,18 +153,17 @@ def test_after_sync_runs_once_with_the_first_lists_in_the_view(cluster, binder) 
     assert seen == [True]
 
 
-def test_the_view_lists_from_the_first_report_which_waits_for_those_lists(cluster, binder) -> None:
-    """The binder's view does not list at start (a restart's list of every pod of ours would compete with the
-    scheduler's rebuild): the first report starts it, and a PodGroup report then waits for its lists rather
-    than listing the namespace's pods to learn who owns the PodGroup."""
+def test_a_large_list_waits_for_the_first_report_which_waits_for_the_list(cluster, binder) -> None:
+    """The binder's view pauses a list of our pods longer than its pacing bound until the binder has work (a
+    restart's list would compete with the scheduler's rebuild); the first report lets it go on, and a
+    PodGroup report waits for the lists rather than listing the namespace's pods to learn who owns it."""
     ns = cluster.namespace()
-    cluster.podgroup(GROUP_X_K8S, ns, "train", 2)
-    for i in range(2):
-        cluster.pod(ns, f"train-{i}", gpus=0, labels={LABEL_X_K8S_PODGROUP: "train"})
-    view = binder.backend.view
-    starts: list[float] = []
-    synced: list[bool] = []
-    view.on_start = lambda: starts.append(time.monotonic()) or (lambda: synced.append(True))
+    cluster.podgroup(GROUP_X_K8S, ns, "train", 3)
+    pods = [f"{ns}/train-{i}" for i in range(3)]
+    for key in pods:
+        cluster.pod(ns, key.split("/")[1], gpus=0, labels={LABEL_X_K8S_PODGROUP: "train"})
+    view = ClusterView(binder.backend.core, cluster.scheduler_name, page_size=1, paced_after_pages=1)
+    binder.backend.view = view
     listed: list[str] = []
     list_namespace = view.core.list_namespaced_pod
 
@@ -172,16 +172,16 @@ def test_the_view_lists_from_the_first_report_which_waits_for_those_lists(cluste
         return list_namespace(namespace, **kwargs)
 
     view.core.list_namespaced_pod = spy
-    time.sleep(0.2)
-    assert starts == [] and not view.wait_synced(0)  # nothing listed before the first report
-    report = GangReport(gang_key=f"{ns}/train", source=SOURCE_X_K8S, phase="Running", scheduled=2, running=2)
+    view.start()
+    time.sleep(0.5)
+    assert not view.wait_synced(0) and not any(view.cached(k) for k in pods)  # paced after its first page
+    report = GangReport(gang_key=f"{ns}/train", source=SOURCE_X_K8S, phase="Running", scheduled=3, running=3)
     binder.report([], [report])
     assert binder.backend.flush(30)
-    assert len(starts) == 1 and synced == [True]
+    assert view.wait_synced(0) and all(view.cached(k) for k in pods)
     assert cluster.podgroup_status(GROUP_X_K8S, ns, "train")["phase"] == "Running"
     assert listed == []  # the owner was read from the view, once it had listed
-    binder.report([], [report])  # started already: on_start is not called again
-    assert binder.backend.flush(30) and len(starts) == 1
+    view.stop()
 
 
 def test_pods_deleted_or_being_deleted_are_gone_and_do_not_hold_their_gang_back(cluster, binder) -> None:

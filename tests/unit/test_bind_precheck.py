@@ -15,15 +15,8 @@ import redis
 from builders import model_node, model_pod
 
 from phalanx.backends.base import BindFailure
-from phalanx.backends.kube_guard import (
-    OWNER_WAIT_S,
-    ClusterView,
-    NodeFacts,
-    PodFacts,
-    report_annotations,
-    unreserved,
-    verdict,
-)
+from phalanx.backends.cluster_view import OWNER_WAIT_S, ClusterView
+from phalanx.backends.kube_guard import NodeFacts, PodFacts, report_annotations, unreserved, verdict
 from phalanx.backends.simulated import SimulatedBackend
 from phalanx.binding.batch_binder import BOUND, FAILED, GONE, PENDING, ROLLED_BACK, BatchBinder
 from phalanx.binding.lock import FencedLock

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from phalanx.backends.kube_guard import ClusterView
+from phalanx.backends.cluster_view import ClusterView
 
 
 class Unreachable:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phalanx.backends.kube_guard import ClusterView
+from phalanx.backends.cluster_view import ClusterView
 from phalanx.kube.podgroups import VOLCANO_READY_REASON, group_of, pods_phase, status_patch
 from phalanx.model.binding import GangReport
 from phalanx.model.keys import GROUP_SIGS, GROUP_VOLCANO, GROUP_X_K8S, LABEL_X_K8S_PODGROUP

@@ -324,6 +324,40 @@ def test_the_next_page_is_asked_for_while_a_page_is_delivered() -> None:
     assert [(c.get("limit"), c.get("_continue")) for c in lists[:3]] == [(1, None), (1, "t1"), (None, None)]
 
 
+def test_pace_holds_the_next_page_back_and_is_told_how_many_pages_were_read() -> None:
+    """`pace` is called with the pages read when the last one has a next, before that page is delivered and
+    the next asked for; while it blocks, nothing more is asked."""
+    stop = threading.Event()
+    script = Script(
+        stop, [page("10", "t1", obj("a", "1")), page("10", "t2", obj("b", "2")), page("10", "", obj("c", "3"))]
+    )
+    release = threading.Event()
+    paced: list[tuple[int, int, list[str]]] = []  # (pages read, calls made, delivered) at each call
+    seen: list[str] = []
+
+    def pace(pages: int) -> None:
+        paced.append((pages, len(script.calls), list(seen)))
+        if pages == 2:
+            release.wait(5)
+
+    watcher = Watcher(
+        Collection("pods", script, "Pod", "v1"),
+        lambda c, k, o: seen.append(o["metadata"]["name"]),
+        stop,
+        limit=1,
+        pace=pace,
+    )
+    watcher.start()
+    deadline = time.monotonic() + 5
+    while len(paced) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.2)
+    assert paced == [(1, 1, []), (2, 2, ["a"])] and len(script.calls) == 2  # held: page 3 not asked for
+    release.set()
+    watcher.join(5)
+    assert seen[:3] == ["a", "b", "c"] and len(paced) == 2  # the last page has no next: no call
+
+
 def test_an_expired_continue_lists_again_whole_and_delivers_only_the_difference() -> None:
     """A 410 on a continue (etcd compacted the snapshot's revision between two pages): the list starts again,
     unpaginated, and is diffed against the pages already delivered: nothing unchanged is delivered twice,

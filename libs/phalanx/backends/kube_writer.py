@@ -17,7 +17,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from phalanx.backends.api_calls import json_or_none, release
-from phalanx.backends.kube_guard import NORMAL_EVENT_REASONS, ClusterView
+from phalanx.backends.cluster_view import ClusterView
+from phalanx.backends.kube_guard import NORMAL_EVENT_REASONS
 from phalanx.backends.write_lanes import WriteLanes
 from phalanx.kube import podgroups
 

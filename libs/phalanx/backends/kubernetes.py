@@ -27,9 +27,10 @@ from typing import Any
 
 from phalanx.backends.api_calls import transient
 from phalanx.backends.base import BindFailure
+from phalanx.backends.cluster_view import ClusterView
 from phalanx.backends.kube_binding import PodBinding
 from phalanx.backends.kube_eviction import Eviction
-from phalanx.backends.kube_guard import ClusterView, unreserved
+from phalanx.backends.kube_guard import unreserved
 from phalanx.backends.kube_pod_reports import PodReports
 from phalanx.backends.kube_writer import RetryPolicy
 from phalanx.backends.podgroup_status import PodGroupStatus
@@ -97,10 +98,10 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         self.component = component
         self.instance = socket.gethostname()[:128]
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="k8s-bind")
-        # Started by the first bind or report, not at start: a restart's lists of every pod of ours would
-        # compete with the scheduler's rebuild, which lists the same pods and which nothing here can help
-        # before it is done (a whole-stack restart with 30,000 bound pods scheduled 1.7 s sooner). Until
-        # the view is synced a bind's check GETs its pods, and a PodGroup report waits for it.
+        # Started by from_args (the binder), else on first use: a backend built only to bind needs no watch.
+        # A large list of our pods pauses after its first pages until the first bind or report (see
+        # ClusterView.want); until the view is synced a bind's check GETs its pods, and a PodGroup report
+        # waits for it.
         self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
         self._writes = WriteLanes(report_workers)  # status writes, in order per object
         self._pruned: dict[str, frozenset[str]] = {}  # API group -> PodGroup status fields its CRD lacks
@@ -110,9 +111,8 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         self.eviction_mode = eviction_mode  # "api": the Eviction API; "delete": condition, then delete
 
     @classmethod
-    def from_args(cls, args: Any, first_list: Callable[[], Callable[[], object]] | None = None) -> KubernetesBackend:
-        """The binder's backend. `first_list`: called as the cluster view's watches start (at the first bind
-        or report); returns what to call once their first lists are in (ClusterView.start's after_sync)."""
+    def from_args(cls, args: Any, after_first_list: Callable[[], object] | None = None) -> KubernetesBackend:
+        """The binder's backend, its cluster view started; `after_first_list`: see ClusterView.start."""
         from phalanx.kube.connection import connection_of
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
@@ -123,7 +123,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
             eviction_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None,
             eviction_mode=getattr(args, "eviction_mode", "api") or "api",
         )
-        backend.view.on_start = first_list
+        backend.view.start(after_first_list)  # warm by the first bind; until then misses are GETs
         return backend
 
     def close(self) -> None:
@@ -135,7 +135,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
 
     # -- checks ----------------------------------------------------------------------------------------
     def precheck(self, assignments: list[Assignment]) -> dict[str, BindFailure]:
-        self.view.start()
+        self.view.want()
         return self.view.check(assignments, self._binders.map)
 
     def unreserved(self, a: Assignment, held: Mapping[str, int]) -> BindFailure | None:
@@ -160,7 +160,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None:
         if not (pods or gangs):
             return
-        self.view.start()  # reports are checked against it too
+        self.view.want()  # reports are checked against it too
         for p in pods:
             self._writes.put(p.pod_key, partial(self._report_pod_safe, p))
         for g in gangs:

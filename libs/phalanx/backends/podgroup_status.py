@@ -1,7 +1,8 @@
 """PodGroup status: the gang reports written on the PodGroup a pod of ours names, and the gang's Event.
 
-Only on PodGroups such a pod names (kube_guard's view); fields the installed CRD's schema lacks are learnt
-from the API server's answer and no longer sent. Without a PodGroup, the gang's Event goes on one of its pods.
+Only on PodGroups such a pod names (the binder's view, cluster_view.py); fields the installed CRD's schema
+lacks are learnt from the API server's answer and no longer sent. Without a PodGroup, the gang's Event goes on
+one of its pods.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import time
 from typing import Any
 
 from phalanx.backends.api_calls import json_or_none
-from phalanx.backends.kube_guard import REPORT_SYNC_WAIT_S, event_reason_allowed
+from phalanx.backends.cluster_view import REPORT_SYNC_WAIT_S
+from phalanx.backends.kube_guard import event_reason_allowed
 from phalanx.backends.kube_writer import MERGE_PATCH, KubeWriter
 from phalanx.kube import podgroups
 from phalanx.model.binding import GangReport

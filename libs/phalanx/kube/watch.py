@@ -91,7 +91,11 @@ class Watcher:
         max_backoff: float = 30.0,
         request_timeout: float = 60.0,
         limit: int = 500,
+        pace: Callable[[int], None] | None = None,
     ) -> None:
+        """`pace`: called with the number of pages a list has read when the last of them has a next one,
+        before that page is delivered and the next asked for; it may block (the binder's view holds a large
+        list back until it has work)."""
         if (sink is None) == (timed_sink is None):
             raise ValueError("Watcher: give either sink or timed_sink")
         self.collection = collection
@@ -103,6 +107,7 @@ class Watcher:
         self.max_backoff = max_backoff
         self.request_timeout = request_timeout
         self.limit = limit  # objects per list page (0: one unpaginated list)
+        self.pace = pace
         self.pages = 0  # list requests made, every page of every list counted
         self.synced = threading.Event()  # set after the first list (or the first 404 of a missing collection)
         self.relists = 0  # lists after the first: 410s and reconnections that lost their place
@@ -216,6 +221,8 @@ class Watcher:
                     if version is None:  # the first page's: every later page is of the same snapshot
                         version = str(meta.get("resourceVersion") or "")
                     token = meta.get("continue") or None
+                    if token and self.pace is not None:
+                        self.pace(read)
                     if token:
                         # The next page is asked for now, while this one is delivered: the API server
                         # encodes it while the sink parses this one (a rebuild's lists, 60 pages of pods
