@@ -1,5 +1,6 @@
 """The binder's view waits for its first lists on behalf of PodGroup reports only until a bound after its watches
-started: a view that cannot list holds each report back once, not each for the whole bound again."""
+started, or after the first bind or report let a paced list go on: a view that cannot list holds each report
+back once, not each for the whole bound again."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def test_reports_wait_for_the_first_lists_until_the_bound_after_the_start_not_ea
         t1 = time.monotonic()
         assert view.wait_first_lists(0.3) is False  # the bound has passed: no second wait
         second = time.monotonic() - t1
+        view.want()  # the first bind or report: a paced list goes on from now, so the bound counts from now
+        t2 = time.monotonic()
+        assert view.wait_first_lists(0.3) is False
+        third = time.monotonic() - t2
+        view.want()
+        t3 = time.monotonic()
+        assert view.wait_first_lists(0.3) is False  # only the first bind or report moves the bound
+        fourth = time.monotonic() - t3
     finally:
         view.stop(1.0)
-    assert 0.25 <= first < 2.0 and second < 0.1
+    assert 0.25 <= first < 2.0 and second < 0.1 and 0.25 <= third < 2.0 and fourth < 0.1

@@ -78,6 +78,7 @@ class ClusterView:
         self.page_size = page_size
         self.paced_after_pages = paced_after_pages
         self._wanted = threading.Event()  # set at the first bind or report: a paced list goes on (see _pace)
+        self._wanted_at: float | None = None  # time.monotonic() of that first bind or report
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self, after_sync: Callable[[], object] | None = None, sync_limit: float = 60.0) -> ClusterView:
@@ -120,7 +121,11 @@ class ClusterView:
 
     def want(self) -> ClusterView:
         """The binder has work (a bind or a report): started if it was not, and a paced list goes on."""
-        self._wanted.set()
+        if not self._wanted.is_set():
+            with self._lock:
+                if self._wanted_at is None:
+                    self._wanted_at = time.monotonic()
+            self._wanted.set()
         return self.start()
 
     def _pace(self, pages: int) -> None:
@@ -142,14 +147,14 @@ class ClusterView:
         return all(w.synced.wait(timeout) for w in self._watchers) and bool(self._watchers)
 
     def wait_first_lists(self, limit: float) -> bool:
-        """Waits for the first lists until `limit` seconds after the watches started, at most: a view that
-        cannot list (the API server refusing, say) holds each caller back only until then, not each for
-        `limit` again. Whether they are in."""
+        """Waits for the first lists until `limit` seconds after the watches started or, later, the first bind or
+        report let a paced list go on, at most: a view that cannot list (the API server refusing, say) holds
+        each caller back only until then, not each for `limit` again. Whether they are in."""
         with self._lock:
-            started = self._started_at
-        if started is None:
+            since = max((t for t in (self._started_at, self._wanted_at) if t is not None), default=None)
+        if since is None:
             return False
-        return self.wait_synced(max(0.0, started + limit - time.monotonic()))
+        return self.wait_synced(max(0.0, since + limit - time.monotonic()))
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
