@@ -202,33 +202,25 @@ class Watcher:
         limit = self.limit
         while True:
             fresh: dict[str, str] = {}  # key -> resourceVersion of every object this listing returned
-            arrived, read = time.monotonic(), 0
+            arrived, first_page = time.monotonic(), self.pages
             version: str | None = None
             token: str | None = None
-            ahead: Future[tuple[bytes, float]] | None = None
+            ahead: Future[tuple[bytes, float]] | None = None  # the next page, asked for while one is delivered
             try:
                 while True:
-                    if ahead is None:
-                        self.pages += 1
-                        read += 1
-                        data, arrived = self._page(limit, token)
-                    else:
-                        data, arrived = ahead.result()
-                        ahead = None
+                    data, arrived = self._page(limit, None) if ahead is None else ahead.result()
                     body = fast_json.loads(data)
                     del data
                     meta = body.get("metadata") or {}
                     if version is None:  # the first page's: every later page is of the same snapshot
                         version = str(meta.get("resourceVersion") or "")
                     token = meta.get("continue") or None
-                    if token and self.pace is not None:
-                        self.pace(read)
                     if token:
+                        if self.pace is not None:
+                            self.pace(self.pages - first_page)
                         # The next page is asked for now, while this one is delivered: the API server
                         # encodes it while the sink parses this one (a rebuild's lists, 60 pages of pods
                         # at 30,000, waited for each other's page before).
-                        self.pages += 1
-                        read += 1
                         ahead = _in_background(self._page, limit, token)
                     items = body.pop("items", None) or []
                     del body
@@ -245,7 +237,7 @@ class Watcher:
                 log.info(
                     "%s: list's continue token expired after %d pages; listing again whole",
                     self.collection.name,
-                    read - 1,
+                    self.pages - first_page - 1,
                 )
                 limit = 0
                 continue
@@ -253,7 +245,9 @@ class Watcher:
             return version or ""
 
     def _page(self, limit: int, token: str | None) -> tuple[bytes, float]:
-        """One page of the list, read whole, and when its last bytes arrived."""
+        """One page of the list, read whole, and when its last bytes arrived (counted in `pages` as asked for;
+        one list asks for one page at a time, on its thread or on the one fetching ahead)."""
+        self.pages += 1
         extra: dict[str, Any] = {"limit": limit} if limit > 0 else {}
         if token:
             extra["_continue"] = token
