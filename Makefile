@@ -18,9 +18,11 @@ setup: $(STAMP)
 
 ## Phalanx's modules compiled to bytecode, as the container image has them (an editable install under
 ## PYTHONDONTWRITEBYTECODE=1 would otherwise compile them at every service start, ~0.1 CPU s each): the
-## start-up benchmarks measure the services as deployed.
+## start-up benchmarks measure the services as deployed. The same for the code their dataclasses generate
+## (phalanx.dataclass_code).
 precompile: $(STAMP)
 	@$(PY) -m compileall -q -j 0 libs services
+	@$(PY) -m phalanx.precompile >/dev/null
 
 ## The main job: seed 003's deadlock pod by pod, and the same workload as gangs, side by side.
 demo: $(STAMP)

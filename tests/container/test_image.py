@@ -307,6 +307,18 @@ def test_image_leaves_report_and_build_tools_out(image: str) -> None:
     assert out.strip() == "(3, 11) []", out
 
 
+def test_image_holds_the_services_dataclass_code(image: str) -> None:
+    # Built with the image (phalanx.precompile): a service's imports, as the non-root user on a read-only
+    # root, compile none of their dataclasses' methods.
+    code = (
+        "import phalanx_scheduler.__main__, phalanx_binder.__main__, phalanx_queue.__main__\n"
+        "from phalanx import dataclass_code as d\n"
+        "print(d.install().misses, d.install().hits > 300)\n"
+    )
+    out = podman("run", "--rm", "--user", f"{UID}:{UID}", "--read-only", image, "python", "-c", code).stdout
+    assert out.strip() == "0 True", out
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_service_runs_as_non_root_without_capabilities(stack: Stack, service: str) -> None:
     status = podman("exec", stack.container(service), "cat", "/proc/1/status").stdout
