@@ -26,14 +26,17 @@ import dataclasses
 import marshal
 import os
 import sys
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
-# Dataclass methods are a few hundred per process; a file past this is rewritten with this run's alone,
-# so classes made at run time (make_dataclass) cannot grow it without bound.
+# The services' dataclass methods are some 500; each build adds the sources changed since the last one,
+# so a file past this is rewritten with what the build's own imports compiled.
 MAX_ENTRIES = 4000
-_MAGIC = b"phalanx-dataclass-code-1\n"
+# The file's header: this format (1 was compiled with this module's future flags) and the interpreter's
+# bytecode magic number, so another Python's file is ignored.
+_MAGIC = b"phalanx-dataclass-code-2\n" + MAGIC_NUMBER
 
 
 class CodeCache:
@@ -67,7 +70,9 @@ class CodeCache:
         code = self.codes.get(source)
         if code is None:
             self.misses += 1
-            code = self.codes[source] = compile(source, "<string>", "exec")
+            # dont_inherit: exec's own compilation takes the dataclasses module's future flags (none), not
+            # this module's (`annotations` would turn __init__'s annotations into the names of its locals).
+            code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
         else:
             self.hits += 1
         self.used.add(source)
@@ -82,7 +87,7 @@ class CodeCache:
         codes = self.codes if len(self.codes) <= MAX_ENTRIES else {k: self.codes[k] for k in self.used}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Written aside and renamed: three services starting at once never read half a file.
+            # Written aside and renamed: a service starting meanwhile never reads half a file.
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
             with os.fdopen(fd, "wb") as f:
                 f.write(_MAGIC + marshal.dumps(codes))
@@ -98,8 +103,8 @@ CACHE_ENV = "PHALANX_DATACLASS_CODE"
 
 
 def cache_path() -> Path:
-    """$PHALANX_DATACLASS_CODE, else beside this package's bytecode: __pycache__, or its mirror under
-    PYTHONPYCACHEPREFIX."""
+    """$PHALANX_DATACLASS_CODE (`off`: no cache), else beside this package's bytecode: __pycache__, or its
+    mirror under PYTHONPYCACHEPREFIX."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     here = Path(__file__).resolve().parent
@@ -115,6 +120,8 @@ _cache: CodeCache | None = None
 def install() -> CodeCache | None:
     """Routes the dataclasses module's compilations through the cache (once per process)."""
     global _cache
+    if os.environ.get(CACHE_ENV) == "off":  # each dataclass compiled at import, as without this module
+        return None
     if _cache is None and sys.implementation.cache_tag is not None:
         _cache = CodeCache(cache_path())
         _cache.load()

@@ -100,3 +100,37 @@ def test_a_foreign_or_unwritable_cache_is_ignored(tmp_path: Path) -> None:
         )[-1]
         == "False"
     )
+
+
+# What a class made from cached code must share with one made without it: everything dataclasses derives
+# from the generated methods (their annotations feed the class's __doc__ and inspect.signature).
+DESCRIBE = """
+import dataclasses, inspect, json, re, sys
+from phalanx_scheduler import __main__ as _s
+from phalanx_binder import __main__ as _b
+from phalanx_queue import __main__ as _q
+classes = sorted(
+    {c for m in list(sys.modules.values()) if (getattr(m, "__name__", "") or "").startswith("phalanx")
+     for c in vars(m).values() if isinstance(c, type) and dataclasses.is_dataclass(c)},
+    key=lambda c: f"{c.__module__}.{c.__qualname__}",
+)
+out = {
+    f"{c.__module__}.{c.__qualname__}": [
+        c.__doc__, str(inspect.signature(c.__init__)), repr(c.__init__.__annotations__),
+        [n for n in ("__repr__", "__eq__", "__hash__", "__setattr__", "__lt__") if n in vars(c)],
+    ]
+    for c in classes
+}
+print(re.sub(r" at 0x[0-9a-f]+", "", json.dumps(out)))  # a default's address differs run to run
+"""
+
+
+def test_the_services_dataclasses_are_the_same_with_the_cache_and_without(tmp_path: Path) -> None:
+    cache = tmp_path / "code.bin"
+    env = {**os.environ, CACHE_ENV: str(cache)}
+    built = subprocess.run([sys.executable, "-m", "phalanx.precompile"], capture_output=True, text=True, env=env)
+    assert built.returncode == 0, built.stderr
+    cached = json.loads(_python(DESCRIBE + COUNTS.replace("json.dumps", "str"), cache)[-2])
+    plain = json.loads(_python(DESCRIBE, Path("off"))[-1])
+    assert len(plain) > 80  # the three services load some 170 dataclasses; these are the module-level ones
+    assert cached == plain
