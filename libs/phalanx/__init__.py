@@ -9,7 +9,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # Before any Phalanx module defines a dataclass: their generated methods' code comes from the cache that
-# a service's earlier start wrote (phalanx.dataclass_code), instead of being compiled at every import.
+# `python -m phalanx.precompile` built (phalanx.dataclass_code), instead of being compiled at every import.
 from phalanx import dataclass_code as _dataclass_code  # noqa: E402
 
 _dataclass_code.install()

@@ -89,11 +89,15 @@ class CodeCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Written aside and renamed: a service starting meanwhile never reads half a file.
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
+        except OSError:  # a read-only install: the services compile, as without the cache
+            return False
+        try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_MAGIC + marshal.dumps(codes))
             os.chmod(tmp, 0o644)  # as a .pyc: an image built as root is run by another user
             os.replace(tmp, self.path)
-        except OSError:  # a read-only install: the services compile, as without the cache
+        except OSError:  # a full disk, say: no half-written file is left behind
+            os.unlink(tmp)
             return False
         self.misses = 0
         return True
