@@ -31,9 +31,6 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-# The services' dataclass methods are some 500; each build adds the sources changed since the last one,
-# so a file past this is rewritten with what the build's own imports compiled.
-MAX_ENTRIES = 4000
 # The file's header: this format (1 was compiled with this module's future flags) and the interpreter's
 # bytecode magic number, so another Python's file is ignored.
 _MAGIC = b"phalanx-dataclass-code-2\n" + MAGIC_NUMBER
@@ -43,7 +40,6 @@ class CodeCache:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.codes: dict[str, CodeType] = {}
-        self.used: set[str] = set()
         self.hits = 0
         self.misses = 0
 
@@ -75,16 +71,14 @@ class CodeCache:
             code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
         else:
             self.hits += 1
-        self.used.add(source)
         builtins.exec(code, globals, locals)
 
     def save(self) -> bool:
-        """Writes the cache if this process compiled anything it did not hold; True if it wrote."""
+        """Writes what this process holds if it compiled anything the file lacked; True if it wrote."""
         if self.path is None or self.misses == 0:
             return False
         import tempfile  # only when writing: importing it costs a start ~3 ms
 
-        codes = self.codes if len(self.codes) <= MAX_ENTRIES else {k: self.codes[k] for k in self.used}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Written aside and renamed: a service starting meanwhile never reads half a file.
@@ -93,7 +87,7 @@ class CodeCache:
             return False
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + marshal.dumps(codes))
+                f.write(_MAGIC + marshal.dumps(self.codes))
             os.chmod(tmp, 0o644)  # as a .pyc: an image built as root is run by another user
             os.replace(tmp, self.path)
         except OSError:  # a full disk, say: no half-written file is left behind
@@ -130,6 +124,18 @@ def install() -> CodeCache | None:
         _cache = CodeCache(cache_path())
         _cache.load()
         dataclasses.exec = _cache.exec  # type: ignore[attr-defined]
+    return _cache
+
+
+def fresh() -> CodeCache | None:
+    """An empty cache in place of the one loaded (the build step's: the file it saves then holds what its
+    imports compile, and no source a class had before it changed)."""
+    global _cache
+    loaded = install()
+    if loaded is None:
+        return None
+    _cache = CodeCache(loaded.path)
+    dataclasses.exec = _cache.exec  # type: ignore[attr-defined]
     return _cache
 
 

@@ -23,14 +23,16 @@ SERVICE_MODULES = (
 
 
 def main() -> int:
-    cache = dataclass_code.install()
+    cache = dataclass_code.fresh()  # before any service module defines a dataclass
     if cache is None:
         print("phalanx.precompile: this Python keeps no bytecode cache; nothing to build", file=sys.stderr)
         return 0
     for name in SERVICE_MODULES:
         importlib.import_module(name)
-    wrote = cache.save()
-    print(f"{cache.path}: {len(cache.codes)} dataclass methods compiled" + ("" if wrote else " (unchanged)"))
+    if not cache.save():
+        print(f"phalanx.precompile: could not write {cache.path}", file=sys.stderr)
+        return 1
+    print(f"{cache.path}: {len(cache.codes)} dataclass methods compiled")
     return 0
 
 
