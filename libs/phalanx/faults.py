@@ -16,6 +16,8 @@ Points (each placed where a crash hurts most):
   lost), leaving it below its minimum; the release that returns it to unsatisfied is not committed yet.
 - `scheduler.after_timeout`: a gang's timeout is in Redis (reservations released; a retrying form's retry
   time set), its pods and PodGroup have not been told.
+- `scheduler.mid_backlog`: the rebuild handed the queue its first pending pods and the loop may be placing
+  them; the feed has taken the rest out of its outbox and is sending them in chunks, the next not sent yet.
 - `controller.between_pods`: the job controller has created one more of a job's pods (the leader first);
   the rest are not created yet.
 - `controller.mid_restart`: a lost job pod's restart is counted in the job's status and the failed pod

@@ -796,3 +796,41 @@ def test_a_feed_holding_pods_waits_for_events_only_until_their_hold_ends(h: Harn
     started = time.monotonic()
     assert h.feed._drain(block=True) == []
     assert time.monotonic() - started < 0.15  # 0.2 s, the wait without pods held
+
+
+class SyncRecordingQueue(CountingQueue):
+    """Records, for each Add, whether the feed had already said it was synced (the loop may start then)."""
+
+    def __init__(self, queue: SchedulingQueue) -> None:
+        super().__init__(queue)
+        self.feed: ClusterFeed | None = None
+        self.synced_at_add: list[bool] = []
+
+    def add(self, pods: list[PodInfo], now: float, only_missing: bool = False) -> None:
+        assert self.feed is not None
+        self.synced_at_add.append(self.feed.synced.is_set())
+        super().add(pods, now, only_missing)
+
+
+def test_a_rebuilds_pending_pods_past_the_first_reach_the_queue_after_the_loop_may_start(store: StateStore) -> None:
+    """Handing 3,000 listed pods to the queue held the loop's start ~0.3 s: the rebuild sends the first
+    FIRST_ADDS in the queue's order, says it is synced, then sends the rest, every one of them."""
+    from phalanx.cluster.feed import FIRST_ADDS
+
+    h = Harness.__new__(Harness)
+    queue = SyncRecordingQueue(SchedulingQueue(QueueSettings(unschedulable_flush=0)))
+    h.store, h.queue, h.reports = store, queue, Reports()
+    h.start(now=time.time)
+    queue.feed = h.feed
+    n = FIRST_ADDS + 100
+    names = [f"p{i:04d}" for i in range(n)]
+    for e in (node("n1"), *(pod(name) for name in reversed(names))):  # listed in no particular order
+        h.feed._sink(*e)
+    h.feed.start()
+    try:
+        wait_for(lambda: sum(len(a) for a in queue.adds) == n, 10, "every pod in the queue", interval=0.01)
+    finally:
+        h.feed.stop()
+    assert queue.adds[0] == [f"ns/{name}" for name in names[:FIRST_ADDS]]  # the first in the queue's order
+    assert queue.synced_at_add[0] is False and all(queue.synced_at_add[1:])
+    assert sorted(k for a in queue.adds for k in a) == [f"ns/{name}" for name in names]

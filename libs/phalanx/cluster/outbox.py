@@ -9,6 +9,14 @@ report the gang waiting (an Event, a PodGroup status write) and place the rest i
 pods of a gang with fewer pods known than its minimum wait here, at most `hold` seconds from the first of
 them, and go to the queue together once the minimum is known. Held pods are only in this process's memory:
 if it dies, the next leader lists them from the API server as it does every pending pod.
+
+The rebuild lists every pending pod at once (3,000 of a burst took the queue ~0.3 s to take, under the
+scheduler's lock, before the loop could start). So the rebuild's flush sends only the first `first_adds`
+pods in the queue's order and keeps the rest: the feed takes them (`take_adds`, under the lock) and sends
+them in chunks without the lock (`send_adds`) while the loop already schedules the first. The outbox is the
+feed thread's alone, so nothing is staged between the take and the send; what the queue fails to take is
+staged again. If the scheduler dies in between, the pods not sent are in no memory but the API server's, and
+the next leader lists them as it lists every pending pod.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from phalanx import faults
 from phalanx.framework.snapshot import Snapshot
 from phalanx.model.objects import PodInfo
 from phalanx.queueing.hints import FreedCapacity
@@ -107,14 +116,19 @@ class QueueOutbox:
         if pods:
             self.queue.add(pods, now, only_missing=True)
 
-    def flush(self, now: float) -> bool:
-        """Sends what is staged (held pods once due); False if the queue did not answer (kept for the next)."""
+    def flush(self, now: float, first_adds: int = 0) -> bool:
+        """Sends what is staged (held pods once due); False if the queue did not answer (kept for the next).
+        `first_adds` > 0: of the adds due, about that many go (first in the queue's order, whole gangs); the
+        rest stay staged for take_adds."""
         ops = self._ops
         try:
             if ops.remove:
                 self.queue.remove(sorted(ops.remove))
                 ops.remove.clear()
             due = self._due(now)
+            if first_adds > 0:
+                due = in_queue_order(due)
+                due = due[: _gang_boundary(due, first_adds)]
             if due:
                 self.queue.add(due, now)
                 for pod in due:
@@ -137,6 +151,31 @@ class QueueOutbox:
             return False
         return True
 
+    def take_adds(self, now: float) -> list[PodInfo]:
+        """The adds due now, in the queue's order, taken out of the outbox for send_adds. The caller holds the
+        scheduler's lock (whether a gang has gathered reads the scheduler's gangs)."""
+        due = in_queue_order(self._due(now))
+        for pod in due:
+            self._ops.add.pop(pod.key, None)
+        return due
+
+    def send_adds(self, pods: list[PodInfo], now: float, chunk: int) -> bool:
+        """Sends take_adds' pods, `chunk` at a time, without the scheduler's lock; False if the queue did not
+        answer, with the pods not sent staged again for the next flush."""
+        start = 0
+        while start < len(pods):
+            end = _gang_boundary(pods, start + chunk)
+            faults.reached("scheduler.mid_backlog")  # pods[start:] are in no memory but this one's and the API server's
+            try:
+                self.queue.add(pods[start:end], now)
+            except Exception as exc:
+                log.warning("cluster feed: the queue did not answer (%s); retrying", rpc_failure(exc))
+                for pod in pods[start:]:
+                    self._ops.add.setdefault(pod.key, pod)
+                return False
+            start = end
+        return True
+
     def _due(self, now: float) -> list[PodInfo]:
         """The staged adds to send now: all of them, but for pods of gangs not gathered whose hold runs."""
         adds = self._ops.add
@@ -156,3 +195,33 @@ class QueueOutbox:
         # A gang sent (gathered, due, or its pods removed) is held afresh should more of its pods come alone.
         self._held_since = {g: t for g, t in self._held_since.items() if waits.get(g)}
         return [p for p in adds.values() if not (p.gang and waits[p.gang])]
+
+
+def in_queue_order(pods: list[PodInfo]) -> list[PodInfo]:
+    """`pods` as the queue orders them, near enough to choose which go first: higher priority, then the
+    gang's creation time (a pod's own without a gang), then the gang's (or pod's) name, then the pod's name.
+    A gang sorts by its highest priority, so its pods are adjacent. The queue's DRF order also weighs
+    tenants' shares, which only the queue holds: a pod that goes later than it would sort there waits as long
+    as one created a moment later would."""
+    top: dict[str, int] = {}
+    for p in pods:
+        if p.gang:
+            top[p.gang] = max(top.get(p.gang, p.priority), p.priority)
+    return sorted(
+        pods,
+        key=lambda p: (
+            -top[p.gang] if p.gang else -p.priority,
+            p.gang_created_at if p.gang else p.created_at,
+            p.gang or p.key,
+            p.key,
+        ),
+    )
+
+
+def _gang_boundary(ordered: list[PodInfo], end: int) -> int:
+    """`end`, moved past the pods of the gang it would cut (in_queue_order keeps a gang's pods adjacent):
+    a gang goes to the queue whole, never split across two sends (its first pods alone would be placed and
+    reported waiting while the rest are on their way)."""
+    while 0 < end < len(ordered) and ordered[end].gang and ordered[end].gang == ordered[end - 1].gang:
+        end += 1
+    return min(end, len(ordered))
