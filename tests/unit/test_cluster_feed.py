@@ -834,3 +834,21 @@ def test_a_rebuilds_pending_pods_past_the_first_reach_the_queue_after_the_loop_m
     assert queue.adds[0] == [f"ns/{name}" for name in names[:FIRST_ADDS]]  # the first in the queue's order
     assert queue.synced_at_add[0] is False and all(queue.synced_at_add[1:])
     assert sorted(k for a in queue.adds for k in a) == [f"ns/{name}" for name in names]
+
+
+def test_a_failed_step_leaves_work_that_keeps_the_loops_poll_short(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SchedulingLoop.poll_seconds: an idle scheduler may wait long for the queue; one whose step failed must
+    come round soon to reload its memory and deliver what the queue did not take."""
+    h.apply(node("n1"), pod("p0"))
+    assert not h.sched.unprompted_work()
+
+    def unreachable(*args: Any, **kwargs: Any) -> PopResult:
+        raise ConnectionError("queue unreachable")
+
+    monkeypatch.setattr(h.queue, "pop", unreachable)
+    with pytest.raises(ConnectionError):
+        h.sched.step(0.0)
+    assert h.sched.unprompted_work()
+    monkeypatch.undo()
+    h.sched.step(0.0)  # reloaded, the pod placed and bound
+    assert not h.sched.unprompted_work() and h.reserved() == {"ns/p0": "bound"}

@@ -354,6 +354,17 @@ class GangScheduler:
         self.timeouts.expire(instant.at, carry)
         return instant.at
 
+    def unprompted_work(self) -> bool:
+        """Whether the next step has work that no pod's arrival and no timer of `StepResult.next_wakeup` would
+        wake the wall-clock loop for: memory to reload, gangs to settle, evictions to send or to see through,
+        verdicts the queue has not taken (SchedulingLoop.poll_seconds)."""
+        return (
+            self.needs_resync
+            or bool(self.gangs.unsettled)
+            or not self._undelivered.empty()
+            or bool(self.preemption.nominations)
+        )
+
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
         """Real-clock mode, between steps: a long poll on the queue, so a new pod is scheduled as soon as
         it arrives rather than at the next tick. Returns what it popped (for `step`), or None."""
