@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: precompile bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-large e2e-compose e2e-image
+.PHONY: precompile bench-idle bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-large e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -128,6 +128,13 @@ STARTUP_RUNS ?= 5
 STARTUP_LABEL ?= after
 bench-startup: $(STAMP) tools precompile
 	$(PY) -m phalanx.bench.startup --runs $(STARTUP_RUNS) --label "$(STARTUP_LABEL)" --out bench
+
+## CPU of each scheduler's processes with nothing to schedule (Phalanx as deployed, and kube-scheduler +
+## Coscheduling: needs `make tools peer-scheduler`), 500 nodes, 30 s sampled after one gang bound
+## (bench/idle.{json,txt}); about 2 minutes.
+IDLE_LABEL ?= now
+bench-idle: $(STAMP) tools peer-scheduler precompile
+	$(PY) -m phalanx.bench.idle --label "$(IDLE_LABEL)" --out bench
 
 ## Phalanx restarted on a fresh kube-apiserver holding 5,000 nodes and 10,000 PodGroups of 3 = 30,000 bound pods
 ## (issue 25: scheduling again within 10 s): the whole stack launched, then the scheduler alone SIGKILLed and

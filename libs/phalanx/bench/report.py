@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +142,25 @@ def _redis_version() -> str:
         if part.startswith("v="):
             return part[2:]
     return out.strip()
+
+
+class LabelledResults:
+    """A benchmark's results kept by label across runs: DIR/<name>.json ({"sets": {label: entry}}) and
+    DIR/<name>.txt, the table of every label side by side (bench-startup, bench-restart, bench-idle)."""
+
+    def __init__(self, out: Path, name: str) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.json_path, self.text_path = out / f"{name}.json", out / f"{name}.txt"
+        self.doc: dict[str, Any] = json.loads(self.json_path.read_text()) if self.json_path.exists() else {"sets": {}}
+
+    def get(self, label: str) -> dict[str, Any] | None:
+        entry: dict[str, Any] | None = self.doc["sets"].get(label)
+        return entry
+
+    def save(self, label: str, entry: dict[str, Any], table: Callable[[dict[str, Any]], str]) -> str:
+        """Records `entry` under `label` (replacing an earlier one) and writes both files; returns the table."""
+        self.doc["sets"][label] = entry
+        self.json_path.write_text(json.dumps(self.doc, indent=2) + "\n")
+        text = table(self.doc)
+        self.text_path.write_text(text + "\n")
+        return text

@@ -58,7 +58,7 @@ from phalanx.bench.k8s.workloads import (
     create_objects,
     install_podgroup_crd,
 )
-from phalanx.bench.report import machine
+from phalanx.bench.report import LabelledResults, machine
 
 NEW_LABEL = "bench-restart/new"  # the gangs created during the measurement
 GOAL_S = 10.0
@@ -401,16 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         profile_dir=args.profile,
         progress=lambda s: print(s, flush=True),
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "restart.json"
-    doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"sets": {}}
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    doc["sets"][args.label] = {"machine": info, "note": args.note, "result": result}
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    text = table(doc)
-    (out / "restart.txt").write_text(text + "\n")
-    print(text)
+    results = LabelledResults(Path(args.out), "restart")
+    print(results.save(args.label, {"machine": info, "note": args.note, "result": result}, table))
     first = (result.get("launch") or {}).get("launch_to_new_gang_bound_s")
     return 0 if first is not None else 1
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import re
 import statistics
@@ -36,7 +35,7 @@ from typing import Any
 from phalanx.bench.k8s.runner import RunOptions, run_once
 from phalanx.bench.k8s.schedulers import PhalanxUnderTest
 from phalanx.bench.k8s.workloads import PHALANX, SCHEDULER_NAMES, Shape
-from phalanx.bench.report import machine
+from phalanx.bench.report import LabelledResults, machine
 
 SHAPE = Shape("startup-50n-100x3", nodes=50, gangs=100, gang_size=3, expected_bound=300, timeout=90)
 # What each service logs at INFO when it reaches a step of the start (the first line matching counts).
@@ -246,24 +245,17 @@ def main(argv: list[str] | None = None) -> int:
     if not apiserver_available():
         print(f"bench-startup: {APISERVER_MISSING_REASON}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "startup.json"
-    doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"sets": {}}
+    results = LabelledResults(Path(args.out), "startup")
     info = machine()
     print(f"bench-startup '{args.label}': {args.runs} runs of {SHAPE.name} (load {info['load_average_at_start']})")
     rows = run(args.runs, progress=lambda line: print(line, flush=True))
     info["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    earlier = doc["sets"].get(args.label) if args.append else None
+    earlier = results.get(args.label) if args.append else None
     if earlier:
         rows = earlier["runs"] + rows
         info = {**earlier["machine"], "finished": info["finished"], "load_average_at_end": info["load_average_at_end"]}
-    doc["sets"][args.label] = {"machine": info, "summary": summarize(rows), "runs": rows}
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    text = table(doc)
-    (out / "startup.txt").write_text(text + "\n")
-    print(text)
+    print(results.save(args.label, {"machine": info, "summary": summarize(rows), "runs": rows}, table))
     return 0 if all(r["correct"] for r in rows) else 1
 
 
