@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -128,7 +127,7 @@ class IntakeFlow:
             for key in sorted(self.intake.parked(gang)):
                 state = self.mirror.pod(key)
                 if state is not None and state.info is not None and not state.node:
-                    self._admit(key, replace(state.info), state, b)
+                    self._admit(key, state.info.copy(), state, b)
 
     def _send_spec(self, spec: GangSpec, b: Batch) -> None:
         first = not self.intake.was_sent(spec.key)
@@ -228,7 +227,7 @@ class IntakeFlow:
         if state.queued and state.fingerprint == fingerprint:
             return  # our own writes (condition, annotations) or a change scheduling does not read
         state.fingerprint, state.info = fingerprint, pod
-        self._admit(key, replace(pod), state, b)
+        self._admit(key, pod.copy(), state, b)
 
     def _admit(self, key: str, pod: PodInfo, state: MirroredPod, b: Batch) -> None:
         # Parked when it waits, or is refused, for its gang: a new or corrected PodGroup/ConfigMap resolves it again.
@@ -279,7 +278,7 @@ class IntakeFlow:
         for key, state in sorted(self.mirror.pods.items()):
             if state.pending_ours and key not in held:
                 assert state.info is not None  # pending_ours says so
-                self._admit(key, replace(state.info), state, b)
+                self._admit(key, state.info.copy(), state, b)
         return b
 
     def forget_unreferenced(self, gangs: Collection[str]) -> list[str]:

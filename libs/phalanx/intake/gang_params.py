@@ -13,7 +13,7 @@ from typing import Any
 
 from phalanx.intake import fields, names
 from phalanx.intake.errors import Subject, quoted
-from phalanx.intake.gang_shapes import Declared, GangParams, T
+from phalanx.intake.gang_shapes import NOTHING_SAID, Declared, GangParams, T
 from phalanx.model import keys, limits
 from phalanx.model.objects import GangMode
 
@@ -111,7 +111,8 @@ def koordinator_params(annotations: Mapping[str, str], subject: Subject, names: 
         declared = annotation_param(annotations, key, subject, parse)
         if declared is not None:
             values[attribute] = declared
-    return GangParams(**values)
+    # Most pods say nothing here: the one empty layer, which overridden_by passes over without a look.
+    return GangParams(**values) if values else NOTHING_SAID
 
 
 def annotation_param(

@@ -55,11 +55,14 @@ class GangParams:
     def overridden_by(self, other: GangParams) -> GangParams:
         # Called for every pod's gang resolution (twice for a linked pod): the field names are read once, and
         # a layer that says nothing costs no copy.
+        if other is NOTHING_SAID:
+            return self
         said = {name: value for name in _PARAM_NAMES if (value := getattr(other, name)) is not None}
         return replace(self, **said) if said else self
 
 
 _PARAM_NAMES = tuple(f.name for f in dataclass_fields(GangParams))
+NOTHING_SAID = GangParams()  # a layer that declares nothing (frozen: shared)
 
 
 @dataclass(frozen=True, slots=True)

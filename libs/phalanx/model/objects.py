@@ -6,8 +6,9 @@ nvidia.com/gpu "2" -> 2000), so one arithmetic serves all resources and "1.5" GP
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from operator import attrgetter
 
 from phalanx.model.pod_affinity import PodAffinitySpec
 
@@ -86,6 +87,14 @@ class PodInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def copy(self) -> PodInfo:
+        """A shallow copy, as dataclasses.replace(pod) makes one (the feed resolves a copy of every pending
+        pod and keeps the pod as parsed): ~1 us against replace's ~5."""
+        return PodInfo(*_POD_FIELDS(self))
+
+
+_POD_FIELDS = attrgetter(*(f.name for f in fields(PodInfo)))  # in __init__'s order
 
 
 @dataclass(slots=True)
