@@ -18,7 +18,7 @@ from phalanx.binding.lock import FencedLock
 from phalanx.cluster.feed import ClusterFeed
 from phalanx.cluster.reconcile import Maintenance
 from phalanx.gang.manager import GangStatus
-from phalanx.model.binding import GangReport, PodReport
+from phalanx.model.binding import GangReport, PodReport, Victim
 from phalanx.model.keys import (
     KOORD_MIN_AVAILABLE,
     KOORD_NAME,
@@ -28,6 +28,7 @@ from phalanx.model.keys import (
 )
 from phalanx.model.objects import PodInfo
 from phalanx.plugins.registry import in_tree_framework
+from phalanx.preemption.nomination import Nomination
 from phalanx.queueing.scheduling_queue import Outcome, QueueSettings, SchedulingQueue
 from phalanx.scheduling.pod_source import PoppedPodCheck
 from phalanx.scheduling.ports import Carry, PopResult, Verdict
@@ -836,19 +837,13 @@ def test_a_rebuilds_pending_pods_past_the_first_reach_the_queue_after_the_loop_m
     assert sorted(k for a in queue.adds for k in a) == [f"ns/{name}" for name in names]
 
 
-def test_a_failed_step_leaves_work_that_keeps_the_loops_poll_short(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SchedulingLoop.poll_seconds: an idle scheduler may wait long for the queue; one whose step failed must
-    come round soon to reload its memory and deliver what the queue did not take."""
+def test_evictions_under_way_keep_the_loops_poll_short(h: Harness) -> None:
+    """SchedulingLoop.poll_seconds: an idle scheduler may wait up to a second for the queue; one with a
+    preemption under way must come round sooner, since an eviction refused or failed is asked again on the
+    preemption's own backoff, which StepResult.next_wakeup does not carry."""
     h.apply(node("n1"), pod("p0"))
-    assert not h.sched.unprompted_work()
-
-    def unreachable(*args: Any, **kwargs: Any) -> PopResult:
-        raise ConnectionError("queue unreachable")
-
-    monkeypatch.setattr(h.queue, "pop", unreachable)
-    with pytest.raises(ConnectionError):
-        h.sched.step(0.0)
+    h.sched.step(0.0)
+    assert h.reserved() == {"ns/p0": "bound"} and not h.sched.unprompted_work()
+    victim = Victim(pod_key="ns/p0", uid="uid-p0", node="n1", preemptor="ns/hi")
+    h.sched.preemption.nominations["ns/hi"] = Nomination("ns/hi", 100, 1.0, {}, [victim])
     assert h.sched.unprompted_work()
-    monkeypatch.undo()
-    h.sched.step(0.0)  # reloaded, the pod placed and bound
-    assert not h.sched.unprompted_work() and h.reserved() == {"ns/p0": "bound"}

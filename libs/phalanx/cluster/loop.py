@@ -90,8 +90,8 @@ class SchedulingLoop:
 
     def poll_seconds(self, next_wakeup: float | None, shortest: float, longest: float) -> float:
         """How long the idle long poll may wait: until `next_wakeup` (the step's first timer), between
-        `shortest` and `longest`; `shortest` while the scheduler has work no arrival or timer announces (a
-        resync, evictions under way, verdicts the queue has not taken). Caller holds the lock."""
+        `shortest` and `longest`; `shortest` while the scheduler has work no arrival or timer announces
+        (evictions under way: GangScheduler.unprompted_work). Caller holds the lock."""
         if longest <= shortest or self.scheduler.unprompted_work():
             return shortest
         if next_wakeup is None:

@@ -355,15 +355,12 @@ class GangScheduler:
         return instant.at
 
     def unprompted_work(self) -> bool:
-        """Whether the next step has work that no pod's arrival and no timer of `StepResult.next_wakeup` would
-        wake the wall-clock loop for: memory to reload, gangs to settle, evictions to send or to see through,
-        verdicts the queue has not taken (SchedulingLoop.poll_seconds)."""
-        return (
-            self.needs_resync
-            or bool(self.gangs.unsettled)
-            or not self._undelivered.empty()
-            or bool(self.preemption.nominations)
-        )
+        """Whether, after a step, the next one has work that no pod's arrival and no timer of
+        `StepResult.next_wakeup` would wake the wall-clock loop for (SchedulingLoop.poll_seconds): a preemption
+        under way, whose refused or failed evictions are asked again on its own backoff. What else a step
+        leaves for the next (memory to reload, verdicts undelivered) follows only a failed step, and the loop
+        steps again a second after one; gangs to settle are settled by every round and every step's start."""
+        return bool(self.preemption.nominations)
 
     def wait_for_work(self, now: float, timeout: float) -> PopResult | None:
         """Real-clock mode, between steps: a long poll on the queue, so a new pod is scheduled as soon as
