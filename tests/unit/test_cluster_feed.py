@@ -244,6 +244,24 @@ def test_timed_out_and_unchanged_pods_are_not_queued_again(h: Harness) -> None:
     assert h.queue.queue.pop(10, 0.0) == []
 
 
+def test_a_parsed_pods_event_holds_only_what_its_handling_reads(h: Harness) -> None:
+    """A first list holds every event until all its lists are in: a pod parsed on its watch thread is held
+    without the rest of its spec (the PodInfo has it), and is handled as the whole object would be."""
+    _, _, obj = pod("w0", annotations=koord("g", "1"))
+    held = h.feed.event("pods", "ADDED", obj)[2]
+    assert held["spec"] == {"schedulerName": NAME, "nodeName": None}
+    assert held["metadata"] is obj["metadata"] and held["status"] is obj["status"]
+    h.apply(node("n1"), pod("w0", annotations=koord("g", "1")), pod("b0", node_name="n1", scheduler="other"))
+    assert [e.key for e in h.queue.queue.pop(10, 0.0)] == ["ns/w0"]
+    assert h.feed.mirror.pods["ns/b0"].info is not None  # a bound pod's parse counts what it holds
+    # A pod that cannot be parsed is held whole: on_pod reports what is wrong with it.
+    _, _, bad = pod("w1", annotations=koord("g", "1"))
+    bad["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "lots"
+    assert h.feed.event("pods", "ADDED", bad)[2] is bad
+    h.apply(("pods", "ADDED", bad))
+    assert "nvidia.com/gpu" in h.conditions()["ns/w1"]
+
+
 def test_a_deleted_node_releases_its_pods(h: Harness) -> None:
     h.apply(node("n1"), node("n2"), pod("a", node_name="n1"), pod("b", node_name="n2"))
     h.apply(("nodes", "DELETED", {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"}}))

@@ -43,7 +43,7 @@ from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.inbox import Inbox
-from phalanx.cluster.intake_flow import Early, IntakeFlow, parse_early
+from phalanx.cluster.intake_flow import Early, IntakeFlow, parse_early, parsed_skeleton
 from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
@@ -203,7 +203,8 @@ class ClusterFeed:
         if collection != _PODS:
             return collection, kind, obj, None
         known = self.mirror.pods.get(object_key(obj))  # read without the lock: see parse_early
-        return collection, kind, obj, parse_early(kind, obj, self.name, None if known is None else known.node)
+        early = parse_early(kind, obj, self.name, None if known is None else known.node)
+        return collection, kind, parsed_skeleton(obj, early), early
 
     def _run(self) -> None:
         while not self.stop_event.is_set() and not (

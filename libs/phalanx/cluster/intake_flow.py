@@ -65,6 +65,21 @@ def parse_early(kind: str, obj: Mapping[str, Any], scheduler: str, node_before: 
         return None
 
 
+_SPEC_READ = ("nodeName", "schedulerName")  # what on_pod reads of a parsed pod's spec
+
+
+def parsed_skeleton(obj: dict[str, Any], early: Early) -> dict[str, Any]:
+    """What on_pod reads of a pod parse_early parsed: its metadata, status, node and scheduler. The rest of its
+    spec (containers, volumes, tolerations: most of a decoded pod, 4 of 6.5 KB for a bench pod) is in the
+    PodInfo, and a first list holds every event until all its lists are in (30,000 pods at a restart).
+    A pod not parsed (an error, or left to on_pod) keeps all of it."""
+    if not isinstance(early, PodInfo):
+        return obj
+    spec = obj.get("spec")
+    kept = {k: spec[k] for k in _SPEC_READ if k in spec} if isinstance(spec, dict) else spec
+    return {"metadata": obj.get("metadata"), "spec": kept, "status": obj.get("status")}
+
+
 def _parsed(obj: Mapping[str, Any], early: Early) -> PodInfo:
     """The pod of `obj`: parsed early, or now; raises the IntakeError either gave."""
     if isinstance(early, PodInfo):
@@ -213,7 +228,9 @@ class IntakeFlow:
         """A pending pod of ours, added or changed."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        if meta.get("deletionTimestamp") or (annotations.get(KOORD_TIMEOUT) == "true" and _timed_out_for_good(obj)):
+        if meta.get("deletionTimestamp") or (
+            annotations.get(KOORD_TIMEOUT) == "true" and _timed_out_for_good(obj, early)
+        ):
             # Being deleted, or its gang timed out for good: not scheduled again (until the user recreates it).
             self._take_back(key, state, b)
             return
@@ -294,11 +311,11 @@ class IntakeFlow:
         b.reports[key] = message
 
 
-def _timed_out_for_good(obj: Mapping[str, Any]) -> bool:
+def _timed_out_for_good(obj: Mapping[str, Any], early: Early) -> bool:
     """A pod marked timed out: whether the mark holds (phalanx.intake.gangs.timeout_mark_holds). One that
     cannot be read is left alone, as every marked pod was."""
     try:
-        return timeout_mark_holds(parse_pod(obj))
+        return timeout_mark_holds(_parsed(obj, early))
     except IntakeError:
         return True
 
