@@ -8,15 +8,26 @@ if ARGV[1] and ARGV[1] ~= '' then
   if term < current then return -1 end
   if term > current then redis.call('SET', KEYS[3], term) end
 end
-local want = {}
-local recs = redis.call('HGETALL', KEYS[1])
-for i = 2, #recs, 2 do
-  local rec = cjson.decode(recs[i])
-  for res, amount in pairs(rec.requests) do
-    local f = rec.node .. '\031' .. res
-    want[f] = (want[f] or 0) + amount
+-- The records are read a page at a time: HGETALL of 30,000 of them held every record and its decoded table in
+-- the script's heap at once (tens of MiB, Redis's peak memory at a pass). Nothing writes KEYS[1] while the
+-- script runs, so the scan sees each record; `seen` makes a record returned twice count once all the same.
+local want, seen = {}, {}
+local cursor = '0'
+repeat
+  local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', 500)
+  cursor = page[1]
+  local items = page[2]
+  for i = 1, #items, 2 do
+    if not seen[items[i]] then
+      seen[items[i]] = true
+      local rec = cjson.decode(items[i + 1])
+      for res, amount in pairs(rec.requests) do
+        local f = rec.node .. '\031' .. res
+        want[f] = (want[f] or 0) + amount
+      end
+    end
   end
-end
+until cursor == '0'
 local fixed = 0
 local used = redis.call('HGETALL', KEYS[2])
 for i = 1, #used, 2 do
