@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from phalanx.kube.errors import ApiError
-from phalanx.kube.watch import Collection, Watcher
+from phalanx.kube.watch import LIST_PAGE, Collection, Watcher
 
 
 def obj(name: str, rv: str, namespace: str = "ns") -> dict[str, Any]:
@@ -371,6 +371,10 @@ def test_an_expired_continue_lists_again_whole_and_delivers_only_the_difference(
     )
     assert seen[:4] == [("ADDED", "a", "1"), ("ADDED", "b", "2"), ("ADDED", "c", "3"), ("DELETED", "b", "")]
     lists = [c for c in script.calls if not c.get("watch")]
-    assert [(c.get("limit"), c.get("_continue")) for c in lists[:3]] == [(500, None), (500, "t1"), (None, None)]
+    assert [(c.get("limit"), c.get("_continue")) for c in lists[:3]] == [
+        (LIST_PAGE, None),
+        (LIST_PAGE, "t1"),
+        (None, None),
+    ]
     assert [c["resource_version"] for c in script.calls if c.get("watch")][:1] == ["30"]
     assert watcher.pages == len(lists)

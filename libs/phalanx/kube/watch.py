@@ -43,6 +43,13 @@ from phalanx import fast_json
 from phalanx.kube.errors import ApiError, api_errors
 
 log = logging.getLogger(__name__)
+
+# Objects per page of a first list. A page of 500 pods decoded is ~4 MiB (6.5 KB a bench pod, their
+# managedFields until trimmed), and the next page is fetched while the current one is taken: the binder's and
+# the scheduler's peak memory at a launch. 200 took their summed peak 13 MiB lower on a 3,000-pod gang burst
+# at the same CPU (bench/issue25-ab.txt, section 27); a 30,000-pod list is 150 requests.
+LIST_PAGE = 200
+
 _T = TypeVar("_T")
 
 Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MODIFIED|DELETED, object)
@@ -90,7 +97,7 @@ class Watcher:
         missing_retry: float = 30.0,
         max_backoff: float = 30.0,
         request_timeout: float = 60.0,
-        limit: int = 500,
+        limit: int = LIST_PAGE,
         pace: Callable[[int], None] | None = None,
     ) -> None:
         """`pace`: called with the number of pages a list has read when the last of them has a next one,
