@@ -19,7 +19,7 @@ from phalanx import fast_json
 from phalanx.backends.api_calls import json_or_none
 from phalanx.backends.base import BindFailure
 from phalanx.backends.kube_guard import NodeFacts, PodFacts, verdict
-from phalanx.kube.watch import LIST_PAGE, Collection, Watcher
+from phalanx.kube.watch import Collection, Watcher
 from phalanx.model.binding import Assignment
 from phalanx.model.objects import Resources
 
@@ -35,13 +35,18 @@ OWNER_WAIT_S = 1.0
 # reports come while a large list is still paced, below): its owner and occupiedBy are read from them. Past
 # this (an API server that cannot list), the namespace's pods are listed for the owner.
 REPORT_SYNC_WAIT_S = 60.0
-# A list of our pods longer than this many pages (of LIST_PAGE) waits, before its next page, for the binder's
+# A list of our pods longer than this many pages (of VIEW_PAGE) waits, before its next page, for the binder's
 # first bind or report, PACE_LIMIT_S at most: at a restart of a large cluster the scheduler lists the same pods for
 # its rebuild, which nothing here can help before it is done, and the API server encoded every pod twice at
 # once (a whole-stack restart with 30,000 bound pods scheduled 3.5 s sooner without it). A small cluster's
 # list is in by the first bind, which then checks from the cache instead of GETting its pods.
 PACED_AFTER_PAGES = 10  # 2,000 pods
 PACE_LIMIT_S = 30.0
+# Objects per page of the view's lists. The view keeps a few fields of each pod, so a decoded page (500 bench
+# pods: ~4 MiB with their managedFields), with the next being fetched meanwhile, set the binder's peak memory
+# at a launch: pages of 200 took it 7 MiB lower on a 3,000-pod gang burst at the same CPU (bench/issue25-ab.txt,
+# section 27). Its long lists are paced (above), off the path to the first binding.
+VIEW_PAGE = 200
 
 
 class ClusterView:
@@ -54,7 +59,7 @@ class ClusterView:
         *,
         request_timeout: float = 15.0,
         watch_timeout: int = 300,
-        page_size: int = LIST_PAGE,
+        page_size: int = VIEW_PAGE,
         paced_after_pages: int = PACED_AFTER_PAGES,
     ) -> None:
         self.core = core

@@ -44,11 +44,11 @@ from phalanx.kube.errors import ApiError, api_errors
 
 log = logging.getLogger(__name__)
 
-# Objects per page of a first list. A page of 500 pods decoded is ~4 MiB (6.5 KB a bench pod, their
-# managedFields until trimmed), and the next page is fetched while the current one is taken: the binder's and
-# the scheduler's peak memory at a launch. 200 took their summed peak 13 MiB lower on a 3,000-pod gang burst
-# at the same CPU (bench/issue25-ab.txt, section 27); a 30,000-pod list is 150 requests.
-LIST_PAGE = 200
+# Objects per page of a first list. Each page is decoded whole (500 bench pods: ~4 MiB with their managedFields,
+# until trimmed) while the next is fetched; fewer per page lowers that peak but costs the API server a request
+# each, and a restart's 30,000-pod list is on the way to scheduling again (the binder's view, which is not,
+# lists in smaller pages: backends/cluster_view.py).
+LIST_PAGE = 500
 
 _T = TypeVar("_T")
 
