@@ -5,7 +5,7 @@ keeps the memory freed into it for that arena's next allocations. Python's small
 pools, but everything above 512 bytes is glibc's: watch pages, HTTP bodies, JSON texts, protobuf buffers.
 A service's threads (gRPC's pool, the watches, the write lanes) each decode such buffers, so each arena
 ends up holding its own peak of them. Two arenas keep the peak near one thread's (a bench-k8s gang burst on
-the project's 2-core VM: the binder's, scheduler's and queue's summed peak RSS ~16 MiB lower; issue 25's
+the project's 2-core VM: the services' summed peak RSS 12-17 MiB lower on the burst shapes; issue 25's
 notes in bench/README.md), and the few threads that run at once here seldom wait on each other's lock.
 
 `MALLOC_ARENA_MAX`, glibc's own variable, wins: glibc applied it before Python started, so nothing is
