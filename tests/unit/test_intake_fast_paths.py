@@ -3,7 +3,7 @@ declaration layer that says nothing changes nothing."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import MISSING, Field, fields, replace
 
 import pytest
 
@@ -37,9 +37,13 @@ def a_pod_with_every_field_set() -> PodInfo:
     )
 
 
+def _default(f: Field[object]) -> object:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
 def test_a_pods_copy_is_replaces_copy() -> None:
     pod = a_pod_with_every_field_set()
-    assert all(getattr(pod, f.name) != f.default for f in fields(PodInfo))  # every field is under test
+    assert all(getattr(pod, f.name) != _default(f) for f in fields(PodInfo))  # every field is under test
     copy = pod.copy()
     assert copy == pod == replace(pod) and copy is not pod
     copy.gang = "ns/other"  # the intake resolves the copy: the parsed pod stays as it was
