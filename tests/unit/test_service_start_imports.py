@@ -40,3 +40,12 @@ def test_a_profile_file_still_loads(tmp_path: Path) -> None:
         """
     )
     assert "yaml" in _loaded_after(code, tmp_path)
+
+
+def test_the_scheduler_does_not_import_numpys_random_generators() -> None:
+    # numpy imports numpy.random on first use only: 17 ms of a start for the GPU plugin's 64 hash weights,
+    # which the standard library's generator (loaded anyway) draws as well.
+    script = "import sys, phalanx_scheduler.__main__\nprint('numpy' in sys.modules, 'numpy.random' in sys.modules)\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False"]

@@ -291,6 +291,8 @@ class Watcher:
         )
         self._resp = resp
         try:
+            if self.stop.is_set():  # stopped while this watch was being asked for: interrupt() found no socket
+                return version
             status = getattr(resp, "status", 200)
             if not 200 <= status <= 299:
                 raise ApiError(status=status, reason=resp.data.decode(errors="replace")[:200])

@@ -21,6 +21,7 @@ GPU on a cluster without GPUs costs one check.
 
 from __future__ import annotations
 
+import random
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable
@@ -210,8 +211,11 @@ class GPUFragmentation:
         mix.access_class = np.unique(mix.access.T, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-# Random odd 64-bit weights: a row's weighted sum (wrapping) is its hash for distinct_rows.
-_ROW_HASH = np.random.default_rng(20261125).integers(1, 2**62, size=64, dtype=np.int64) | 1
+# Random odd 64-bit weights: a row's weighted sum (wrapping) is its hash for distinct_rows. Drawn by the
+# standard library's generator, already loaded: numpy.random is not imported at all then (17 ms of every
+# scheduler's start). Any weights serve: a collision is caught below.
+_RNG = random.Random(20261125)
+_ROW_HASH = np.array([_RNG.randrange(1, 2**62) | 1 for _ in range(64)], dtype=np.int64)
 
 
 def distinct_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
