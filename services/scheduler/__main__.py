@@ -22,7 +22,6 @@ import grpc
 from phalanx.clock import Clock
 from phalanx.cluster import leadership as leader_election
 from phalanx.cluster.duties import SchedulingDuties
-from phalanx.cluster.early_lists import EarlyLists, start_early_lists
 from phalanx.cluster.leader import ElectionConfig, new_identity, pod_name, pod_namespace
 from phalanx.cluster.loop import SchedulingLoop
 from phalanx.config import (
@@ -201,16 +200,13 @@ def start_feed(
     *,
     gated: bool = False,
     freeze: bool = False,
-    early: EarlyLists | None = None,
 ) -> ClusterFeed | None:
     """Kubernetes mode on the wall clock: watch the cluster, applied after recover() has loaded Redis (`gated`:
     the lists start now, the caller opens the feed once it has recovered). `freeze`: the service process (not
-    a test running it in-process) freezes its heap once the feed has rebuilt (gc_tuning.freeze_heap). `early`:
-    the lists main() started (start_early_lists), which the feed adopts unless they were dropped."""
+    a test running it in-process) freezes its heap once the feed has rebuilt (gc_tuning.freeze_heap)."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
-    from phalanx.cluster.feed import ClusterFeed
-    from phalanx.cluster.watched import collections
+    from phalanx.cluster.feed import ClusterFeed, collections
     from phalanx.kube.connection import connection_of
 
     scheduler = servicer.scheduler
@@ -231,7 +227,6 @@ def start_feed(
         # The cluster as first listed joins what start-up froze (gc_tuning.freeze_heap): full collections
         # then walk only what changed since, not every pod and node the rebuild decoded.
         after_rebuild=after_rebuild,
-        early=early,
     )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
@@ -247,15 +242,13 @@ def duties_of(
     *,
     gated: bool = False,
     freeze: bool = False,
-    early: EarlyLists | None = None,
 ) -> SchedulingDuties:
     """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock).
-    `gated`: the feed lists at once and applies once opened (SchedulingDuties.open_feed, after recovery).
-    `early`: see start_feed."""
+    `gated`: the feed lists at once and applies once opened (SchedulingDuties.open_feed, after recovery)."""
     return SchedulingDuties(
         servicer.loop,
         server.monitor,
-        start_feed=lambda: start_feed(args, servicer, server, gated=gated, freeze=freeze, early=early),
+        start_feed=lambda: start_feed(args, servicer, server, gated=gated, freeze=freeze),
         run_loop=args.clock == "real",
         liveness_timeout=args.liveness_timeout,
         sync_timeout=args.dependency_timeout,
@@ -276,7 +269,6 @@ class Leadership(leader_election.Leadership):
         on_lost: Callable[[str], None] | None = None,
         dependencies: Dependencies | None = None,
         freeze: bool = False,
-        early: EarlyLists | None = None,
     ) -> None:
         from phalanx.kube.connection import connection_of
 
@@ -287,11 +279,9 @@ class Leadership(leader_election.Leadership):
             config,
             servicer.loop,
             server.monitor,
-            lambda: duties_of(args, servicer, server, gated=True, freeze=freeze, early=early),
+            lambda: duties_of(args, servicer, server, gated=True, freeze=freeze),
             on_lost=on_lost,
             ready=dependencies.ready if dependencies is not None else None,
-            # A standby keeps no copy of the cluster: its takeover, if it comes, lists afresh.
-            on_standby=(lambda holder: early.drop(f"the Lease is held by {holder}")) if early is not None else None,
         )
         servicer.standby = self.standby_reason  # a standby's ListGangs says so instead of an empty list
 
@@ -322,9 +312,6 @@ def main(argv: list[str] | None = None) -> None:
         election_config(args)  # bad flags fail before anything starts
     metrics = serve_metrics_of(args, "scheduler")
     check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
-    # The cluster's lists start now, while the replica builds itself, waits for the queue and the binder and
-    # campaigns; the feed of its first takeover adopts them (cluster/early_lists.py).
-    early = start_early_lists(args)
     dependencies = Dependencies(args, security_of(args)).start()
     server, servicer = built_or_exit("scheduler", lambda: build(args, standby=elect, dependencies=dependencies))
     if metrics is not None:
@@ -337,9 +324,7 @@ def main(argv: list[str] | None = None) -> None:
 
         # The replica campaigns (loads its kubeconfig, asks for the Lease, claims the term) while the queue
         # and the binder start; it recovers and schedules once they serve, and serves health then, as before.
-        leadership = Leadership(
-            args, server, servicer, on_lost=on_lost, dependencies=dependencies, freeze=True, early=early
-        ).start()
+        leadership = Leadership(args, server, servicer, on_lost=on_lost, dependencies=dependencies, freeze=True).start()
         from phalanx.cluster import feed  # noqa: F401  # what a takeover imports, while this thread waits
 
         if not dependencies.ready():
@@ -355,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     server.start()
     freeze_heap()  # started: what it holds now lives as long as the process
-    duties = duties_of(args, servicer, server, freeze=True, early=early)
+    duties = duties_of(args, servicer, server, freeze=True)
     duties.start_feed()
     duties.wait_synced()
     duties.start_loop()

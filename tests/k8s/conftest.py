@@ -22,7 +22,6 @@ import redis
 import yaml
 from waiting import wait_for
 
-from phalanx.cluster.early_lists import start_early_lists
 from phalanx.model.keys import KOORD_GROUPS, KOORD_MIN_AVAILABLE, KOORD_NAME, KOORD_WAITING_TIME
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, BINDER, QUEUE, SCHEDULER
@@ -374,13 +373,9 @@ class Phalanx:
         from phalanx_scheduler import __main__ as scheduler_main
 
         args = scheduler_main.parser().parse_args([*self.scheduler_flags(default_wait=30), *extra])
-        early = start_early_lists(args)  # as main() does: listing while the scheduler builds
         server, servicer = scheduler_main.build(args)
         server.start()
-        feed = scheduler_main.start_feed(args, servicer, early=early)
-        assert early is not None and early.adopted, (
-            f"the feed did not adopt the early lists ({early and early.dropped})"
-        )
+        feed = scheduler_main.start_feed(args, servicer)
         assert feed is not None and feed.wait_synced(20), "the cluster feed did not sync"
         stop = threading.Event()
         loop = threading.Thread(target=servicer.loop.run, args=(stop,), name="schedule-loop", daemon=True)

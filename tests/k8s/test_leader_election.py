@@ -33,7 +33,6 @@ import yaml
 from conftest import TLS_DIR, Cluster, Phalanx
 from waiting import recording_calls, wait_for
 
-from phalanx.cluster.early_lists import start_early_lists
 from phalanx.cluster.leader import JITTER_FACTOR
 from phalanx.rpc.server import dial
 from phalanx.security import tls
@@ -81,13 +80,10 @@ class Replica:
                 str(RETRY),
             ]
         )
-        self.early = start_early_lists(args)  # as main() does
         self.server, self.servicer = scheduler_main.build(args, standby=True)
         self.server.start()
         self.lost: list[str] = []
-        self.leadership = scheduler_main.Leadership(
-            args, self.server, self.servicer, on_lost=self.lost.append, early=self.early
-        ).start()
+        self.leadership = scheduler_main.Leadership(args, self.server, self.servicer, on_lost=self.lost.append).start()
         self.down = False
 
     @property
@@ -98,8 +94,6 @@ class Replica:
         return self.leadership.scheduling_since is not None and not self.leadership.closed
 
     def _close(self) -> None:
-        if self.early is not None:
-            self.early.drop("the replica stopped")  # nothing if its feed adopted them (they stop with it)
         self.server.stop(0)
         for client in (self.servicer.scheduler.queue, self.servicer.scheduler.binder):
             client.close()
@@ -177,15 +171,7 @@ def test_only_the_leader_schedules(cluster: Cluster, stack: Phalanx, replicas: l
         wait_for(lambda names=names: cluster.all_bound(ns, names), BIND, "gang bound")
     with recording_calls(standby.leadership.elector, "on_tick") as looks:  # a tick: one look at the Lease
         wait_for(lambda: len(looks) >= 2, 10 * RETRY + 5, "the standby to look at the Lease twice more")
-    # The standby took no part: no term, no feed, no loop, no memory of the cluster, and yet ready. The lists
-    # it started at launch were dropped when it found the Lease held; the leader's feed adopted its own.
-    assert leader.early is not None and leader.early.adopted
-    assert standby.early is not None and not standby.early.adopted
-    assert standby.early.dropped == f"the Lease is held by {leader.leadership.identity}"
-    assert standby.early.held() == 0
-    for w in standby.early.watchers:
-        w.join(10)
-        assert w._thread is not None and not w._thread.is_alive(), f"the standby still watches {w.collection.name}"
+    # The standby took no part: no term, no feed, no loop, no memory of the cluster, and yet ready.
     assert standby.store.term is None and standby.leadership.scheduling is None
     assert not standby.servicer.scheduler.assumed and not standby.servicer.scheduler.bound
     assert not standby.servicer.scheduler.snapshot.index

@@ -141,3 +141,27 @@ def test_an_expired_continue_lists_again_and_delivers_only_the_difference(etcd_s
         stop.set()
         watcher.interrupt()
         watcher.join(5)
+
+
+def test_a_watcher_stopped_while_its_watch_is_asked_for_ends(apiserver: LocalApiServer) -> None:
+    # interrupt() shuts the socket of a watch already open; a stop that comes while the watch request is on
+    # its way (after the list, say) found none, and the watch then waited for an event or its timeout (5
+    # minutes) before the thread saw the stop. The watch now looks at the stop once it has its answer.
+    from kubernetes import client
+
+    ns = "watch-stopped"
+    core: Any = client.CoreV1Api(apiserver.api_client())
+    core.create_namespace({"metadata": {"name": ns}})
+    api = KubeApi(apiserver.api_client())
+    stop = threading.Event()
+
+    def list_then_stop(namespace: str, **kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            stop.set()  # the watcher is stopped while this watch request is made
+        return api.list_namespaced_pod(namespace, **kwargs)
+
+    watcher = Watcher(Collection("pods", list_then_stop, "Pod", "v1", args=(ns,)), lambda c, k, o: None, stop)
+    watcher.interrupt()  # nothing open yet: as a stop racing the request would find it
+    watcher.start()
+    watcher.join(10)
+    assert watcher._thread is not None and not watcher._thread.is_alive(), "the stopped watcher still waits"

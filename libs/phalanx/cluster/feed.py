@@ -37,20 +37,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from phalanx.cluster.batch import Batch
 from phalanx.cluster.gang_counts import GangCounts
 from phalanx.cluster.gang_intake import GangIntake
 from phalanx.cluster.inbox import Inbox
-from phalanx.cluster.intake_flow import IntakeFlow
+from phalanx.cluster.intake_flow import Early, IntakeFlow, parse_early, parsed_skeleton
 from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
-from phalanx.cluster.watched import BUDGETS, CONFIGMAPS, NODES, PODS, Event, feed_event
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND, PODGROUP_KINDS
+from phalanx.kube import podgroups
 from phalanx.kube.watch import Collection, Watcher, object_key
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.objects import PodInfo
@@ -58,12 +58,10 @@ from phalanx.scheduling.events import API_SERVER, ClusterChange, ClusterEvents
 from phalanx.scheduling.scheduler import GangScheduler
 from phalanx.state.store import FencedOut
 
-if TYPE_CHECKING:
-    from phalanx.cluster.early_lists import EarlyLists
-
 log = logging.getLogger(__name__)
 
-_NODES, _PODS, _CONFIGMAPS, _BUDGETS = NODES, PODS, CONFIGMAPS, BUDGETS
+_NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
+_BUDGETS = "poddisruptionbudgets"  # for preemption's choice of victims (phalanx.scheduling.preemption)
 # The rebuild hands the queue this many pending pods (whole gangs, in the queue's order) before the loop may
 # start: the loop's first pops take a few gangs, then double up to its pop batch. The rest follow in chunks,
 # outside the lock, while the loop runs (outbox.py): 3,000 pods under the lock held the start back ~0.3 s.
@@ -75,6 +73,33 @@ class Reporter(Protocol):
     """The binder's report path, which the PodGroup status goes to."""
 
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
+
+
+def collections(api_client: Any) -> list[Collection]:
+    from phalanx.kube.api import KubeApi
+
+    api = KubeApi(api_client)  # not the client's generated API classes: see kube/api.py
+    out = [
+        Collection(_NODES, api.list_node, "Node", "v1"),
+        Collection(_PODS, api.list_pod_for_all_namespaces, "Pod", "v1"),
+        Collection(_CONFIGMAPS, api.list_config_map_for_all_namespaces, CONFIGMAP_KIND, "v1"),
+        Collection(_BUDGETS, api.list_pod_disruption_budget_for_all_namespaces, "PodDisruptionBudget", "policy/v1"),
+    ]
+    for k in PODGROUP_KINDS:  # the gang-declaring kinds' one list (intake/gang_kinds.py)
+        out.append(
+            Collection(
+                f"{podgroups.PLURAL}.{k.group}",
+                api.list_cluster_custom_object,
+                k.kind,
+                k.api_version,
+                args=(k.group, k.version, podgroups.PLURAL),
+            )
+        )
+    return out
+
+
+# A watch event: collection, kind (ADDED, MODIFIED, DELETED), the object, and a pod's early parse.
+Event = tuple[str, str, dict[str, Any], Early]
 
 
 class ClusterFeed:
@@ -95,11 +120,9 @@ class ClusterFeed:
         gang_hold: float = 0.0,
         gated: bool = False,
         after_rebuild: Callable[[], object] | None = None,
-        early: EarlyLists | None = None,
     ) -> None:
         """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
         leader lists the API server while it recovers its memory from Redis; the rebuild needs both).
-        `early`: lists of `sources` started before this feed (early_lists.py), adopted unless they were dropped.
         `after_rebuild`: called once the first batch is applied (the service freezes its heap there).
         `linger`: seconds a batch that ends a lull waits for the events right behind its first (Inbox.drain).
         `gang_hold`: seconds a new gang's first pods may wait for the rest of its minimum (outbox.py)."""
@@ -130,15 +153,10 @@ class ClusterFeed:
         if not gated:
             self.applying.set()
         self._events: Inbox[Event] = Inbox()
-        adopted = early.adopt(self._events.put, self._sink) if early is not None else None
-        self._adopted = adopted is not None
-        if adopted is not None:  # already listing (and watching): they stop with this feed
-            self.stop_event, self._watchers = adopted.stop, adopted.watchers
-        else:
-            self._watchers = [
-                Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
-                for c in sources
-            ]
+        self._watchers = [
+            Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
+            for c in sources
+        ]
         self._queue_restarted = threading.Event()
         self._thread: threading.Thread | None = None
         self.maintenance = Maintenance(self.mirror, scheduler, self, lock, now, reconcile_interval=reconcile_interval)
@@ -148,7 +166,7 @@ class ClusterFeed:
         on_restart = getattr(self.queue, "on_restart", None)
         if on_restart is not None:  # the queue keeps its contents in memory: a restart empties it
             on_restart(self._queue_restarted.set)
-        for w in self._watchers if not self._adopted else ():
+        for w in self._watchers:
             w.start()
         self._thread = threading.Thread(target=self._run, name="cluster-feed", daemon=True)
         self._thread.start()
@@ -180,11 +198,13 @@ class ClusterFeed:
         self._events.put(self.event(collection, kind, obj))
 
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
-        """A watch event as the feed's batch takes it (feed_event), against the mirror."""
+        """A watch event as the feed's batch takes it. Pods are parsed here, on their watch thread, not in the
+        batch under the scheduler's lock (intake_flow.parse_early)."""
         if collection != _PODS:
             return collection, kind, obj, None
         known = self.mirror.pods.get(object_key(obj))  # read without the lock: see parse_early
-        return feed_event(collection, kind, obj, self.name, None if known is None else known.node)
+        early = parse_early(kind, obj, self.name, None if known is None else known.node)
+        return collection, kind, parsed_skeleton(obj, early), early
 
     def _run(self) -> None:
         while not self.stop_event.is_set() and not (

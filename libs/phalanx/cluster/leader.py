@@ -127,20 +127,17 @@ class LeaderElector:
         on_started_leading: Callable[[int], None],
         on_stopped_leading: Callable[[str], None],
         on_tick: Callable[[], None] | None = None,
-        on_standby: Callable[[str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         """`api`: the Lease calls (phalanx.kube.api.KubeApi; a CoordinationV1Api has the same). `on_tick`: called
-        at every iteration (a liveness beat). `on_standby(holder)`: called once, the first time an attempt finds
-        the Lease held by another."""
+        at every iteration (a liveness beat)."""
         config.validate()
         self.api = api
         self.config = config
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
         self.on_tick = on_tick
-        self.on_standby = on_standby
         self._mono = monotonic
         self._wall = wall
         self._lock = threading.Lock()  # lease writes: the renew loop and raise_transitions
@@ -196,8 +193,6 @@ class LeaderElector:
                     self.config.name,
                     holder,
                 )
-                if not logged and self.on_standby is not None:
-                    self.on_standby(holder)
                 logged = holder
             stop.wait(self._until_next_attempt())
         return False

@@ -28,8 +28,7 @@ class Leadership:
     `api_client`: a KubeConnection (kube/connection.py) or a kubernetes ApiClient, for the Lease; `new_duties` builds what the leader runs; `ready`,
     if given, blocks on the takeover thread after the term is claimed until what recovery and scheduling
     need serves (the queue and the binder: the replica campaigns while it still waits for them); False gives
-    the takeover up (the process is ending). `on_standby(holder)`: called once, when an attempt first finds the
-    Lease held by another replica."""
+    the takeover up (the process is ending)."""
 
     def __init__(
         self,
@@ -41,7 +40,6 @@ class Leadership:
         *,
         on_lost: Callable[[str], None] | None = None,
         ready: Callable[[], bool] | None = None,
-        on_standby: Callable[[str], None] | None = None,
     ) -> None:
         from phalanx.kube.api import KubeApi
 
@@ -58,7 +56,6 @@ class Leadership:
             on_started_leading=self._lead,
             on_stopped_leading=self._lose,
             on_tick=beat.beat,
-            on_standby=on_standby,
         )
         self.store.on_fenced = lambda exc: self._lose(str(exc))  # "fenced out: ..."
         self._stop = threading.Event()  # ends the elector's loop
