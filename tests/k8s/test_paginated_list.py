@@ -156,12 +156,12 @@ def test_a_watcher_stopped_while_its_watch_is_asked_for_ends(apiserver: LocalApi
     stop = threading.Event()
 
     def list_then_stop(namespace: str, **kwargs: Any) -> Any:
-        if kwargs.get("watch"):
-            stop.set()  # the watcher is stopped while this watch request is made
+        if kwargs.get("watch"):  # stopped while this watch request is made: interrupt() finds no socket yet
+            stop.set()
+            watcher.interrupt()
         return api.list_namespaced_pod(namespace, **kwargs)
 
     watcher = Watcher(Collection("pods", list_then_stop, "Pod", "v1", args=(ns,)), lambda c, k, o: None, stop)
-    watcher.interrupt()  # nothing open yet: as a stop racing the request would find it
     watcher.start()
     watcher.join(10)
     assert watcher._thread is not None and not watcher._thread.is_alive(), "the stopped watcher still waits"
