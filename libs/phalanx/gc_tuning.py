@@ -56,6 +56,11 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+_pause_lock = threading.Lock()
+_pauses = 0  # pauses not yet resumed, in this process
+_enable_after = False  # whether the collector was on when the first of them began
+
+
 def pause_collection(limit_seconds: float) -> Callable[[], None]:
     """Turns the collector off until the returned function is called, or `limit_seconds` have passed.
 
@@ -63,21 +68,29 @@ def pause_collection(limit_seconds: float) -> Callable[[], None]:
     every collection in the meantime walks a young generation that only grows and frees nothing (Phalanx
     makes no cycles there), and full collections walk all of it again. The objects are frozen once the list
     is applied (freeze_heap), so they are never walked at all. The limit bounds what a list that never
-    finishes (an unreachable API server) could let cyclic garbage pile up to. Idempotent."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    lock = threading.Lock()
+    finishes (an unreachable API server) could let cyclic garbage pile up to. Idempotent.
+
+    Pauses nest: in the combined layout the binder's and the scheduler's first lists overlap in one process,
+    and the collector comes back when the last of them resumes, not the first."""
+    global _pauses, _enable_after
+    with _pause_lock:
+        if _pauses == 0:
+            _enable_after = gc.isenabled()
+        _pauses += 1
+        gc.disable()
     resumed = False
 
     def resume() -> None:
+        global _pauses
         nonlocal resumed
-        with lock:
+        with _pause_lock:
             if resumed:
                 return
             resumed = True
+            _pauses -= 1
+            if _pauses == 0 and _enable_after:
+                gc.enable()
         timer.cancel()
-        if was_enabled:
-            gc.enable()
 
     timer = threading.Timer(limit_seconds, resume)
     timer.daemon = True

@@ -15,6 +15,7 @@ SERVICE_MODULES = (
     "phalanx_binder.__main__",
     "phalanx_scheduler.__main__",
     "phalanx_controller.__main__",
+    "phalanx_combined.__main__",
     "phalanx.cluster.feed",
     "phalanx.cluster.leader",
     "phalanx.backends.kubernetes",

@@ -179,11 +179,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    exit_with_parent()
-    setup_logging(args.log_level)
-    setup_tracing("phalanx-binder")
+def start(args: argparse.Namespace) -> ServiceServer:
+    """The binder built from its flags and serving, its /metrics too (main, and the combined layout)."""
     metrics = serve_metrics_of(args, "binder")
     check_kubeconfig("binder", args)  # read once here; the backend takes the same connection
     # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
@@ -192,7 +189,15 @@ def main(argv: list[str] | None = None) -> None:
     server = built_or_exit("binder", lambda: build(args, after_first_list))
     if metrics is not None:
         server.add_cleanup(metrics.stop)
-    server.start()
+    return server.start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    exit_with_parent()
+    setup_logging(args.log_level)
+    setup_tracing("phalanx-binder")
+    server = start(args)
     freeze_heap()  # started: what it holds now lives as long as the process
     serve_until_signal(server)
 

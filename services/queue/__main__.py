@@ -109,13 +109,18 @@ def _job_queue_policy(raw: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def start(args: argparse.Namespace) -> ServiceServer:
+    """The queue built from its flags and serving, its /metrics too (main, and the combined layout)."""
+    metrics = serve_metrics_of(args, "queue")
+    return built_or_exit("queue", lambda: build(args, metrics)).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     exit_with_parent()
     setup_logging(args.log_level)
     setup_tracing("phalanx-queue")
-    metrics = serve_metrics_of(args, "queue")
-    server = built_or_exit("queue", lambda: build(args, metrics)).start()
+    server = start(args)
     freeze_heap()  # started: what it holds now lives as long as the process
     serve_until_signal(server)
 

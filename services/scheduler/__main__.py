@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -302,11 +303,26 @@ def election_config(args: argparse.Namespace) -> ElectionConfig:
     return config
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    exit_with_parent()
-    setup_logging(args.log_level)
-    setup_tracing("phalanx-scheduler")
+@dataclass
+class Started:
+    """A scheduler serving: what stops its duties (the Lease released, or the feed and loop halted) before
+    its server stops, and the replica's Leadership under leader election."""
+
+    server: ServiceServer
+    on_stop: Callable[[], None]
+    leadership: Leadership | None = None
+
+    def exit_if_lost(self) -> None:
+        """After the stop: a replica that lost its Lease exits non-zero, to be restarted as a standby."""
+        if self.leadership is not None and self.leadership.lost:
+            raise SystemExit(
+                f"phalanx-scheduler: leadership lost ({self.leadership.lost}); exiting to restart as a standby"
+            )
+
+
+def start(args: argparse.Namespace) -> Started:
+    """The scheduler built from its flags and serving: under leader election a campaigning replica (it
+    schedules once it leads), else the feed synced and the loop running (main, and the combined layout)."""
     elect = election_enabled(args)
     if elect:
         election_config(args)  # bad flags fail before anything starts
@@ -334,17 +350,24 @@ def main(argv: list[str] | None = None) -> None:
         if metrics is not None:
             metrics.registry.register(LeaderCollector(leadership.config.name, leadership.is_leader))
         freeze_heap()  # started: what it holds now lives as long as the process
-        serve_until_signal(server, on_stop=leadership.stop)
-        if leadership.lost:
-            raise SystemExit(f"phalanx-scheduler: leadership lost ({leadership.lost}); exiting to restart as a standby")
-        return
+        return Started(server, leadership.stop, leadership)
     server.start()
     freeze_heap()  # started: what it holds now lives as long as the process
     duties = duties_of(args, servicer, server, freeze=True)
     duties.start_feed()
     duties.wait_synced()
     duties.start_loop()
-    serve_until_signal(server, on_stop=duties.halt)
+    return Started(server, duties.halt)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    exit_with_parent()
+    setup_logging(args.log_level)
+    setup_tracing("phalanx-scheduler")
+    started = start(args)
+    serve_until_signal(started.server, on_stop=started.on_stop)
+    started.exit_if_lost()
 
 
 if __name__ == "__main__":

@@ -103,6 +103,25 @@ def test_a_pause_over_a_disabled_collector_leaves_it_disabled() -> None:
         gc.enable()
 
 
+def test_overlapping_pauses_resume_collection_when_the_last_one_ends() -> None:
+    """The combined layout: the binder's and the scheduler's first lists pause the collector in one
+    process; the binder's finishing first must not turn it back on under the scheduler's list."""
+    from phalanx.gc_tuning import pause_collection
+
+    assert gc.isenabled()
+    try:
+        binder = pause_collection(60.0)
+        scheduler = pause_collection(60.0)
+        binder()
+        assert not gc.isenabled()
+        binder()  # resuming twice counts once
+        assert not gc.isenabled()
+        scheduler()
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_pause_until_frozen_freezes_then_resumes() -> None:
     from phalanx.gc_tuning import pause_until_frozen
 

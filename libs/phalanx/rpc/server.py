@@ -180,21 +180,27 @@ def _dial_host(listen: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
 
 
-def serve_until_signal(server: ServiceServer, on_stop: Callable[[], None] | None = None) -> None:
-    """Blocks until SIGTERM or SIGINT, then lets in-flight calls finish before exiting."""
+def serve_until_signal(*servers: ServiceServer, on_stop: Callable[[], None] | None = None) -> None:
+    """Blocks until SIGTERM or SIGINT, then runs `on_stop` and stops `servers` in the order given, each
+    letting its in-flight calls finish. Several servers share one process in the combined layout
+    (phalanx_combined): the scheduler's first, then the binder it calls, then the queue."""
     stopped = threading.Event()
+    names = "+".join(s.name for s in servers)
 
     def handle(signum: int, _frame: object) -> None:
-        log.info("%s: signal %d, shutting down gracefully", server.name, signum)
+        log.info("%s: signal %d, shutting down gracefully", names, signum)
         stopped.set()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     stopped.wait()
-    threading.Thread(target=_exit_anyway, args=(server.name, STOP_GRACE + 5.0), daemon=True).start()
+    # Each stop may use its grace in turn; the bound grows with them (a kubelet's default 30 s allows three).
+    bound = STOP_GRACE * len(servers) + 5.0
+    threading.Thread(target=_exit_anyway, args=(names, bound), daemon=True).start()
     if on_stop is not None:
         on_stop()
-    server.stop(STOP_GRACE)
+    for server in servers:
+        server.stop(STOP_GRACE)
 
 
 def _exit_anyway(name: str, seconds: float) -> None:

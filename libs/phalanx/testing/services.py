@@ -97,7 +97,9 @@ class ServiceProcess:
         address, security, peer = (
             (self.health_address, PLAINTEXT, "") if health_port else (self.address, self.security, self.identity)
         )
-        deadline = time.monotonic() + timeout
+        self._wait_serving(address, security, peer, time.monotonic() + timeout)
+
+    def _wait_serving(self, address: str, security: Security, peer: str, deadline: float) -> None:
         while True:
             self._raise_if_exited()
             try:
@@ -156,3 +158,31 @@ class ServiceProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+@dataclass
+class CombinedProcess(ServiceProcess):
+    """The queue, the binder and the scheduler as one `phalanx-combined` process (the combined layout):
+    `parts` are the three services' own settings (ports, flags, logs unused), whose command lines become
+    its sections; it serves on each part's addresses."""
+
+    parts: list[ServiceProcess] = field(default_factory=list)
+
+    @property
+    def identity(self) -> str:
+        return self.parts[-1].identity
+
+    def argv(self) -> list[str]:
+        out = [sys.executable, "-m", self.module]
+        for i, part in enumerate(self.parts):
+            out += ([] if i == 0 else ["--"]) + [part.name, *part.argv()[3:]]  # past `python -m <module>`
+        return out
+
+    def wait_healthy(self, timeout: float = 60, *, health_port: bool = False) -> None:
+        """Every part SERVING on its own address (or its health-only listener)."""
+        deadline = time.monotonic() + timeout
+        for part in self.parts:
+            if health_port:
+                self._wait_serving(part.health_address, PLAINTEXT, "", deadline)
+            else:
+                self._wait_serving(part.address, part.security, part.identity, deadline)

@@ -1,7 +1,8 @@
 """Redis and the three services as separate OS processes, each killable and restartable in place.
 
 Command lines are those of a Helm deployment (`python -m phalanx_<service>` with the Kubernetes backend
-and the wall clock, run by phalanx.testing.services); ports are fixed when the stack is made, so a
+and the wall clock, run by phalanx.testing.services), or in the combined layout the three as one
+`python -m phalanx_combined` process on the same addresses (a kill of any service then kills all three); ports are fixed when the stack is made, so a
 restarted process comes back on the same address and its peers find it again. Processes must be started
 and restarted from one long-lived thread (the trial's main loop): the parent-death signal the services ask
 for fires when the *thread* that spawned them ends.
@@ -21,10 +22,12 @@ from phalanx.security.tls import SERVICE_IDENTITIES
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_sentinel import MASTER_NAME, SentinelCluster
 from phalanx.testing.redis_server import RedisServer
-from phalanx.testing.services import ServiceProcess
+from phalanx.testing.services import CombinedProcess, ServiceProcess
 
 SERVICES = ("queue", "binder", "scheduler")
 REDIS = "redis"
+COMBINED = "combined"  # the one process of the combined layout
+LAYOUTS = ("services", COMBINED)
 
 
 @dataclass
@@ -38,6 +41,7 @@ class StackConfig:
     # Redis as a primary, 2 replicas and 3 Sentinels (the chart's Sentinel shape) instead of one server:
     # REDIS then means "the current primary" (killed, frozen, or restarted as a replica).
     sentinel: bool = False
+    layout: str = "services"  # or "combined": the three services in one process (phalanx_combined)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class ChaosStack:
     sentinel: SentinelCluster | None = None  # with config.sentinel; `redis` is then not started
     down: int | None = None  # the data node killed or frozen (Sentinel mode)
     frozen: bool = False
+    combined: CombinedProcess | None = None  # the combined layout's one process (`services` then unstarted)
 
     @classmethod
     def create(cls, config: StackConfig) -> ChaosStack:
@@ -122,7 +127,32 @@ class ChaosStack:
             )
             for name in SERVICES
         }
-        return cls(config, redis, services, sentinel)
+        if config.layout not in LAYOUTS:
+            raise ValueError(f"StackConfig.layout {config.layout!r}: one of {', '.join(LAYOUTS)}")
+        combined = None
+        if config.layout == COMBINED:
+            parts = [services[name] for name in SERVICES]
+            combined = CombinedProcess(
+                COMBINED,
+                "phalanx_combined",
+                [],
+                ports["scheduler"],
+                config.run_dir / "combined.log",
+                health_port=health_ports["scheduler"],
+                parts=parts,
+            )
+        return cls(config, redis, services, sentinel, combined=combined)
+
+    def processes(self) -> dict[str, ServiceProcess]:
+        """The service processes by name: the three, or the combined layout's one."""
+        return {COMBINED: self.combined} if self.combined is not None else dict(self.services)
+
+    def process_of(self, name: str) -> str:
+        """The process a service runs in (its own, or the combined one); Redis and others unchanged."""
+        return COMBINED if self.combined is not None and name in SERVICES else name
+
+    def log_path(self, name: str) -> Path:
+        return self.processes()[self.process_of(name)].log_path
 
     def start(self, faults: dict[str, str] | None = None, timeout: float = 60.0) -> None:
         """Starts everything; `faults`: service -> PHALANX_FAULT for its first incarnation."""
@@ -131,25 +161,26 @@ class ChaosStack:
             self.sentinel.start()
         else:
             self.redis.start()
-        for name in SERVICES:  # the scheduler waits for the other two itself
-            self.services[name].start(wait=False, fault=faults.get(name, ""))
-        for name in SERVICES:
-            service = self.services[name]
+        processes = self.processes()
+        for name, process in processes.items():  # the scheduler waits for the other two itself
+            parts = SERVICES if name == COMBINED else (name,)
+            process.start(wait=False, fault=",".join(faults[p] for p in parts if p in faults))
+        for name, process in processes.items():
             try:  # a service that ends while starting says why at once (ServiceExited), not after the timeout
-                service.wait_healthy(timeout, health_port=True)
+                process.wait_healthy(timeout, health_port=True)
             except TimeoutError:
                 raise RuntimeError(
-                    f"{name} did not become healthy in {timeout:g}s; the end of {service.log_path}:\n"
-                    + service.log_tail(40)
+                    f"{name} did not become healthy in {timeout:g}s; the end of {process.log_path}:\n"
+                    + process.log_tail(40)
                 ) from None
 
     def names(self) -> tuple[str, ...]:
-        return (REDIS, *SERVICES)
+        return (REDIS, *self.processes())
 
     def alive(self, name: str) -> bool:
         if name == REDIS and self.sentinel is not None:
             return self.down is None
-        return self.redis.alive() if name == REDIS else self.services[name].alive()
+        return self.redis.alive() if name == REDIS else self.processes()[self.process_of(name)].alive()
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crashed container (Redis keeps its data dir); with Sentinel, of the current primary."""
@@ -159,7 +190,7 @@ class ChaosStack:
         elif name == REDIS:
             self.redis.kill()
         else:
-            self.services[name].kill()
+            self.processes()[self.process_of(name)].kill()
 
     def freeze(self, name: str) -> None:
         """SIGSTOP of the current primary (Sentinel mode): a partition, as its peers see it."""
@@ -190,18 +221,21 @@ class ChaosStack:
         elif name == REDIS:
             self.redis.restart(keep_data=keep_data)
         else:
-            self.services[name].kill()
-            self.services[name].start(wait=False, fault="")
+            process = self.processes()[self.process_of(name)]
+            process.kill()
+            process.start(wait=False, fault="")
 
     def exit_code(self, name: str) -> int | None:
         if name == REDIS and self.sentinel is not None:
             return None  # the trial restarts what it killed; Sentinel handles the rest
         if name == REDIS:
             return None if self.redis.proc is None else self.redis.proc.poll()
-        return self.services[name].exit_code()
+        return self.processes()[self.process_of(name)].exit_code()
 
     def serving(self, name: str, timeout: float = 2.0) -> bool:
-        """One gRPC health check (service ""), or a Redis PING."""
+        """One gRPC health check (service ""), or a Redis PING; the combined process: all three services'."""
+        if name == COMBINED:
+            return all(self.serving(service, timeout) for service in SERVICES)
         if name == REDIS:
             import redis
 
@@ -234,7 +268,7 @@ class ChaosStack:
                 out[REDIS] = node.proc.pid
         elif self.redis.proc is not None and self.redis.proc.poll() is None:
             out[REDIS] = self.redis.proc.pid
-        for name, svc in self.services.items():
+        for name, svc in self.processes().items():
             if svc.proc is not None and svc.proc.poll() is None:
                 out[name] = svc.proc.pid
         return out
@@ -253,8 +287,8 @@ class ChaosStack:
         return out
 
     def stop(self) -> None:
-        for name in reversed(SERVICES):
-            self.services[name].stop()
+        for process in reversed(self.processes().values()):
+            process.stop()
         if self.sentinel is not None:
             self.sentinel.stop(remove=False)  # its logs stay in the run directory
         self.redis.stop()

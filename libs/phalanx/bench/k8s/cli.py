@@ -12,12 +12,13 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from phalanx.bench.k8s.report import derive_cpu_per_pod, header, summarize, table
 from phalanx.bench.k8s.runner import RunOptions, run_suite
-from phalanx.bench.k8s.schedulers import peer_binary_path, peer_config, peer_versions
+from phalanx.bench.k8s.schedulers import PHALANX_LAYOUTS, PhalanxUnderTest, peer_binary_path, peer_config, peer_versions
 from phalanx.bench.k8s.workloads import PEER, PHALANX, Shape, workloads
 
 
@@ -117,6 +118,7 @@ def main(args: Any) -> int:
         peer_binary=peer_binary,
         log_dir=Path(args.log_dir) if args.log_dir else None,
         profile_dir=Path(args.profile) if args.profile else None,
+        phalanx=partial(PhalanxUnderTest, layout=args.phalanx_layout),
     )
     if opts.log_dir is not None:
         opts.log_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +131,7 @@ def main(args: Any) -> int:
         "quick": bool(args.quick),
         "repeats": repeats,
         "schedulers": schedulers,
+        "phalanx_layout": args.phalanx_layout,
         "peer_ran": PEER in schedulers,
         "peer_skipped_reason": peer_skipped,
         "peer_config": peer_config("<kubeconfig>"),
@@ -174,6 +177,13 @@ def add_bench_k8s_command(sub: Any) -> None:
         "--only", action="append", metavar="NAME", help="only workloads whose name contains NAME (repeatable)"
     )
     p.add_argument("--schedulers", default=f"{PHALANX},{PEER}", help="comma-separated: phalanx, peer (default both)")
+    p.add_argument(
+        "--phalanx-layout",
+        choices=PHALANX_LAYOUTS,
+        default=PHALANX_LAYOUTS[0],
+        help="Phalanx's processes: services (queue, binder and scheduler each its own, as the chart's default) "
+        "or combined (the three in one phalanx-combined process); default services",
+    )
     p.add_argument(
         "--peer-binary", metavar="PATH", help="the peer scheduler (default: hack/build-peer-scheduler.sh's cache)"
     )

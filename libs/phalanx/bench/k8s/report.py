@@ -305,7 +305,13 @@ def header(doc: dict[str, Any]) -> str:
         f"commit {str(m.get('git_commit'))[:12]}{' (dirty)' if m.get('git_dirty') else ''}, {m.get('date')}"
         + (f" ({m['note']})" if m.get("note") else ""),
         f"API server: {v.get('kube_apiserver')} + etcd (fresh for every run, LocalApiServer), no kubelet",
-        f"phalanx {v.get('phalanx')}: ChaosStack (redis + queue, binder, scheduler processes, mutual TLS), "
+        f"phalanx {v.get('phalanx')}: ChaosStack (redis + "
+        + (
+            "queue, binder, scheduler in one phalanx-combined process"
+            if doc.get("phalanx_layout") == "combined"
+            else "queue, binder, scheduler processes"
+        )
+        + ", mutual TLS), "
         f"schedulerName {SCHEDULER_NAMES[PHALANX]}",
         f"peer: kube-scheduler {peer.get('kube_scheduler', '?')} + scheduler-plugins {peer.get('scheduler_plugins', '?')} "
         f"Coscheduling (queueSort, preFilter, postFilter, permit, reserve; permitWaitingTimeSeconds "

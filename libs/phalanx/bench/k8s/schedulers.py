@@ -19,7 +19,9 @@ from typing import Any
 from phalanx.bench.k8s.workloads import PEER, PHALANX, REPO, SCHEDULER_NAMES
 
 PEER_MODDIR = REPO / "hack" / "peer-scheduler"
-PEER_PERMIT_WAIT_SECONDS = 10  # scheduler-plugins' example configuration (manifests/coscheduling)
+PEER_PERMIT_WAIT_SECONDS = 10
+# Phalanx's process layouts (phalanx.testing.stack.LAYOUTS, which imports gRPC: not at the CLI's start).
+PHALANX_LAYOUTS = ("services", "combined")  # scheduler-plugins' example configuration (manifests/coscheduling)
 
 
 class SchedulerUnderTest:
@@ -42,16 +44,17 @@ class SchedulerUnderTest:
 
 
 class PhalanxUnderTest(SchedulerUnderTest):
-    """Phalanx as deployed: ChaosStack (Redis with a password + three service processes, mutual TLS)."""
+    """Phalanx as deployed: ChaosStack (Redis with a password + three service processes, mutual TLS; or the
+    combined layout's one process for the three)."""
 
     name = PHALANX
 
-    def __init__(self, kubeconfig: str, run_dir: Path) -> None:
+    def __init__(self, kubeconfig: str, run_dir: Path, layout: str = PHALANX_LAYOUTS[0]) -> None:
         from phalanx.testing.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
         self.stack = ChaosStack.create(
-            StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-k8s", run_dir, log_level="WARNING")
+            StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-k8s", run_dir, log_level="WARNING", layout=layout)
         )
 
     def launch(self) -> None:
