@@ -35,6 +35,7 @@ SERVICE_MAINS = (
     "phalanx_scheduler.__main__",
     "phalanx_binder.__main__",
     "phalanx_controller.__main__",
+    "phalanx_combined.__main__",
 )
 
 

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from functools import lru_cache
@@ -1400,3 +1401,82 @@ def test_dockerfile_and_dockerignore() -> None:
     }
     assert copied and not copied & ignored, f".dockerignore excludes what the Dockerfile copies: {copied & ignored}"
     assert {".git", ".venv", "tests"} <= ignored
+
+
+# --- layout: combined ---------------------------------------------------------------------------------
+
+COMBINED_VALUES = {"layout": "combined", "metrics": {"enabled": True}, "networkPolicy": {"enabled": True}}
+POD_IP = "10.1.2.3"
+
+
+def _expanded(text: str, env: dict[str, str]) -> str:
+    """What the kubelet does to $(VAR) in a container's env values and args."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def combined_sections(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The combined container's command line parsed by phalanx-combined itself, in a fresh interpreter with
+    the container's environment (the services' parsers read PHALANX_* when they are built)."""
+    env: dict[str, str] = {"POD_IP": POD_IP}
+    for e in container["env"]:
+        if "value" in e:
+            env[e["name"]] = _expanded(e["value"], env)
+        else:  # downward API and Secret references: a stand-in value (the pod's IP as above)
+            env.setdefault(e["name"], f"<{e['name']}>")
+    argv = [_expanded(a, env) for a in container["args"]]
+    probe = (
+        "import json, sys\n"
+        "from phalanx_combined.__main__ import parse\n"
+        "args = parse(json.loads(sys.argv[1]))\n"
+        "print(json.dumps({k: vars(v) for k, v in args.items()}, default=str))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PHALANX_", "OTEL_"))}
+    out = _run([sys.executable, "-c", probe, json.dumps(argv)], env={**clean, **env}, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+@needs_helm
+def test_helm_combined_layout(tmp_path: Path) -> None:
+    """layout: combined: the scheduler's pods run phalanx-combined with the three services' own ports and
+    certificates; the queue and binder Deployments, Services and accounts are gone; the scheduler's account
+    holds the binder's role; the NetworkPolicy admits the three health and metrics ports."""
+    docs = helm_template(tmp_path, COMBINED_VALUES)
+    lint = _run([find_helm() or "helm", "lint", "--strict", str(CHART), *helm_values_args(COMBINED_VALUES, tmp_path)])
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    deployments = {component(d): d for d in of_kind(docs, "Deployment")}
+    assert set(deployments) == {"scheduler", CONTROLLER, "redis"}
+    assert {component(s) for s in of_kind(docs, "Service")} == {"scheduler", CONTROLLER, "redis"}
+    assert {component(s) for s in of_kind(docs, "ServiceAccount")} == {"scheduler", CONTROLLER}
+    pod = deployments["scheduler"]["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert c["command"] == ["phalanx-combined"]
+    parsed = combined_sections(c)
+    listen = {name: parsed[name]["listen"] for name in SERVICES}
+    assert listen == {"queue": "127.0.0.1:50051", "scheduler": f"{POD_IP}:50052", "binder": "127.0.0.1:50053"}
+    assert parsed["scheduler"]["queue"] == "127.0.0.1:50051" and parsed["scheduler"]["binder"] == "127.0.0.1:50053"
+    for name in SERVICES:
+        assert parsed[name]["health_listen"] == f"{POD_IP}:{HEALTH_PORTS[name]}"
+        assert parsed[name]["metrics_listen"] == f"{POD_IP}:{METRICS_PORTS[name]}"
+        assert parsed[name]["backend"] == "kubernetes" and not parsed[name]["plaintext"]
+    assert parsed["binder"]["lock_lease"] == 30.0
+    assert parsed["binder"]["redis_url"] == parsed["scheduler"]["redis_url"]
+    # Each service its own certificate, from its own Secret.
+    secrets = {}
+    for name in SERVICES:
+        tls_dir = parsed[name]["tls_dir"]
+        assert tls_dir == (TLS_DIR if name == "scheduler" else f"{TLS_DIR}-{name}")
+        volume, _ = secret_volume_at(pod, c, tls_dir)
+        secrets[name] = volume["secret"]["secretName"]
+    assert secrets == {name: f"phalanx-{name}-tls" for name in SERVICES}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for name in ("queue", "binder"):
+        assert ports[f"health-{name}"] == HEALTH_PORTS[name] and ports[f"metrics-{name}"] == METRICS_PORTS[name]
+    # RBAC: the scheduler's account is bound to the binder's ClusterRole too.
+    subjects = {component(b): b["subjects"][0]["name"] for b in of_kind(docs, "ClusterRoleBinding")}
+    assert subjects["binder"] == subjects["scheduler"] == pod["serviceAccountName"]
+    # NetworkPolicy: the combined pods admit the three health and metrics ports, no gRPC port.
+    [policy] = [p for p in of_kind(docs, "NetworkPolicy") if component(p) == "scheduler"]
+    admitted = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert admitted == set(HEALTH_PORTS.values()) | set(METRICS_PORTS.values())
+    assert not [p for p in of_kind(docs, "NetworkPolicy") if component(p) in ("queue", "binder")]

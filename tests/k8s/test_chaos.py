@@ -1,7 +1,8 @@
 """The chaos suite, short: one trial per process target, Redis restarted empty, a binder killed between two
 pods of a gang's bind, and a one-minute soak, each against a real kube-apiserver with Redis and the three
-services as separate processes. Each must end with zero violations. (`make chaos` and `make soak` are
-the long versions; the workload here is trimmed to about 20 gangs so the file takes a few minutes.)
+services as separate processes (and two kills of the combined layout's one process). Each must end with zero
+violations. (`make chaos` and `make soak` are the long versions; the workload here is trimmed to about 20 gangs
+so the file takes a few minutes.)
 """
 
 from __future__ import annotations
@@ -62,6 +63,35 @@ def test_a_killed_process_leaves_no_violation(chaos_server: LocalApiServer, tmp_
     assert result.killed_at is not None, f"the fault never happened: {describe(result)}"
     assert not result.violations, describe(result)
     assert result.gangs_bound == result.gangs_total
+
+
+COMBINED_TARGETS = ["scheduler", "binder.between_pods"]
+
+
+@pytest.mark.parametrize("target", COMBINED_TARGETS)
+def test_a_killed_combined_process_leaves_no_violation(
+    chaos_server: LocalApiServer, tmp_path: Path, target: str
+) -> None:
+    """The combined layout: one process for the three services, SIGKILLed at a random moment of the busy
+    phase, or exiting where its binder has written some of a gang's bindings and not the rest. Its queue's
+    contents die with it; the restarted process's scheduler refills the queue from the API server and its
+    binder rolls the started batch forward."""
+    index = len(TARGETS) + COMBINED_TARGETS.index(target)
+    options = TrialOptions(
+        shape=short_shape(),
+        time_limit=30.0,
+        kill_window=(0.5, 4.0),
+        fault_occurrence=(1, 5),
+        converge_seconds=10.0,
+        layout="combined",
+    )
+    result = run_trial(chaos_server, index, target, 2000 + index, options, tmp_path)
+    assert result.killed_at is not None, f"the fault never happened: {describe(result)}"
+    assert result.restarted_at is not None, describe(result)
+    assert not result.violations, describe(result)
+    assert result.gangs_bound == result.gangs_total
+    assert (Path(result.run_dir) / "combined.log").exists()  # it ran as one process
+    assert not (Path(result.run_dir) / "scheduler.log").exists()
 
 
 def test_a_short_soak_leaves_no_gang_pending_that_fits(chaos_server: LocalApiServer, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 from test_deploy_artifacts import (  # noqa: E402
     CERT_MANAGER_API,
     CHART,
+    COMBINED_VALUES,
     HELM_MISSING,
     MANIFESTS,
     SERVICES,
@@ -277,6 +278,36 @@ def test_service_accounts_may_do_exactly_the_allowlist(api: client.ApiClient, so
                 )
     # Only the binder binds.
     assert [r for r in SERVICES if _may(authz, namespace, prefix + r, "", "pods/binding", "create")] == ["binder"]
+
+
+@needs_helm
+def test_the_combined_layout_passes_dry_run_and_its_account_may_do_the_scheduler_and_binder_rules(
+    api: client.ApiClient, tmp_path: Path
+) -> None:
+    """layout: combined: the chart's objects pass the dry run, and the combined pods' account (the
+    scheduler's) may do exactly what the scheduler's and the binder's may do together, nothing more."""
+    assert _apply_all(api, helm_template(tmp_path, COMBINED_VALUES)) == []
+    namespace = "phalanx-sar-combined"
+    docs = [
+        d for d in helm_template(tmp_path, COMBINED_VALUES, namespace=namespace) if d["kind"].startswith("ClusterRole")
+    ]
+    for d in docs:
+        d["metadata"]["name"] = "sarc-" + d["metadata"]["name"]
+        if d["kind"] == "ClusterRoleBinding":
+            d["roleRef"]["name"] = "sarc-" + d["roleRef"]["name"]
+    _ensure_namespace(api, namespace)
+    dyn = dynamic.DynamicClient(api)
+    for obj in docs:
+        _apply(dyn, obj, dry_run=False)
+    authz = client.AuthorizationV1Api(api)
+    granted = {(t[1], t[2], t[3]) for t in ALLOWLIST if t[0] in ("scheduler", "binder")}
+    for group, resource in [("", r) for r in CORE_RESOURCES] + OTHER_RESOURCES:
+        for verb in VERBS:
+            may = _may(authz, namespace, "phalanx-scheduler", group, resource, verb)
+            assert may == ((group, resource, verb) in granted), (
+                f"combined: phalanx-scheduler {'may' if may else 'may not'} {verb} {group or 'core'}/{resource}"
+            )
+    assert not _may(authz, namespace, "phalanx-binder", "", "pods/binding", "create")  # no such account's rights
 
 
 # --- helm install / upgrade: generated secrets survive upgrades ------------------------------------------

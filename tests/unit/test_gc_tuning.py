@@ -30,7 +30,9 @@ def test_tune_sets_the_process_thresholds() -> None:
 
 
 @pytest.mark.starts_processes
-@pytest.mark.parametrize("package", ["phalanx_queue", "phalanx_binder", "phalanx_scheduler", "phalanx_controller"])
+@pytest.mark.parametrize(
+    "package", ["phalanx_queue", "phalanx_binder", "phalanx_scheduler", "phalanx_controller", "phalanx_combined"]
+)
 def test_each_service_tunes_before_its_main_module_imports(package: str) -> None:
     """`python -m phalanx_x` imports the package before __main__: the thresholds must already be set when
     __main__'s own imports run (a fresh interpreter, so this process keeps its own)."""

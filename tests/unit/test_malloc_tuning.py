@@ -71,7 +71,9 @@ def test_busy_threads_get_arenas_of_their_own_without_the_cap() -> None:
     assert _arenas("") > DEFAULT_ARENAS
 
 
-@pytest.mark.parametrize("package", ["phalanx_queue", "phalanx_binder", "phalanx_scheduler", "phalanx_controller"])
+@pytest.mark.parametrize(
+    "package", ["phalanx_queue", "phalanx_binder", "phalanx_scheduler", "phalanx_controller", "phalanx_combined"]
+)
 def test_each_service_caps_its_arenas_before_its_threads_start(package: str) -> None:
     assert _arenas(f"import {package}\n") <= DEFAULT_ARENAS
 

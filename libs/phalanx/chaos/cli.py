@@ -66,6 +66,13 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--run-dir", metavar="DIR", help="keep the processes' logs here (default: a temp directory)")
     p.add_argument("--log-level", default="INFO", help="the services' log level (default INFO)")
+    p.add_argument(
+        "--layout",
+        choices=("services", "combined"),
+        default="services",
+        help="kill trials: the services as separate processes (default), or combined: the three in one "
+        "phalanx-combined process, which any target among them kills whole",
+    )
     p.set_defaults(func=run_chaos)
 
 
@@ -147,7 +154,10 @@ def _run_trials(args: argparse.Namespace, targets: list[tuple[str, int]], run_ro
     order = trial_order(targets)
     seeds = random.Random(args.seed)
     options = TrialOptions(
-        shape=replace(WorkloadShape(), gangs=args.gangs), time_limit=args.time_limit, log_level=args.log_level
+        shape=replace(WorkloadShape(), gangs=args.gangs),
+        time_limit=args.time_limit,
+        log_level=args.log_level,
+        layout=args.layout,
     )
     json_path, text_path = _paths(args, DEFAULT_OUTPUT)
     header = _header(args, targets=dict(targets), options=asdict(options))

@@ -61,6 +61,9 @@ class TrialOptions:
     converge_seconds: float = 30.0
     poll_seconds: float = 0.5
     log_level: str = "INFO"
+    # "combined": the three services as one process (phalanx_combined); a kill of any of them, or a kill
+    # point reached in any, then ends all three at once.
+    layout: str = "services"
 
 
 @dataclass
@@ -97,7 +100,8 @@ class _Chaos:
     def __init__(self, stack: ChaosStack, target: str, rng: random.Random, options: TrialOptions) -> None:
         self.stack = stack
         self.target = target
-        self.process = target_process(target)
+        process = target_process(target)
+        self.process = None if process is None else stack.process_of(process)
         self.rng = rng
         self.options = options
         self.kill_at: float | None = None
@@ -120,7 +124,8 @@ class _Chaos:
                 self.stack.kill(self.process)
             if self.target == "sentinel-primary+scheduler":  # the leader dies at the same moment
                 self.stack.kill("scheduler")
-                self.restart_due["scheduler"] = now + self.rng.uniform(*self.options.restart_delay)
+                scheduler = self.stack.process_of("scheduler")
+                self.restart_due[scheduler] = now + self.rng.uniform(*self.options.restart_delay)
             self.killed_at = now
             self.restart_due[self.process] = now + self.rng.uniform(*self.options.restart_delay)
         for name in self.stack.names():
@@ -173,6 +178,7 @@ def run_trial(
             run_dir,
             options.log_level,
             sentinel=target in SENTINEL_TARGETS,
+            layout=options.layout,
         )
     )
     faults = trial_fault(target, rng, options)
@@ -303,7 +309,7 @@ def final_checks(
                 Violation(
                     inv.UNHEALTHY,
                     name,
-                    f"{name} does not answer gRPC health SERVING at the end (log: {stack.services[name].log_path})",
+                    f"{name} does not answer gRPC health SERVING at the end (log: {stack.log_path(name)})",
                 )
             )
     out += _redis_converged(core, workload, stack, converge_seconds)

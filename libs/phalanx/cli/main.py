@@ -64,6 +64,13 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--queue", help="address of a running queue service (with --redis-url)")
     p.add_argument("--scheduler", help="address of a running scheduler service (with --redis-url)")
     p.add_argument(
+        "--layout",
+        choices=["services", "combined"],
+        default="services",
+        help="the embedded stack's processes: the queue, binder and scheduler each its own (default), or "
+        "combined: the three in one phalanx-combined process",
+    )
+    p.add_argument(
         "--progress",
         choices=["auto", "always", "never"],
         default="auto",
@@ -100,7 +107,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         progress=progress,
     )
     endpoints = Endpoints(args.redis_url, args.queue, args.scheduler, args.redis_prefix) if args.redis_url else None
-    report = simulate(workload, options, endpoints, profile=args.profile)
+    report = simulate(workload, options, endpoints, profile=args.profile, layout=args.layout)
     # Where the nodes and pods came from: `phalanx explain --report` reads them again for capacity.
     report["workload"] = [str(Path(f).resolve()) for f in args.files]
     for line in summary_lines(report):

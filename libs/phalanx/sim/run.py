@@ -36,7 +36,9 @@ def simulate(
     profile: str | None = None,
     scheduler_env: dict[str, str] | None = None,
     log_dir: Path | None = None,
+    layout: str = "services",
 ) -> dict[str, Any]:
+    """`layout`: the embedded stack's processes ("services", or "combined": phalanx-combined)."""
     stack: Stack | None = None
     if endpoints is None:
         stack = Stack.launch(
@@ -45,6 +47,7 @@ def simulate(
             scheduler_env=scheduler_env,
             log_dir=log_dir,
             gang_retry_backoff=options.gang_retry_backoff,
+            layout=layout,
         )
         endpoints = Endpoints(stack.redis_url, stack.queue.address, stack.scheduler.address, stack.prefix)
     client = redis.Redis.from_url(endpoints.redis_url, decode_responses=True)
@@ -59,8 +62,9 @@ def simulate(
         """The scheduler process died: start it again (it rebuilds from Redis) and carry on."""
         if stack is None:
             raise RuntimeError("the scheduler at %s is unavailable" % endpoints.scheduler)
-        stack.scheduler.kill()
-        stack.scheduler.start()
+        process = stack.combined or stack.scheduler  # the combined layout restarts the three together
+        process.kill()
+        process.start()
         return SchedulerClient(stack.scheduler.address, security)
 
     try:
@@ -83,6 +87,7 @@ def simulate(
 
 def _restarts(stack: Stack) -> int:
     try:
-        return stack.scheduler.log_path.read_text(errors="replace").count("fault injection: exiting")
+        log = (stack.combined or stack.scheduler).log_path
+        return log.read_text(errors="replace").count("fault injection: exiting")
     except OSError:
         return 0

@@ -2,7 +2,8 @@
 
 Each service runs exactly as deployed (its own console module, its own process; see
 phalanx.testing.services), in virtual-clock mode against the simulated backend. A service that dies can be
-restarted in place: its state is in Redis.
+restarted in place: its state is in Redis. `layout="combined"` runs the three as one phalanx-combined process
+on the same addresses instead.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, PLAINTEXT, SERVICE_IDENTITIES, SIMULATOR, Security
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
-from phalanx.testing.services import ServiceProcess
+from phalanx.testing.services import CombinedProcess, ServiceProcess
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Stack:
     redis: RedisServer | None = None
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="phalanx-sim-")))
     security: Security = PLAINTEXT  # how clients of the stack call it (the simulator's identity with TLS)
+    combined: CombinedProcess | None = None  # the combined layout's one process (the three then unstarted)
 
     @classmethod
     def launch(
@@ -47,12 +49,16 @@ class Stack:
         env: dict[str, str] | None = None,
         tls: bool = False,
         metrics: bool = False,
+        layout: str = "services",
     ) -> "Stack":
         """`clock="real"`: every service on the wall clock; the scheduler runs its own loop (long-polling
         the queue when idle) and the simulated backend's bind log records wall time. `env`: extra
         environment of all three services. `tls`: mutual TLS between them, as deployed (certificates made
         in the log directory; `stack.security` is the simulator's identity), to measure what it costs.
-        `metrics`: each service serves /metrics on a free loopback port (`svc.metrics_url`)."""
+        `metrics`: each service serves /metrics on a free loopback port (`svc.metrics_url`). `layout`:
+        "services" (a process each) or "combined" (one phalanx-combined process for the three)."""
+        if layout not in ("services", "combined"):
+            raise ValueError(f"layout {layout!r}: services or combined")
         redis = None
         if redis_url is None:
             redis = RedisServer().start()
@@ -113,6 +119,23 @@ class Stack:
         if metrics_ports:
             queue.metrics_port, binder.metrics_port, scheduler.metrics_port = metrics_ports
         stack = cls(redis_url, prefix, queue, binder, scheduler, redis, logs, security)
+        if layout == "combined":
+            stack.combined = CombinedProcess(
+                "combined",
+                "phalanx_combined",
+                [],
+                scheduler.port,
+                logs / "combined.log",
+                extra_env={**(env or {}), **(scheduler_env or {})},
+                security=security,
+                parts=[queue, binder, scheduler],
+            )
+            try:
+                stack.combined.start()
+            except BaseException:
+                stack.stop()
+                raise
+            return stack
         try:
             queue.start(wait=False)
             binder.start(wait=False)
@@ -125,6 +148,8 @@ class Stack:
         return stack
 
     def stop(self) -> None:
+        if self.combined is not None:
+            self.combined.stop()
         for svc in (self.scheduler, self.binder, self.queue):
             svc.stop()
         if self.redis is not None:

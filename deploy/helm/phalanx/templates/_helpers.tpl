@@ -321,6 +321,8 @@ One service's Deployment and Service. Arguments (dict):
   volumes, volumeMounts  extra volumes (YAML list text), may be ""
   podAnnotations  extra chart-defined pod annotations (YAML map text), may be ""
   apiAccess  whether the service talks to the API server (else no ServiceAccount token is mounted)
+  command, args  optional: the container's command (default phalanx-<component>) and args (YAML list text)
+  ports      optional: extra container ports (YAML list text); servicePorts: extra Service ports (YAML list text)
 The gRPC port (TLS), the health port (plaintext, grpc.health.v1 only, for the kubelet's probes) and the
 metrics port (plain HTTP /metrics, read-only; metrics.enabled) are fixed per service (phalanx.grpcPort,
 phalanx.healthPort, phalanx.metricsPort). All listen on the pod IP (listenHost).
@@ -395,7 +397,11 @@ spec:
         - name: {{ .component }}
           image: {{ include "phalanx.image" $sel | quote }}
           imagePullPolicy: {{ include "phalanx.imagePullPolicy" $sel }}
-          command: [{{ printf "phalanx-%s" .component | quote }}]
+          command: [{{ .command | default (printf "phalanx-%s" .component) | quote }}]
+          {{- with .args }}
+          args:
+            {{- . | nindent 12 }}
+          {{- end }}
           env:
             - name: POD_IP
               valueFrom:
@@ -435,6 +441,9 @@ spec:
             - name: metrics
               containerPort: {{ $metrics }}
               protocol: TCP
+            {{- end }}
+            {{- with .ports }}
+            {{- . | nindent 12 }}
             {{- end }}
           startupProbe:
             grpc:
@@ -521,6 +530,9 @@ spec:
       protocol: TCP
       appProtocol: http
     {{- end }}
+    {{- with .servicePorts }}
+    {{- . | nindent 4 }}
+    {{- end }}
 {{- end -}}
 
 {{/* podAntiAffinity of the bundled Redis data nodes or Sentinels: (dict "ctx" $ "component" ...). */}}
@@ -533,4 +545,9 @@ requiredDuringSchedulingIgnoredDuringExecution:
 preferredDuringSchedulingIgnoredDuringExecution:
   {{- toYaml (list (dict "weight" 100 "podAffinityTerm" $term)) | nindent 2 }}
 {{- end -}}
+{{- end -}}
+
+{{/* Whether the queue, binder and scheduler run as one process in the scheduler's pods (layout: combined). */}}
+{{- define "phalanx.combined" -}}
+{{- if eq .Values.layout "combined" -}}true{{- end -}}
 {{- end -}}
