@@ -310,7 +310,7 @@ class Started:
 
     server: ServiceServer
     on_stop: Callable[[], None]
-    leadership: Leadership | None = None
+    leadership: leader_election.Leadership | None = None
 
     def exit_if_lost(self) -> None:
         """After the stop: a replica that lost its Lease exits non-zero, to be restarted as a standby."""

@@ -245,7 +245,7 @@ def run(
                 "scheduler_start_to_new_gang_bound_s": _rnd(first, sched_start or launch),
                 "next_gang_created_to_bound_s": _rnd(second, created),
                 "settled_after_s": settled,
-                "phases_s": phases(run_dir, wall),
+                "phases_s": phases(lambda service: run_dir / f"{service}.log", wall),
                 "processes": sampler.of(pids),
             }
             progress(f"  launch: {json.dumps(out['launch'])}")
@@ -260,7 +260,7 @@ def run(
             first = clock.wait("new-restart", 300, sampler)
             _stop_profile(profiler, shape.pods)
             settled = sampler.settle(settle)
-            steps = phases(run_dir, wall)
+            steps = phases(lambda service: run_dir / f"{service}.log", wall)
             out["scheduler_restart"] = {
                 "restart_to_new_gang_bound_s": _rnd(first, restart),
                 "settled_after_s": settled,

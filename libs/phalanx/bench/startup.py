@@ -29,11 +29,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from phalanx.bench.k8s.runner import RunOptions, run_once
-from phalanx.bench.k8s.schedulers import PhalanxUnderTest
+from phalanx.bench.k8s.schedulers import PHALANX_LAYOUTS, PhalanxUnderTest
 from phalanx.bench.k8s.workloads import PHALANX, SCHEDULER_NAMES, Shape
 from phalanx.bench.report import LabelledResults, machine
 
@@ -55,12 +56,12 @@ _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 class _Phalanx(PhalanxUnderTest):
     """bench-k8s's Phalanx, logging at INFO (the steps of its start), with the launch's wall clock."""
 
-    def __init__(self, kubeconfig: str, run_dir: Path) -> None:
+    def __init__(self, kubeconfig: str, run_dir: Path, layout: str = "services") -> None:
         from phalanx.testing.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
         self.stack = ChaosStack.create(
-            StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-startup", run_dir, log_level="INFO")
+            StackConfig(kubeconfig, SCHEDULER_NAMES[PHALANX], "bench-startup", run_dir, log_level="INFO", layout=layout)
         )
         self.launched_at = 0.0
         self.load_at_launch: list[float] = []
@@ -71,13 +72,14 @@ class _Phalanx(PhalanxUnderTest):
         super().launch()
 
 
-def phases(run_dir: Path, launched_at: float) -> dict[str, float | None]:
-    """Seconds from the launch to each step in PHASES, from the services' logs (None: not logged)."""
+def phases(log_of: Callable[[str], Path], launched_at: float) -> dict[str, float | None]:
+    """Seconds from the launch to each step in PHASES, from the services' logs (`log_of` a service: its
+    process's log; None: not logged)."""
     out: dict[str, float | None] = {}
     for name, service, pattern in PHASES:
         out[name] = None
         try:
-            lines = (run_dir / f"{service}.log").read_text(errors="replace").splitlines()
+            lines = log_of(service).read_text(errors="replace").splitlines()
         except OSError:
             continue
         for line in lines:
@@ -90,12 +92,12 @@ def phases(run_dir: Path, launched_at: float) -> dict[str, float | None]:
     return out
 
 
-def run(runs: int, progress: Any = print, shape: Shape = SHAPE) -> list[dict[str, Any]]:
+def run(runs: int, progress: Any = print, shape: Shape = SHAPE, layout: str = "services") -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     made: list[_Phalanx] = []
 
     def make(kubeconfig: str, run_dir: Path) -> _Phalanx:
-        sut = _Phalanx(kubeconfig, run_dir)
+        sut = _Phalanx(kubeconfig, run_dir, layout)
         made.append(sut)
         return sut
 
@@ -103,7 +105,7 @@ def run(runs: int, progress: Any = print, shape: Shape = SHAPE) -> list[dict[str
         with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
             r = run_once(shape, PHALANX, RunOptions(log_dir=Path(tmp), phalanx=make))
             sut = made[-1]
-            steps = phases(sut.run_dir, sut.launched_at)
+            steps = phases(sut.stack.log_path, sut.launched_at)
         row = {
             "first_binding_s": r["first_binding_s"],
             "launch_to_last_binding_s": r["launch_to_last_binding_s"],
@@ -207,7 +209,7 @@ def table(doc: dict[str, Any]) -> str:
     rows.append(
         ("CPU s, launch -> first binding", [_fmt(s["summary"].get("phalanx_cpu_to_first_binding_s")) for s in sets])
     )
-    for name in ("redis", "queue", "binder", "scheduler"):
+    for name in ("redis", "queue", "binder", "scheduler", "combined"):
         rows.append((f"  {name}", [_fmt((s["summary"].get("startup_cpu_s") or {}).get(name)) for s in sets]))
     rows.append(
         (
@@ -235,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add the runs to the label's earlier ones instead of replacing them (to alternate two trees)",
     )
+    p.add_argument(
+        "--layout",
+        choices=PHALANX_LAYOUTS,
+        default=PHALANX_LAYOUTS[0],
+        help="Phalanx's processes: services (the default) or combined (one phalanx-combined process)",
+    )
     args = p.parse_args(argv)
     from phalanx.bench.extra import extra_missing
     from phalanx.testing.apiserver import APISERVER_MISSING_REASON, apiserver_available
@@ -248,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     results = LabelledResults(Path(args.out), "startup")
     info = machine()
     print(f"bench-startup '{args.label}': {args.runs} runs of {SHAPE.name} (load {info['load_average_at_start']})")
-    rows = run(args.runs, progress=lambda line: print(line, flush=True))
+    rows = run(args.runs, progress=lambda line: print(line, flush=True), layout=args.layout)
     info["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     earlier = results.get(args.label) if args.append else None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 RATE = 100
-PYTHON_PROCESSES = ("queue", "binder", "scheduler")
+PYTHON_PROCESSES = ("queue", "binder", "scheduler", "combined")  # combined: the one process of that layout
 GIL_NOTE = (
     "py-spy --gil: only samples of the thread holding the GIL are counted (Python running, or C called with "
     "the GIL held); C that released the GIL (socket/TLS I/O, waiting) is not in these figures."
