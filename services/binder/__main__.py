@@ -75,6 +75,7 @@ def build(args: argparse.Namespace, after_first_list: Callable[[], object] | Non
         health_listen=health_listen_of(args, "binder"),
         kubernetes=args.backend == "kubernetes",
     )
+    server.servicer = servicer
     server.monitor.add_check("redis", redis_check(client))
     close = getattr(backend, "close", None)
     if close is not None:

@@ -4,16 +4,19 @@ Usage: phalanx-combined queue [queue flags] -- binder [binder flags] -- schedule
 
 Each section is parsed by that service's own flags (`phalanx-queue --help`, ...), so a section reads as the
 service's command line would, and the environment's PHALANX_* defaults apply to all three (give per-service
-settings such as --listen and --tls-dir as flags). The three still talk gRPC with mutual TLS on their own
-ports, as three processes do; what one process saves is two interpreters: their imports, their heaps and the
-CPU each spends keeping itself alive (measured in bench/issue25-ab.txt section 29 and bench/k8s-combined.txt).
+settings such as --listen and --tls-dir as flags). The three serve their own ports with mutual TLS, as three
+processes do (health, metrics, and any caller from outside); the scheduler calls its own queue and binder
+directly (their handlers on its threads: no TLS, HTTP/2 or serialization between them; phalanx/rpc/local.py).
+What one process saves: two interpreters (their imports, heaps, and the CPU each spends keeping itself alive)
+and those calls' transport. Measured in bench/issue25-ab.txt sections 29 and 30 and bench/k8s-combined.txt.
 
 What it does not change: the scheduler alone schedules and writes the queue's pods (from its watch of the
 API server), the binder binds under the Redis mutex, and the state of record stays in Redis and the API
 server. A crash of the process is a crash of all three at once; what each recovers on the restart is what it
 recovers alone (the scheduler's rebuild refills the empty queue from the API server, the binder rolls
 forward any batch it had started). Under leader election each replica runs its own queue and binder and its
-scheduler talks to those (--queue and --binder on loopback): a standby's queue stays empty until it leads.
+scheduler calls only those (--queue and --binder name them, on loopback: the scheduler waits for their health
+there): a standby's queue stays empty until it leads.
 """
 
 from __future__ import annotations
@@ -104,9 +107,13 @@ def main(argv: list[str] | None = None) -> None:
     # In the order a three-process start ends up in: the scheduler waits for the other two to serve.
     started: list[ServiceServer] = []
     try:
-        started.append(queue_main.start(args["queue"]))
-        started.append(binder_main.start(args["binder"]))
-        scheduler = scheduler_main.start(args["scheduler"])
+        queue = queue_main.start(args["queue"])
+        started.append(queue)
+        binder = binder_main.start(args["binder"])
+        started.append(binder)
+        # The scheduler calls this process's queue and binder directly (phalanx.rpc.local), not over the
+        # loopback: their gRPC servers still serve health, metrics and any other caller.
+        scheduler = scheduler_main.start(args["scheduler"], scheduler_main.InProcess(queue.servicer, binder.servicer))
     except BaseException:
         for server in reversed(started):  # their threads would otherwise hold the exit
             server.stop(0)

@@ -35,6 +35,7 @@ def build(args: argparse.Namespace, metrics: MetricsEndpoint | None = None) -> S
         health_listen=health_listen_of(args, "queue"),
         kubernetes=args.backend == "kubernetes",
     )
+    server.servicer = servicer
     server.add_drain(servicer.queue.close)  # long polls answer empty at once instead of waiting out the grace
     if metrics is not None:
         metrics.registry.register(QueueCollector(servicer.queue))  # pending pods, counted when scraped

@@ -71,8 +71,21 @@ SHARED_CONSUMER = "phalanx-scheduler"
 FIRST_POP = 16
 
 
+@dataclass
+class InProcess:
+    """The queue's and the binder's servicers when they run in this process (phalanx_combined): the
+    scheduler calls their handlers directly (phalanx.rpc.local) instead of over gRPC."""
+
+    queue: object
+    binder: object
+
+
 def build(
-    args: argparse.Namespace, *, standby: bool = False, dependencies: Dependencies | None = None
+    args: argparse.Namespace,
+    *,
+    standby: bool = False,
+    dependencies: Dependencies | None = None,
+    in_process: InProcess | None = None,
 ) -> tuple[ServiceServer, SchedulerServicer]:
     """The scheduler and its server. `standby`: a replica under leader election, which must not touch the
     state before it leads: no recover() (which would also hand the leader's in-flight pods back to the
@@ -87,7 +100,8 @@ def build(
     if dependencies is None or not standby:
         (dependencies or Dependencies(args, security).start()).wait()
     consumer = SHARED_CONSUMER if election_enabled(args) else ""
-    queue, binder = QueueClient(args.queue, security, consumer=consumer), BinderClient(args.binder, security)
+    queue = QueueClient(args.queue, security, consumer=consumer, servicer=in_process and in_process.queue)
+    binder = BinderClient(args.binder, security, servicer=in_process and in_process.binder)
     settings = SchedulerSettings(
         default_wait_seconds=args.default_wait,
         pop_batch=args.pop_batch,
@@ -320,16 +334,19 @@ class Started:
             )
 
 
-def start(args: argparse.Namespace) -> Started:
+def start(args: argparse.Namespace, in_process: InProcess | None = None) -> Started:
     """The scheduler built from its flags and serving: under leader election a campaigning replica (it
-    schedules once it leads), else the feed synced and the loop running (main, and the combined layout)."""
+    schedules once it leads), else the feed synced and the loop running (main, and the combined layout,
+    which passes its queue's and binder's servicers as `in_process`)."""
     elect = election_enabled(args)
     if elect:
         election_config(args)  # bad flags fail before anything starts
     metrics = serve_metrics_of(args, "scheduler")
     check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
     dependencies = Dependencies(args, security_of(args)).start()
-    server, servicer = built_or_exit("scheduler", lambda: build(args, standby=elect, dependencies=dependencies))
+    server, servicer = built_or_exit(
+        "scheduler", lambda: build(args, standby=elect, dependencies=dependencies, in_process=in_process)
+    )
     if metrics is not None:
         metrics.registry.register(GangCollector(lambda: servicer.scheduler.gangs, servicer.lock))
         server.add_cleanup(metrics.stop)

@@ -6,6 +6,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 
@@ -25,13 +26,14 @@ from phalanx.rpc.convert import (
     pod_to_pb,
     victim_to_pb,
 )
+from phalanx.rpc.local import LocalStub
 from phalanx.rpc.queue_wire import freed_to_pb, hint_to_pb
 from phalanx.rpc.server import channel
 from phalanx.rpc.stream_call import StreamCaller
 from phalanx.rpc.validation import MAX_BIND_TOTAL, MAX_ITEMS
 from phalanx.scheduling.ports import Carry, Popped, PopResult, Verdict
 from phalanx.security import tls
-from phalanx.security.tls import Security
+from phalanx.security.tls import PLAINTEXT, Security
 from phalanx.v1 import (
     binder_pb2,
     binder_pb2_grpc,
@@ -60,22 +62,33 @@ class _Client:
     thread) finish on the old channel, which is closed a minute later."""
 
     peer = ""  # the identity of the service called
+    stub_class: Any = None  # the generated stub class of the service
 
-    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT, servicer: object | None = None
+    ) -> None:
+        """`servicer`: the service's servicer in this process (the combined layout): its handlers are called
+        directly (phalanx.rpc.local), and `address` only names it."""
         self.address = address
-        self.security = security
+        self.security = PLAINTEXT if servicer is not None else security
         self.timeout = timeout
+        self._servicer = servicer
         self._generation = -1
-        self._retired: list[tuple[float, grpc.Channel, list[StreamCaller]]] = []
+        self._retired: list[tuple[float, grpc.Channel | None, list[StreamCaller]]] = []
         self._connect()
 
     def _connect(self) -> None:
         files = self.security.files
         self._generation = files.generation if files is not None else 0
-        self.channel = channel(self.address, self.security, self.peer)
-        self._open(self.channel)
+        self.channel: grpc.Channel | None = None
+        if self._servicer is not None:
+            self._open(LocalStub(self._servicer))
+            return
+        ch = channel(self.address, self.security, self.peer)
+        self.channel = ch
+        self._open(self.stub_class(ch))
 
-    def _open(self, ch: grpc.Channel) -> None:
+    def _open(self, stub: Any) -> None:
         raise NotImplementedError
 
     def _streams(self) -> list[StreamCaller]:
@@ -93,10 +106,11 @@ class _Client:
             self._close(*self._retired.pop(0)[1:])
 
     @staticmethod
-    def _close(ch: grpc.Channel, streams: list[StreamCaller]) -> None:
+    def _close(ch: grpc.Channel | None, streams: list[StreamCaller]) -> None:
         for caller in streams:
             caller.close()
-        ch.close()
+        if ch is not None:
+            ch.close()
 
     def close(self) -> None:
         for _, ch, streams in self._retired:
@@ -108,17 +122,26 @@ class _Client:
 class QueueClient(_Client):
     peer = tls.QUEUE
 
-    def __init__(self, address: str, security: Security, timeout: float = DEFAULT_TIMEOUT, consumer: str = "") -> None:
+    stub_class = queue_pb2_grpc.QueueStub
+
+    def __init__(
+        self,
+        address: str,
+        security: Security,
+        timeout: float = DEFAULT_TIMEOUT,
+        consumer: str = "",
+        servicer: object | None = None,
+    ) -> None:
         # Pods this client pops are lent to (consumer, incarnation): a new client of the same consumer
         # (a restarted scheduler) gets the old one's pods returned to the queue at once.
         self.consumer = consumer or socket.gethostname()
         self.consumer_incarnation = uuid.uuid4().hex
-        super().__init__(address, security, timeout)
+        super().__init__(address, security, timeout, servicer)
         self.incarnation = ""  # of the queue process last heard from
         self._restart_listeners: list[Callable[[], None]] = []
 
-    def _open(self, ch: grpc.Channel) -> None:
-        self.stub = queue_pb2_grpc.QueueStub(ch)
+    def _open(self, stub: Any) -> None:
+        self.stub = stub
         self._pop = StreamCaller(self.stub.PopStream, self.timeout)
         self._add = StreamCaller(self.stub.AddStream, self.timeout)
 
@@ -248,8 +271,10 @@ def _done_request(verdicts: list[Verdict], activate: list[str], failed: list[str
 class BinderClient(_Client):
     peer = tls.BINDER
 
-    def _open(self, ch: grpc.Channel) -> None:
-        self.stub = binder_pb2_grpc.BinderStub(ch)
+    stub_class = binder_pb2_grpc.BinderStub
+
+    def _open(self, stub: Any) -> None:
+        self.stub = stub
         self._bind = StreamCaller(self.stub.BindStream, self.timeout)
         self._bind_many = StreamCaller(self.stub.BindManyStream, self.timeout)
         self._report = StreamCaller(self.stub.ReportStream, self.timeout)
@@ -305,8 +330,10 @@ class BinderClient(_Client):
 class SchedulerClient(_Client):
     peer = tls.SCHEDULER
 
-    def _open(self, ch: grpc.Channel) -> None:
-        self.stub = scheduler_pb2_grpc.SchedulerStub(ch)
+    stub_class = scheduler_pb2_grpc.SchedulerStub
+
+    def _open(self, stub: Any) -> None:
+        self.stub = stub
         # No deadline: a step of a large replay runs as long as its work (the simulator waits for it).
         self._step = StreamCaller(self.stub.StepStream)
 

@@ -94,6 +94,8 @@ class ServiceServer:
         # Loops and dependency checks register here before start(); see phalanx.rpc.health.
         self.monitor = HealthMonitor(self.health, f"phalanx.v1.{name.capitalize()}")
         self.stopping = threading.Event()  # set by stop(): background loops of the service end with it
+        # The service's servicer, for a caller in the same process (the combined layout; phalanx.rpc.local).
+        self.servicer: object | None = None
         self._cleanups: list[Callable[[], None]] = []
         self._drains: list[Callable[[], None]] = []
         if security.files is None:
