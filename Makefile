@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: precompile bench-idle bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-large e2e-compose e2e-image
+.PHONY: precompile bench-idle bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-combined bench-k8s-large e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -202,6 +202,11 @@ peer-scheduler:
 bench-k8s: $(STAMP) tools peer-scheduler precompile
 	$(VENV)/bin/phalanx bench-k8s --repeats $(BENCH_K8S_REPEATS) $(BENCH_K8S_FLAGS) \
 	  --output bench/k8s.json --table bench/k8s.txt
+
+## The same with Phalanx in the combined layout (one phalanx-combined process; bench/k8s-combined.txt and .json).
+bench-k8s-combined: $(STAMP) tools peer-scheduler precompile
+	$(VENV)/bin/phalanx bench-k8s --repeats $(BENCH_K8S_REPEATS) --phalanx-layout combined $(BENCH_K8S_FLAGS) \
+	  --output bench/k8s-combined.json --table bench/k8s-combined.txt
 
 bench-k8s-large: $(STAMP) tools peer-scheduler precompile
 	$(VENV)/bin/phalanx bench-k8s --large --only gang-5000n-10000x3 --repeats 1 \

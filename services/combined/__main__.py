@@ -25,6 +25,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from phalanx.config import setup_logging
 from phalanx.gc_tuning import freeze_heap
@@ -35,8 +36,6 @@ from phalanx.telemetry.tracing import setup_tracing
 SECTIONS = ("queue", "binder", "scheduler")
 SEPARATOR = "--"
 USAGE = "phalanx-combined queue [queue flags] -- binder [binder flags] -- scheduler [scheduler flags]"
-
-log = logging.getLogger("phalanx_combined")
 
 
 class UsageError(ValueError):
@@ -82,17 +81,28 @@ def parse(argv: Sequence[str]) -> dict[str, argparse.Namespace]:
     except UsageError as exc:
         print(f"phalanx-combined: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    mains = service_mains()
+    return {name: mains[name].parser().parse_args(sections[name]) for name in SECTIONS}
+
+
+def service_mains() -> dict[str, ModuleType]:
+    """The three services' __main__ modules (imported once: their imports are what the process shares)."""
     from phalanx_binder import __main__ as binder_main
     from phalanx_queue import __main__ as queue_main
     from phalanx_scheduler import __main__ as scheduler_main
 
-    parsers = {"queue": queue_main.parser, "binder": binder_main.parser, "scheduler": scheduler_main.parser}
-    return {name: parsers[name]().parse_args(sections[name]) for name in SECTIONS}
+    return {"queue": queue_main, "binder": binder_main, "scheduler": scheduler_main}
 
 
 def most_verbose(levels: Sequence[str]) -> str:
-    """One process has one root logger: the most verbose level any section asks for."""
-    return min(levels, key=lambda level: logging.getLevelName(level.upper()) if level else logging.INFO)
+    """One process has one root logger: the most verbose level any section asks for (a name logging does
+    not know counts as INFO here; setup_logging then refuses it, as a service alone would)."""
+
+    def number(level: str) -> int:
+        value = logging.getLevelName(level.upper())
+        return value if isinstance(value, int) else logging.INFO
+
+    return min(levels, key=number)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -100,10 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     exit_with_parent()
     setup_logging(most_verbose([a.log_level for a in args.values()]))
     setup_tracing("phalanx")
-    from phalanx_binder import __main__ as binder_main
-    from phalanx_queue import __main__ as queue_main
-    from phalanx_scheduler import __main__ as scheduler_main
-
+    mains = service_mains()
+    queue_main, binder_main, scheduler_main = mains["queue"], mains["binder"], mains["scheduler"]
     # In the order a three-process start ends up in: the scheduler waits for the other two to serve.
     started: list[ServiceServer] = []
     try:

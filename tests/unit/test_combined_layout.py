@@ -81,3 +81,8 @@ def test_the_combined_process_runs_each_services_own_command_line(tmp_path: Path
 def test_an_unknown_layout_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="layout 'single'"):
         ChaosStack.create(StackConfig("/k", "s", "p", tmp_path, layout="single"))
+
+
+def test_an_unknown_level_name_does_not_break_the_choice() -> None:
+    assert most_verbose(["LOUD", "WARNING"]) == "LOUD"  # INFO for the choice; setup_logging refuses it after
+    assert most_verbose(["LOUD", "DEBUG"]) == "DEBUG"
