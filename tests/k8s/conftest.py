@@ -13,6 +13,7 @@ import itertools
 import json
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,44 @@ make_tree(TLS_DIR, list(ALL_IDENTITIES), [], ["127.0.0.1"], days=1)  # one CA fo
 def transport(identity: str) -> list[str]:
     """Flags of a service as deployed: mutual TLS with its identity's files, plaintext health on its own port."""
     return ["--tls-dir", str(TLS_DIR / identity), "--health-listen", "127.0.0.1:0"]
+
+
+class GangTrickle:
+    """`count` Koordinator-annotated gangs of `size` pods created one every `every` seconds on a thread: a
+    workload that goes on while a test kills a leader. `gangs` fills as they are made; `join` raises what
+    failed."""
+
+    def __init__(self, cluster: Cluster, namespace: str, count: int = 20, size: int = 4, every: float = 0.25) -> None:
+        self.cluster, self.namespace = cluster, namespace
+        self.count, self.size, self.every = count, size, every
+        self.gangs: dict[str, list[str]] = {}
+        self.errors: list[Exception] = []
+        self._thread = threading.Thread(target=self._run, name="gang-trickle", daemon=True)
+
+    def start(self) -> GangTrickle:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            for i in range(self.count):
+                name = f"g{i:02d}"
+                self.gangs[name] = self.cluster.koord_pods(
+                    self.namespace, name, self.size, min_available=self.size, wait="120s"
+                )
+                time.sleep(self.every)
+        except Exception as exc:  # surfaced by join()
+            self.errors.append(exc)
+
+    def bound_gangs(self) -> int:
+        return sum(1 for names in list(self.gangs.values()) if self.cluster.all_bound(self.namespace, names))
+
+    def join(self, timeout: float) -> list[str]:
+        """Every pod created, once all are; the creation's failure raised."""
+        self._thread.join(timeout)
+        assert not self.errors, self.errors
+        assert len(self.gangs) == self.count
+        return [n for names in self.gangs.values() for n in names]
 
 
 class Phalanx:

@@ -12,13 +12,12 @@ test_chaos.py."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TLS_DIR, Cluster
+from conftest import TLS_DIR, Cluster, GangTrickle
 from waiting import wait_for
 
 from phalanx.security import tls
@@ -154,38 +153,19 @@ def test_the_standby_replica_finishes_a_killed_combined_leaders_gangs(
     [standby_name] = [n for n in replicas if n != leader_name]
     ns = cluster.namespace()
     nodes = [cluster.node(f"n{i}", gpus=8) for i in range(10)]  # 80 GPUs: exactly the 20 gangs of 4
-    gangs: dict[str, list[str]] = {}
-    errors: list[Exception] = []
-
-    def create() -> None:  # 20 gangs of 4, one every 0.25 s, while the leader runs and after it is killed
-        try:
-            for i in range(20):
-                gangs[f"g{i:02d}"] = cluster.koord_pods(ns, f"g{i:02d}", 4, min_available=4, wait="120s")
-                time.sleep(0.25)
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-
-    creator = threading.Thread(target=create, daemon=True)
-    creator.start()
-    wait_for(
-        lambda: sum(1 for n in list(gangs.values()) if cluster.all_bound(ns, n)) >= 3,
-        BIND,
-        "the leader bound some gangs",
-    )
+    trickle = GangTrickle(cluster, ns).start()  # 20 gangs of 4, one every 0.25 s
+    wait_for(lambda: trickle.bound_gangs() >= 3, BIND, "the leader bound some gangs")
     killed_at = time.monotonic()
     leader.kill()  # SIGKILL: its queue, binder and scheduler at once; the Lease is not released
     wait_for(lambda: _holder(cluster) == standby_name, 3 * LEASE + 10, "the standby leads")
     leads_after = time.monotonic() - killed_at
-    creator.join(30)
-    assert not errors, errors
-    assert len(gangs) == 20
-    all_pods = [n for names in gangs.values() for n in names]
+    all_pods = trickle.join(30)
     wait_for(lambda: cluster.all_bound(ns, all_pods), 90, "every gang bound")
     done_after = time.monotonic() - killed_at
     print(
         f"\ncombined takeover: the standby led {leads_after:.1f}s after the kill, every gang bound after {done_after:.1f}s"
     )
-    for gang_name, names in gangs.items():
+    for gang_name, names in trickle.gangs.items():
         assert cluster.all_bound(ns, names), f"gang {gang_name} partly bound"
     used = cluster.gpus_by_node(ns, all_pods)
     assert set(used) <= set(nodes) and all(v <= 8 for v in used.values()), used

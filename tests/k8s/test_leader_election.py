@@ -30,7 +30,7 @@ import grpc
 import pytest
 import redis
 import yaml
-from conftest import TLS_DIR, Cluster, Phalanx
+from conftest import TLS_DIR, Cluster, GangTrickle, Phalanx
 from waiting import recording_calls, wait_for
 
 from phalanx.cluster.leader import JITTER_FACTOR
@@ -195,24 +195,9 @@ def test_the_standby_takes_over_a_crashed_leaders_gang_workload(
     [standby] = [r for r in replicas if r is not leader]
     ns = cluster.namespace()
     nodes = [cluster.node(f"n{i}", gpus=8) for i in range(10)]  # 80 GPUs: exactly the 20 gangs of 4
-    gangs: dict[str, list[str]] = {}
-    errors: list[Exception] = []
-
-    def create() -> None:  # 20 gangs of 4, one every 0.25 s, while the leader runs and after it crashed
-        try:
-            for i in range(20):
-                gangs[f"g{i:02d}"] = cluster.koord_pods(ns, f"g{i:02d}", 4, min_available=4, wait="120s")
-                time.sleep(0.25)
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-
-    creator = threading.Thread(target=create, daemon=True)
-    creator.start()
-    wait_for(
-        lambda: sum(1 for n in list(gangs.values()) if cluster.all_bound(ns, n)) >= 4,
-        BIND,
-        "the leader bound some gangs",
-    )
+    trickle = GangTrickle(cluster, ns).start()  # 20 gangs of 4, one every 0.25 s, before and after the crash
+    gangs = trickle.gangs
+    wait_for(lambda: trickle.bound_gangs() >= 4, BIND, "the leader bound some gangs")
     held = set(stack.reserved())  # what the leader had decided (reserved or bound) when it crashed
     crashed_at = time.monotonic()
     leader.crash()
@@ -228,10 +213,7 @@ def test_the_standby_takes_over_a_crashed_leaders_gang_workload(
     leads_after = time.monotonic() - crashed_at
     wait_for(new_binding, BIND, "the new leader binds")
     binds_after = time.monotonic() - crashed_at
-    creator.join(30)
-    assert not errors, errors
-    assert len(gangs) == 20
-    all_pods = [n for names in gangs.values() for n in names]
+    all_pods = trickle.join(30)
     wait_for(lambda: cluster.all_bound(ns, all_pods), 90, "every gang bound")
     done_after = time.monotonic() - crashed_at
     print(

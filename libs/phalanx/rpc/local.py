@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import grpc
@@ -89,22 +90,23 @@ class LocalStub:
 
 def _unary(name: str, handler: Callable[[Any, Any], Any], request: Any) -> Any:
     context = LocalContext()
-    try:
+    with _as_call(name, context):
         return handler(request, context)
-    except grpc.RpcError:
-        raise
-    except Exception as exc:
-        raise _failed(name, exc) from exc
-    finally:
-        context.end()
 
 
 def _stream(
     name: str, handler: Callable[[Iterator[Any], Any], Iterator[Any]], requests: Iterator[Any]
 ) -> Iterator[Any]:
     context = LocalContext()
-    try:
+    with _as_call(name, context):
         yield from handler(requests, context)
+
+
+@contextmanager
+def _as_call(name: str, context: LocalContext) -> Iterator[None]:
+    """A handler's end as a call's: its RpcError as is, anything else as UNKNOWN; the callbacks after."""
+    try:
+        yield
     except grpc.RpcError:
         raise
     except Exception as exc:
