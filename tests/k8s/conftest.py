@@ -278,6 +278,18 @@ def transport(identity: str) -> list[str]:
     return ["--tls-dir", str(TLS_DIR / identity), "--health-listen", "127.0.0.1:0"]
 
 
+def election_flags(
+    identity: str, namespace: str, lease_name: str, lease: float, renew: float, retry: float
+) -> list[str]:
+    """A scheduler replica's leader-election flags (short timings make a takeover take seconds)."""
+    return [
+        "--leader-elect", "true", "--leader-elect-identity", identity,
+        "--leader-elect-namespace", namespace, "--leader-elect-lease-name", lease_name,
+        "--leader-elect-lease-duration", str(lease), "--leader-elect-renew-deadline", str(renew),
+        "--leader-elect-retry-period", str(retry),
+    ]  # fmt: skip
+
+
 class GangTrickle:
     """`count` Koordinator-annotated gangs of `size` pods created one every `every` seconds on a thread: a
     workload that goes on while a test kills a leader. `gangs` fills as they are made; `join` raises what

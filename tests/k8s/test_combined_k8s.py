@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TLS_DIR, Cluster, GangTrickle
+from conftest import TLS_DIR, Cluster, GangTrickle, election_flags
 from waiting import wait_for
 
 from phalanx.security import tls
@@ -82,22 +82,9 @@ def _replica(
                 "120",
                 "--reconcile-interval",
                 "1",
-                "--leader-elect",
-                "true",
-                "--leader-elect-identity",
-                name,
-                "--leader-elect-namespace",
-                lease_ns,
-                "--leader-elect-lease-name",
-                f"{cluster.scheduler_name}-scheduler",
-                "--leader-elect-lease-duration",
-                str(LEASE),
-                "--leader-elect-renew-deadline",
-                str(RENEW),
-                "--leader-elect-retry-period",
-                str(RETRY),
+                *election_flags(name, lease_ns, f"{cluster.scheduler_name}-scheduler", LEASE, RENEW, RETRY),
             ],
-        ),  # fmt: skip
+        ),
     ]
     return CombinedProcess(
         "combined",

@@ -30,7 +30,7 @@ import grpc
 import pytest
 import redis
 import yaml
-from conftest import TLS_DIR, Cluster, GangTrickle, Phalanx
+from conftest import TLS_DIR, Cluster, GangTrickle, Phalanx, election_flags
 from waiting import recording_calls, wait_for
 
 from phalanx.cluster.leader import JITTER_FACTOR
@@ -64,20 +64,7 @@ class Replica:
         args = scheduler_main.parser().parse_args(
             [
                 *stack.scheduler_flags(default_wait=60),
-                "--leader-elect",
-                "true",
-                "--leader-elect-identity",
-                name,
-                "--leader-elect-namespace",
-                lease_namespace,
-                "--leader-elect-lease-name",
-                lease_name,
-                "--leader-elect-lease-duration",
-                str(LEASE),
-                "--leader-elect-renew-deadline",
-                str(RENEW),
-                "--leader-elect-retry-period",
-                str(RETRY),
+                *election_flags(name, lease_namespace, lease_name, LEASE, RENEW, RETRY),
             ]
         )
         self.server, self.servicer = scheduler_main.build(args, standby=True)
