@@ -72,9 +72,7 @@ def _combined(tmp_path: Path, redis_url: str, ports: list[int], **kw: Any) -> Co
             tmp_path / "s.log",
         ),
     ]
-    return CombinedProcess(
-        "combined", "phalanx_combined", [], scheduler_port, tmp_path / "combined.log", parts=parts, **kw
-    )
+    return CombinedProcess.of(parts, tmp_path / "combined.log", **kw)
 
 
 def test_sigterm_stops_the_scheduler_first_then_the_binder_and_the_queue(

@@ -86,15 +86,7 @@ def _replica(
             ],
         ),
     ]
-    return CombinedProcess(
-        "combined",
-        "phalanx_combined",
-        [],
-        scheduler_port,
-        run_dir / f"{name}.log",
-        health_port=health[2],
-        parts=parts,
-    )
+    return CombinedProcess.of(parts, run_dir / f"{name}.log", health_port=health[2])
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.bench.k8s.schedulers import PHALANX_LAYOUTS
-from phalanx.testing.stack import LAYOUTS, SERVICES, ChaosStack, StackConfig
+from phalanx.testing.stack import SERVICES, ChaosStack, StackConfig
 from phalanx_combined.__main__ import UsageError, most_verbose, parse, split_sections
 
 
@@ -56,10 +55,6 @@ def test_each_section_parses_as_its_service_would() -> None:
 def test_one_root_logger_takes_the_most_verbose_level() -> None:
     assert most_verbose(["INFO", "debug", "WARNING"]) == "debug"
     assert most_verbose(["WARNING", "ERROR", "WARNING"]) == "WARNING"
-
-
-def test_the_bench_knows_the_stacks_layouts() -> None:
-    assert PHALANX_LAYOUTS == LAYOUTS
 
 
 def test_the_combined_process_runs_each_services_own_command_line(tmp_path: Path) -> None:

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.bench.k8s.runner import RunOptions, run_once
-from phalanx.bench.k8s.schedulers import PHALANX_LAYOUTS, PhalanxUnderTest
+from phalanx.bench.k8s.schedulers import PhalanxUnderTest
 from phalanx.bench.k8s.workloads import PHALANX, SCHEDULER_NAMES, Shape
 from phalanx.bench.report import LabelledResults, machine
+from phalanx.testing.layouts import LAYOUTS, SEPARATE
 
 SHAPE = Shape("startup-50n-100x3", nodes=50, gangs=100, gang_size=3, expected_bound=300, timeout=90)
 # What each service logs at INFO when it reaches a step of the start (the first line matching counts).
@@ -56,7 +57,7 @@ _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 class _Phalanx(PhalanxUnderTest):
     """bench-k8s's Phalanx, logging at INFO (the steps of its start), with the launch's wall clock."""
 
-    def __init__(self, kubeconfig: str, run_dir: Path, layout: str = "services") -> None:
+    def __init__(self, kubeconfig: str, run_dir: Path, layout: str = SEPARATE) -> None:
         from phalanx.testing.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
@@ -92,7 +93,7 @@ def phases(log_of: Callable[[str], Path], launched_at: float) -> dict[str, float
     return out
 
 
-def run(runs: int, progress: Any = print, shape: Shape = SHAPE, layout: str = "services") -> list[dict[str, Any]]:
+def run(runs: int, progress: Any = print, shape: Shape = SHAPE, layout: str = SEPARATE) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     made: list[_Phalanx] = []
 
@@ -239,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--layout",
-        choices=PHALANX_LAYOUTS,
-        default=PHALANX_LAYOUTS[0],
+        choices=LAYOUTS,
+        default=SEPARATE,
         help="Phalanx's processes: services (the default) or combined (one phalanx-combined process)",
     )
     args = p.parse_args(argv)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.arguments import duration_arg
+from phalanx.testing.layouts import LAYOUTS, SEPARATE
 
 DEFAULT_OUTPUT = Path("bench/chaos.json")
 DEFAULT_SOAK_OUTPUT = Path("bench/soak.json")
@@ -68,8 +69,8 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="INFO", help="the services' log level (default INFO)")
     p.add_argument(
         "--layout",
-        choices=("services", "combined"),
-        default="services",
+        choices=LAYOUTS,
+        default=SEPARATE,
         help="kill trials: the services as separate processes (default), or combined: the three in one "
         "phalanx-combined process, which any target among them kills whole",
     )

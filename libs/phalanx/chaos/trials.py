@@ -26,6 +26,7 @@ from phalanx.chaos.snapshot import Snapshot, read_snapshot
 from phalanx.chaos.workload import Workload, WorkloadShape, make_workload
 from phalanx.faults import EXIT_CODE
 from phalanx.testing.apiserver import LocalApiServer
+from phalanx.testing.layouts import SEPARATE
 from phalanx.testing.stack import REDIS, SERVICES, ChaosStack, StackConfig
 
 PROCESS_TARGETS = ("queue", "scheduler", "binder", "redis", "redis-empty")
@@ -63,7 +64,7 @@ class TrialOptions:
     log_level: str = "INFO"
     # "combined": the three services as one process (phalanx_combined); a kill of any of them, or a kill
     # point reached in any, then ends all three at once.
-    layout: str = "services"
+    layout: str = SEPARATE
 
 
 @dataclass

@@ -12,6 +12,7 @@ from phalanx.report.summary import summary_lines
 from phalanx.sim.driver import SimOptions
 from phalanx.sim.run import Endpoints, simulate
 from phalanx.sim.workload import load_workload
+from phalanx.testing.layouts import LAYOUTS, SEPARATE
 from phalanx.version import package_version
 
 
@@ -65,8 +66,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", help="address of a running scheduler service (with --redis-url)")
     p.add_argument(
         "--layout",
-        choices=["services", "combined"],
-        default="services",
+        choices=LAYOUTS,
+        default=SEPARATE,
         help="the embedded stack's processes: the queue, binder and scheduler each its own (default), or "
         "combined: the three in one phalanx-combined process",
     )

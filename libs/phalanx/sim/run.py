@@ -17,6 +17,7 @@ from phalanx.sim.services import Stack
 from phalanx.sim.workload import Workload
 from phalanx.state.keys import Keys
 from phalanx.state.store import StateStore
+from phalanx.testing.layouts import SEPARATE
 
 
 @dataclass
@@ -36,7 +37,7 @@ def simulate(
     profile: str | None = None,
     scheduler_env: dict[str, str] | None = None,
     log_dir: Path | None = None,
-    layout: str = "services",
+    layout: str = SEPARATE,
 ) -> dict[str, Any]:
     """`layout`: the embedded stack's processes ("services", or "combined": phalanx-combined)."""
     stack: Stack | None = None

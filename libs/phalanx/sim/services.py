@@ -15,6 +15,7 @@ from pathlib import Path
 
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import ALL_IDENTITIES, PLAINTEXT, SERVICE_IDENTITIES, SIMULATOR, Security
+from phalanx.testing.layouts import COMBINED, LAYOUTS, SEPARATE
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_server import RedisServer
 from phalanx.testing.services import CombinedProcess, ServiceProcess
@@ -49,7 +50,7 @@ class Stack:
         env: dict[str, str] | None = None,
         tls: bool = False,
         metrics: bool = False,
-        layout: str = "services",
+        layout: str = SEPARATE,
     ) -> "Stack":
         """`clock="real"`: every service on the wall clock; the scheduler runs its own loop (long-polling
         the queue when idle) and the simulated backend's bind log records wall time. `env`: extra
@@ -57,8 +58,8 @@ class Stack:
         in the log directory; `stack.security` is the simulator's identity), to measure what it costs.
         `metrics`: each service serves /metrics on a free loopback port (`svc.metrics_url`). `layout`:
         "services" (a process each) or "combined" (one phalanx-combined process for the three)."""
-        if layout not in ("services", "combined"):
-            raise ValueError(f"layout {layout!r}: services or combined")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r}: one of {', '.join(LAYOUTS)}")
         redis = None
         if redis_url is None:
             redis = RedisServer().start()
@@ -119,16 +120,12 @@ class Stack:
         if metrics_ports:
             queue.metrics_port, binder.metrics_port, scheduler.metrics_port = metrics_ports
         stack = cls(redis_url, prefix, queue, binder, scheduler, redis, logs, security)
-        if layout == "combined":
-            stack.combined = CombinedProcess(
-                "combined",
-                "phalanx_combined",
-                [],
-                scheduler.port,
+        if layout == COMBINED:
+            stack.combined = CombinedProcess.of(
+                [queue, binder, scheduler],
                 logs / "combined.log",
                 extra_env={**(env or {}), **(scheduler_env or {})},
                 security=security,
-                parts=[queue, binder, scheduler],
             )
             try:
                 stack.combined.start()

@@ -15,12 +15,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from phalanx.faults import FAULT_ENV
 from phalanx.rpc.server import wait_healthy
 from phalanx.security.tls import PLAINTEXT, SERVICE_IDENTITIES, Security
 from phalanx.telemetry.tracing import quiet_unless_exporting
 from phalanx.testing.children import exit_with_parent_env
+from phalanx.testing.layouts import COMBINED
 
 _INCARNATION = "=== incarnation "
 
@@ -167,6 +169,12 @@ class CombinedProcess(ServiceProcess):
     its sections; it serves on each part's addresses."""
 
     parts: list[ServiceProcess] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, parts: list[ServiceProcess], log_path: Path, **fields: Any) -> CombinedProcess:
+        """The process of `parts` (queue, binder, scheduler, in the order of their sections), known by the
+        last part's port (the scheduler's)."""
+        return cls(COMBINED, "phalanx_combined", [], parts[-1].port, log_path, parts=parts, **fields)
 
     @property
     def identity(self) -> str:

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from phalanx.security.cli import make_tree
 from phalanx.security.tls import SERVICE_IDENTITIES
+from phalanx.testing.layouts import COMBINED, LAYOUTS, SEPARATE
 from phalanx.testing.ports import free_ports
 from phalanx.testing.redis_sentinel import MASTER_NAME, SentinelCluster
 from phalanx.testing.redis_server import RedisServer
@@ -26,8 +27,6 @@ from phalanx.testing.services import CombinedProcess, ServiceProcess
 
 SERVICES = ("queue", "binder", "scheduler")
 REDIS = "redis"
-COMBINED = "combined"  # the one process of the combined layout
-LAYOUTS = ("services", COMBINED)
 
 
 @dataclass
@@ -41,7 +40,7 @@ class StackConfig:
     # Redis as a primary, 2 replicas and 3 Sentinels (the chart's Sentinel shape) instead of one server:
     # REDIS then means "the current primary" (killed, frozen, or restarted as a replica).
     sentinel: bool = False
-    layout: str = "services"  # or "combined": the three services in one process (phalanx_combined)
+    layout: str = SEPARATE  # or COMBINED: the three services in one process (phalanx_combined)
 
 
 @dataclass
@@ -132,15 +131,7 @@ class ChaosStack:
         combined = None
         if config.layout == COMBINED:
             parts = [services[name] for name in SERVICES]
-            combined = CombinedProcess(
-                COMBINED,
-                "phalanx_combined",
-                [],
-                ports["scheduler"],
-                config.run_dir / "combined.log",
-                health_port=health_ports["scheduler"],
-                parts=parts,
-            )
+            combined = CombinedProcess.of(parts, config.run_dir / "combined.log", health_port=health_ports["scheduler"])
         return cls(config, redis, services, sentinel, combined=combined)
 
     def processes(self) -> dict[str, ServiceProcess]:

@@ -18,8 +18,9 @@ from typing import Any
 
 from phalanx.bench.k8s.report import derive_cpu_per_pod, header, summarize, table
 from phalanx.bench.k8s.runner import RunOptions, run_suite
-from phalanx.bench.k8s.schedulers import PHALANX_LAYOUTS, PhalanxUnderTest, peer_binary_path, peer_config, peer_versions
+from phalanx.bench.k8s.schedulers import PhalanxUnderTest, peer_binary_path, peer_config, peer_versions
 from phalanx.bench.k8s.workloads import PEER, PHALANX, Shape, workloads
+from phalanx.testing.layouts import LAYOUTS, SEPARATE
 
 
 def versions(peer_binary: Path | None) -> dict[str, Any]:
@@ -179,8 +180,8 @@ def add_bench_k8s_command(sub: Any) -> None:
     p.add_argument("--schedulers", default=f"{PHALANX},{PEER}", help="comma-separated: phalanx, peer (default both)")
     p.add_argument(
         "--phalanx-layout",
-        choices=PHALANX_LAYOUTS,
-        default=PHALANX_LAYOUTS[0],
+        choices=LAYOUTS,
+        default=SEPARATE,
         help="Phalanx's processes: services (queue, binder and scheduler each its own, as the chart's default) "
         "or combined (the three in one phalanx-combined process); default services",
     )

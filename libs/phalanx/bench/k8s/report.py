@@ -12,6 +12,7 @@ from typing import Any
 
 from phalanx.bench.k8s.schedulers import PEER_PERMIT_WAIT_SECONDS
 from phalanx.bench.k8s.workloads import PEER, PHALANX, SCHEDULER_NAMES, Shape
+from phalanx.testing.layouts import COMBINED
 
 
 def _pct(values: Iterable[float], q: float) -> float | None:
@@ -308,7 +309,7 @@ def header(doc: dict[str, Any]) -> str:
         f"phalanx {v.get('phalanx')}: ChaosStack (redis + "
         + (
             "queue, binder, scheduler in one phalanx-combined process"
-            if doc.get("phalanx_layout") == "combined"
+            if doc.get("phalanx_layout") == COMBINED
             else "queue, binder, scheduler processes"
         )
         + ", mutual TLS), "

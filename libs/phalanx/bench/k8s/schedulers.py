@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.bench.k8s.workloads import PEER, PHALANX, REPO, SCHEDULER_NAMES
+from phalanx.testing.layouts import SEPARATE
 
 PEER_MODDIR = REPO / "hack" / "peer-scheduler"
-PEER_PERMIT_WAIT_SECONDS = 10
-# Phalanx's process layouts (phalanx.testing.stack.LAYOUTS, which imports gRPC: not at the CLI's start).
-PHALANX_LAYOUTS = ("services", "combined")  # scheduler-plugins' example configuration (manifests/coscheduling)
+PEER_PERMIT_WAIT_SECONDS = 10  # scheduler-plugins' example configuration (manifests/coscheduling)
 
 
 class SchedulerUnderTest:
@@ -49,7 +48,7 @@ class PhalanxUnderTest(SchedulerUnderTest):
 
     name = PHALANX
 
-    def __init__(self, kubeconfig: str, run_dir: Path, layout: str = PHALANX_LAYOUTS[0]) -> None:
+    def __init__(self, kubeconfig: str, run_dir: Path, layout: str = SEPARATE) -> None:
         from phalanx.testing.stack import ChaosStack, StackConfig
 
         self.run_dir = run_dir
