@@ -15,8 +15,8 @@ API server), the binder binds under the Redis mutex, and the state of record sta
 server. A crash of the process is a crash of all three at once; what each recovers on the restart is what it
 recovers alone (the scheduler's rebuild refills the empty queue from the API server, the binder rolls
 forward any batch it had started). Under leader election each replica runs its own queue and binder and its
-scheduler calls only those (--queue and --binder name them, on loopback: the scheduler waits for their health
-there): a standby's queue stays empty until it leads.
+scheduler calls only those (they serve before it starts; --queue and --binder only name them): a standby's
+queue stays empty until it leads.
 """
 
 from __future__ import annotations

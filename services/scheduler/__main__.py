@@ -155,11 +155,15 @@ class Dependencies:
     with whatever the scheduler does meanwhile: building itself, loading its kubeconfig, campaigning for the
     Lease); `wait` ends the scheduler with one line naming the first that never served."""
 
-    def __init__(self, args: argparse.Namespace, security: Security) -> None:
+    def __init__(self, args: argparse.Namespace, security: Security, in_process: bool = False) -> None:
+        """`in_process`: the queue and the binder run in this process and serve before the scheduler starts
+        (phalanx_combined): nothing to wait for, no connection to open."""
         self.services = [
             (args.queue, "--queue", "queue", tls.QUEUE),
             (args.binder, "--binder", "binder", tls.BINDER),
         ]
+        if in_process:
+            self.services = []
         self.timeout = args.dependency_timeout
         self.security = security
         self.failures: dict[str, str] = {}
@@ -343,7 +347,7 @@ def start(args: argparse.Namespace, in_process: InProcess | None = None) -> Star
         election_config(args)  # bad flags fail before anything starts
     metrics = serve_metrics_of(args, "scheduler")
     check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
-    dependencies = Dependencies(args, security_of(args)).start()
+    dependencies = Dependencies(args, security_of(args), in_process=in_process is not None).start()
     server, servicer = built_or_exit(
         "scheduler", lambda: build(args, standby=elect, dependencies=dependencies, in_process=in_process)
     )

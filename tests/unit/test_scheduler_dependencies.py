@@ -55,3 +55,16 @@ def test_a_binder_that_never_serves_is_named(serving: str) -> None:
     d = deps(serving, closed, 0.5).start()
     assert not d.ready() and set(d.failures) == {"binder"}
     assert d.failure.startswith(f"--binder {closed}: the binder is not serving")
+
+
+def test_in_process_services_are_not_waited_for() -> None:
+    """phalanx-combined: the queue and the binder serve before the scheduler starts, and it calls them in
+    process: addresses that answer nothing hold nothing up and open no connection."""
+    closed = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    args = parser().parse_args(
+        ["--queue", closed[0], "--binder", closed[1], "--dependency-timeout", "1", "--backend", "simulated"]
+    )
+    d = Dependencies(args, PLAINTEXT, in_process=True)
+    started = time.monotonic()
+    assert d.start().ready() and d.failure == ""
+    assert time.monotonic() - started < 0.5
