@@ -45,9 +45,12 @@ log = logging.getLogger("phalanx_binder")
 FIRST_LIST_PAUSE_LIMIT = 60.0
 
 
-def build(args: argparse.Namespace, after_first_list: Callable[[], object] | None = None) -> ServiceServer:
+def build(
+    args: argparse.Namespace, after_first_list: Callable[[], object] | None = None, *, own_view: bool = True
+) -> ServiceServer:
     """The binder and its server. `after_first_list`: in Kubernetes mode, called once the cluster view's
-    first lists are in (main freezes the heap there and resumes collection)."""
+    first lists are in (main freezes the heap there and resumes collection). `own_view` False: the view
+    follows the scheduler's feed in this process instead of watching (the combined process)."""
     client = redis_client(args)
     keys = Keys(args.redis_prefix)
     backend: ClusterBackend
@@ -56,7 +59,7 @@ def build(args: argparse.Namespace, after_first_list: Callable[[], object] | Non
     else:
         from phalanx.backends.kubernetes import KubernetesBackend  # imported only when used
 
-        backend = KubernetesBackend.from_args(args, after_first_list)
+        backend = KubernetesBackend.from_args(args, after_first_list, own_view=own_view)
     replicas, wait_timeout = bind_wait(args)
     durability = ReplicaWait(client, keys.bind_durable, replicas, wait_timeout) if replicas else None
     binder = BatchBinder(
@@ -180,14 +183,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def start(args: argparse.Namespace) -> ServiceServer:
-    """The binder built from its flags and serving, its /metrics too (main, and the combined layout)."""
+def start(args: argparse.Namespace, *, own_view: bool = True) -> ServiceServer:
+    """The binder built from its flags and serving, its /metrics too (main, and the combined layout, whose
+    scheduler's feed feeds the binder's view: `own_view` False)."""
     metrics = serve_metrics_of(args, "binder")
     check_kubeconfig("binder", args)  # read once here; the backend takes the same connection
     # Every pod of ours and every node are listed at start: no collection meanwhile, then the result is
-    # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_until_frozen).
-    after_first_list = pause_until_frozen(FIRST_LIST_PAUSE_LIMIT) if args.backend == "kubernetes" else None
-    server = built_or_exit("binder", lambda: build(args, after_first_list))
+    # frozen and collection resumes (as the scheduler's first list; gc_tuning.pause_until_frozen). A view
+    # that follows the scheduler's feed lists nothing: the feed's own pause covers its lists.
+    listing = args.backend == "kubernetes" and own_view
+    after_first_list = pause_until_frozen(FIRST_LIST_PAUSE_LIMIT) if listing else None
+    server = built_or_exit("binder", lambda: build(args, after_first_list, own_view=own_view))
     if metrics is not None:
         server.add_cleanup(metrics.stop)
     return server.start()

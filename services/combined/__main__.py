@@ -6,9 +6,11 @@ Each section is parsed by that service's own flags (`phalanx-queue --help`, ...)
 service's command line would, and the environment's PHALANX_* defaults apply to all three (give per-service
 settings such as --listen and --tls-dir as flags). The three serve their own ports with mutual TLS, as three
 processes do (health, metrics, and any caller from outside); the scheduler calls its own queue and binder
-directly (their handlers on its threads: no TLS, HTTP/2 or serialization between them; phalanx/rpc/local.py).
-What one process saves: two interpreters (their imports, heaps, and the CPU each spends keeping itself alive)
-and those calls' transport. Measured in bench/issue25-ab.txt sections 29 and 30 and bench/k8s-combined.txt.
+directly (their handlers on its threads: no TLS, HTTP/2 or serialization between them; phalanx/rpc/local.py),
+and the binder's view of pods and nodes follows the scheduler's watch of the API server instead of watching
+the same objects itself (when both sections name the same API server; ClusterView.follow).
+What one process saves: two interpreters (their imports, heaps, and the CPU each spends keeping itself alive),
+those calls' transport, and a second list, stream and decoding of every pod and node. Measured in bench/issue25-ab.txt sections 29 and 30 and bench/k8s-combined.txt.
 
 What it does not change: the scheduler alone schedules and writes the queue's pods (from its watch of the
 API server), the binder binds under the Redis mutex, and the state of record stays in Redis and the API
@@ -105,6 +107,16 @@ def most_verbose(levels: Sequence[str]) -> str:
     return min(levels, key=number)
 
 
+def shares_cluster_view(binder: argparse.Namespace, scheduler: argparse.Namespace) -> bool:
+    """Whether the binder's view of pods and nodes follows the scheduler's cluster feed rather than watching
+    the same objects again: both on the same API server, and the scheduler with a feed (the wall clock)."""
+    return (
+        binder.backend == scheduler.backend == "kubernetes"
+        and scheduler.clock == "real"
+        and (binder.kubeconfig or "") == (scheduler.kubeconfig or "")
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     exit_with_parent()
@@ -117,11 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         queue = queue_main.start(args["queue"])
         started.append(queue)
-        binder = binder_main.start(args["binder"])
+        shared = shares_cluster_view(args["binder"], args["scheduler"])
+        binder = binder_main.start(args["binder"], own_view=not shared)
         started.append(binder)
         # The scheduler calls this process's queue and binder directly (phalanx.rpc.local), not over the
         # loopback: their gRPC servers still serve health, metrics and any other caller.
-        scheduler = scheduler_main.start(args["scheduler"], scheduler_main.InProcess(queue.servicer, binder.servicer))
+        view = getattr(getattr(binder.servicer, "backend", None), "view", None) if shared else None
+        in_process = scheduler_main.InProcess(queue.servicer, binder.servicer, cluster_view=view)
+        scheduler = scheduler_main.start(args["scheduler"], in_process)
     except BaseException:
         for server in reversed(started):  # their threads would otherwise hold the exit
             server.stop(0)

@@ -58,7 +58,7 @@ from phalanx_scheduler.flags import election_enabled, retry_backoff_of
 from phalanx_scheduler.servicer import SchedulerServicer
 
 if TYPE_CHECKING:
-    from phalanx.cluster.feed import ClusterFeed
+    from phalanx.cluster.feed import ClusterFeed, Follower
 
 log = logging.getLogger("phalanx_scheduler")
 
@@ -74,10 +74,13 @@ FIRST_POP = 16
 @dataclass
 class InProcess:
     """The queue's and the binder's servicers when they run in this process (phalanx_combined): the
-    scheduler calls their handlers directly (phalanx.rpc.local) instead of over gRPC."""
+    scheduler calls their handlers directly (phalanx.rpc.local) instead of over gRPC. `cluster_view`: the
+    binder's view of pods and nodes, which the scheduler's feed then feeds (ClusterView.follow) instead of
+    the binder watching the same objects itself; None: the binder watches for itself."""
 
     queue: object
     binder: object
+    cluster_view: Follower | None = None
 
 
 def build(
@@ -219,10 +222,12 @@ def start_feed(
     *,
     gated: bool = False,
     freeze: bool = False,
+    follower: Follower | None = None,
 ) -> ClusterFeed | None:
     """Kubernetes mode on the wall clock: watch the cluster, applied after recover() has loaded Redis (`gated`:
     the lists start now, the caller opens the feed once it has recovered). `freeze`: the service process (not
-    a test running it in-process) freezes its heap once the feed has rebuilt (gc_tuning.freeze_heap)."""
+    a test running it in-process) freezes its heap once the feed has rebuilt (gc_tuning.freeze_heap).
+    `follower`: the binder's view in this process, fed by the feed (InProcess.cluster_view)."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
     from phalanx.cluster.feed import ClusterFeed, collections
@@ -246,6 +251,7 @@ def start_feed(
         # The cluster as first listed joins what start-up froze (gc_tuning.freeze_heap): full collections
         # then walk only what changed since, not every pod and node the rebuild decoded.
         after_rebuild=after_rebuild,
+        follower=follower,
     )
     if server is not None:
         server.monitor.add_check("cluster feed", feed.not_synced)
@@ -261,13 +267,14 @@ def duties_of(
     *,
     gated: bool = False,
     freeze: bool = False,
+    follower: Follower | None = None,
 ) -> SchedulingDuties:
     """What this replica runs when it schedules: the cluster feed (Kubernetes mode) and the loop (wall clock).
     `gated`: the feed lists at once and applies once opened (SchedulingDuties.open_feed, after recovery)."""
     return SchedulingDuties(
         servicer.loop,
         server.monitor,
-        start_feed=lambda: start_feed(args, servicer, server, gated=gated, freeze=freeze),
+        start_feed=lambda: start_feed(args, servicer, server, gated=gated, freeze=freeze, follower=follower),
         run_loop=args.clock == "real",
         liveness_timeout=args.liveness_timeout,
         sync_timeout=args.dependency_timeout,
@@ -288,6 +295,7 @@ class Leadership(leader_election.Leadership):
         on_lost: Callable[[str], None] | None = None,
         dependencies: Dependencies | None = None,
         freeze: bool = False,
+        follower: Follower | None = None,
     ) -> None:
         from phalanx.kube.connection import connection_of
 
@@ -298,7 +306,7 @@ class Leadership(leader_election.Leadership):
             config,
             servicer.loop,
             server.monitor,
-            lambda: duties_of(args, servicer, server, gated=True, freeze=freeze),
+            lambda: duties_of(args, servicer, server, gated=True, freeze=freeze, follower=follower),
             on_lost=on_lost,
             ready=dependencies.ready if dependencies is not None else None,
         )
@@ -347,6 +355,7 @@ def start(args: argparse.Namespace, in_process: InProcess | None = None) -> Star
         election_config(args)  # bad flags fail before anything starts
     metrics = serve_metrics_of(args, "scheduler")
     check_kubeconfig("scheduler", args)  # the feed and the Lease load it later, on their threads
+    follower = in_process.cluster_view if in_process is not None else None
     dependencies = Dependencies(args, security_of(args), in_process=in_process is not None).start()
     server, servicer = built_or_exit(
         "scheduler", lambda: build(args, standby=elect, dependencies=dependencies, in_process=in_process)
@@ -361,7 +370,9 @@ def start(args: argparse.Namespace, in_process: InProcess | None = None) -> Star
 
         # The replica campaigns (loads its kubeconfig, asks for the Lease, claims the term) while the queue
         # and the binder start; it recovers and schedules once they serve, and serves health then, as before.
-        leadership = Leadership(args, server, servicer, on_lost=on_lost, dependencies=dependencies, freeze=True).start()
+        leadership = Leadership(
+            args, server, servicer, on_lost=on_lost, dependencies=dependencies, freeze=True, follower=follower
+        ).start()
         from phalanx.cluster import feed  # noqa: F401  # what a takeover imports, while this thread waits
 
         if not dependencies.ready():
@@ -374,7 +385,7 @@ def start(args: argparse.Namespace, in_process: InProcess | None = None) -> Star
         return Started(server, leadership.stop, leadership)
     server.start()
     freeze_heap()  # started: what it holds now lives as long as the process
-    duties = duties_of(args, servicer, server, freeze=True)
+    duties = duties_of(args, servicer, server, freeze=True, follower=follower)
     duties.start_feed()
     duties.wait_synced()
     duties.start_loop()

@@ -331,9 +331,13 @@ class GangTrickle:
 class Phalanx:
     """Queue, binder and scheduler in this process, each through its service's own build(), on the wall
     clock against the API server, with mutual TLS as deployed; the scheduler can be stopped and started
-    again (a restart)."""
+    again (a restart). `shared_view`: as phalanx-combined runs them, the binder's view of pods and nodes
+    follows the scheduler's feed instead of watching for itself."""
 
-    def __init__(self, server: LocalApiServer, redis_url: str, prefix: str, scheduler_name: str) -> None:
+    def __init__(
+        self, server: LocalApiServer, redis_url: str, prefix: str, scheduler_name: str, shared_view: bool = False
+    ) -> None:
+        self.shared_view = shared_view
         self.redis_url = redis_url
         self.prefix = prefix
         self.scheduler_name = scheduler_name
@@ -353,29 +357,28 @@ class Phalanx:
     def start_binder(self, listen: str) -> None:
         from phalanx_binder import __main__ as binder_main
 
-        self.binder = binder_main.build(
-            binder_main.parser().parse_args(
-                [
-                    "--listen",
-                    listen,
-                    "--clock",
-                    "real",
-                    "--backend",
-                    "kubernetes",
-                    "--kubeconfig",
-                    self.kubeconfig,
-                    *transport(BINDER),
-                    "--redis-url",
-                    self.redis_url,
-                    "--redis-prefix",
-                    self.prefix,
-                    "--finish-interval",
-                    "0.5",
-                    "--scheduler-name",
-                    self.scheduler_name,
-                ]
-            )
-        ).start()
+        args = binder_main.parser().parse_args(
+            [
+                "--listen",
+                listen,
+                "--clock",
+                "real",
+                "--backend",
+                "kubernetes",
+                "--kubeconfig",
+                self.kubeconfig,
+                *transport(BINDER),
+                "--redis-url",
+                self.redis_url,
+                "--redis-prefix",
+                self.prefix,
+                "--finish-interval",
+                "0.5",
+                "--scheduler-name",
+                self.scheduler_name,
+            ]
+        )
+        self.binder = binder_main.build(args, own_view=not self.shared_view).start()
 
     def stop_binder(self) -> str:
         """Stops the binder (as if it crashed); returns its address, to start the next one on."""
@@ -426,7 +429,8 @@ class Phalanx:
         args = scheduler_main.parser().parse_args([*self.scheduler_flags(default_wait=30), *extra])
         server, servicer = scheduler_main.build(args)
         server.start()
-        feed = scheduler_main.start_feed(args, servicer)
+        follower = self.binder.servicer.backend.view if self.shared_view else None
+        feed = scheduler_main.start_feed(args, servicer, follower=follower)
         assert feed is not None and feed.wait_synced(20), "the cluster feed did not sync"
         stop = threading.Event()
         loop = threading.Thread(target=servicer.loop.run, args=(stop,), name="schedule-loop", daemon=True)

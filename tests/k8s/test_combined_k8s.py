@@ -7,7 +7,11 @@ was binding die with it): the standby's scheduler takes the Lease, its rebuild f
 until then) from the API server, its binder rolls forward whatever batch the dead one had started (the
 intent is in Redis), and every gang ends bound whole within the nodes' capacity. The single-replica kills
 (at a random moment, and at the binder's kill point between two pods of a gang) are chaos trials in
-test_chaos.py."""
+test_chaos.py.
+
+In the one process the binder's view of pods and nodes follows the scheduler's feed instead of watching the
+same objects itself: shown here with the services built in this test's process as phalanx-combined wires
+them."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TLS_DIR, Cluster, GangTrickle, election_flags
+from conftest import TLS_DIR, Cluster, GangTrickle, Phalanx, election_flags
 from waiting import wait_for
 
 from phalanx.security import tls
@@ -158,3 +162,30 @@ def test_the_standby_replica_finishes_a_killed_combined_leaders_gangs(
     for name in all_pods:
         assert store.load_pods()[f"{ns}/{name}"].node == cluster.node_of(ns, name)
     assert replicas[standby_name].alive()
+
+
+@pytest.fixture
+def shared_view(apiserver: LocalApiServer, redis_server: RedisServer, cluster: Cluster, tid: str) -> Iterator[Phalanx]:
+    stack = Phalanx(apiserver, redis_server.url, f"k8s-{tid}", cluster.scheduler_name, shared_view=True).start()
+    yield stack
+    stack.stop()
+
+
+def test_the_binders_view_follows_the_schedulers_feed(cluster: Cluster, shared_view: Phalanx) -> None:
+    ns = cluster.namespace()
+    cluster.node("n1")
+    cluster.pod(ns, "theirs", gpus=0, scheduler="default-scheduler")
+    view = shared_view.binder.servicer.backend.view
+    assert view.wait_synced(10), "the feed's first lists did not reach the binder's view"
+    names = cluster.koord_pods(ns, "train", 4, min_available=4, gpus=0)
+    keys = [f"{ns}/{n}" for n in names]
+    wait_for(lambda: cluster.all_bound(ns, names), BIND, "the gang to be bound")
+
+    # Every bind was checked from the view (no GET), which no watch of the binder's own filled.
+    assert (view.hits, view.misses) == (len(names), 0)
+    assert view.watches == 0
+    assert all(view.cached(k) for k in keys)
+    assert not view.cached(f"{ns}/theirs")  # another scheduler's pod: the feed sees it, the view keeps it out
+    assert view.pod(keys[0]) is not None and view.pod(keys[0]).node  # type: ignore[union-attr]  # the binding followed
+    cluster.delete_pod(ns, names[0])
+    wait_for(lambda: not view.cached(keys[0]), 10, "the deletion to reach the view")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.testing.stack import SERVICES, ChaosStack, StackConfig
-from phalanx_combined.__main__ import UsageError, most_verbose, parse, split_sections
+from phalanx_combined.__main__ import UsageError, most_verbose, parse, shares_cluster_view, split_sections
 
 
 def test_sections_split_on_separators_in_any_order() -> None:
@@ -50,6 +50,25 @@ def test_each_section_parses_as_its_service_would() -> None:
     assert args["queue"].listen == "127.0.0.1:7001"
     assert args["binder"].lock_lease == 7.0
     assert not hasattr(args["queue"], "lock_lease")  # the binder's flag, not given to the others
+
+
+@pytest.mark.parametrize(
+    ("binder", "scheduler", "shared"),
+    [
+        (["--backend", "kubernetes"], ["--backend", "kubernetes", "--clock", "real"], True),
+        (["--backend", "kubernetes", "--kubeconfig", "/a"], ["--backend", "kubernetes", "--kubeconfig", "/a"], True),
+        # Two API servers: each keeps its own view of its own.
+        (["--backend", "kubernetes", "--kubeconfig", "/a"], ["--backend", "kubernetes", "--kubeconfig", "/b"], False),
+        # A scheduler on the virtual clock runs no feed to follow.
+        (["--backend", "kubernetes"], ["--backend", "kubernetes", "--clock", "virtual"], False),
+        (["--backend", "simulated"], ["--backend", "simulated"], False),
+    ],
+)
+def test_the_binders_view_follows_the_schedulers_feed_only_on_the_same_api_server(
+    binder: list[str], scheduler: list[str], shared: bool
+) -> None:
+    args = parse(["queue", "--", "binder", *binder, "--", "scheduler", *scheduler])
+    assert shares_cluster_view(args["binder"], args["scheduler"]) is shared
 
 
 def test_one_root_logger_takes_the_most_verbose_level() -> None:

@@ -4,6 +4,12 @@
   their owners;
 so the bind path makes no API call per pod. A miss (a pod created a moment ago that the watch has not
 delivered yet, the cache not synced, a pod of another scheduler) is one GET.
+
+In the combined process (phalanx_combined) the view has no watches of its own: it follows the scheduler's
+cluster feed, which watches every pod and node anyway and hands each event here before its own batch takes
+it (`follow`, `pod_event`, `node_event`). The same objects were otherwise listed, streamed and decoded twice
+in one interpreter, and the binder's list of a gang burst's pods ran while the scheduler built its first
+placement.
 """
 
 from __future__ import annotations
@@ -61,7 +67,10 @@ class ClusterView:
         watch_timeout: int = 300,
         page_size: int = VIEW_PAGE,
         paced_after_pages: int = PACED_AFTER_PAGES,
+        own_watches: bool = True,
     ) -> None:
+        """`own_watches` False: the view starts no watch and is fed by `follow` (the combined process);
+        until then every lookup is a miss."""
         self.core = core
         self.scheduler_name = scheduler_name
         self.request_timeout = request_timeout
@@ -78,6 +87,8 @@ class ClusterView:
         self._podgroup_owners: dict[tuple[str, str, str], Counter[str]] = {}  # -> owners of those pods
         self._stop = threading.Event()
         self._watchers: list[Watcher] = []
+        self.own_watches = own_watches
+        self._followed: list[threading.Event] = []  # the followed watches' first lists (see `follow`)
         self.hits = self.misses = 0  # lookups answered by the cache / by a GET (for tests and metrics)
         self._started_at: float | None = None  # time.monotonic() when the watches started
         self.page_size = page_size
@@ -90,7 +101,7 @@ class ClusterView:
         """Starts the watches (once; later calls do nothing). `after_sync`: called on a thread of its own once
         both first lists are in, or after `sync_limit` seconds (the binder freezes its heap there)."""
         with self._lock:
-            if self._watchers or self._stop.is_set():
+            if self._watchers or self._stop.is_set() or not self.own_watches:
                 return self
             self._started_at = time.monotonic()
             pods = Collection(
@@ -124,6 +135,27 @@ class ClusterView:
             threading.Thread(target=when_synced, name="view-synced", daemon=True).start()
         return self
 
+    @property
+    def watches(self) -> int:
+        """How many watches the view runs itself (0 when it follows another's, or has not started)."""
+        return len(self._watchers)
+
+    def follow(self, synced: list[threading.Event]) -> None:
+        """Fed from now on by another watch of the same pods and nodes (the scheduler's feed in this process),
+        through `pod_event` and `node_event`; `synced`: set once each of its lists is in. Before a call (a
+        combined replica on standby, whose feed starts when it leads) the view holds nothing."""
+        with self._lock:
+            self._followed = list(synced)
+            self._started_at = time.monotonic()
+
+    def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """A watch event of any pod (the followed watch sees every scheduler's): ours are kept."""
+        if kind == "DELETED" or (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
+            self._sink(_PODS, kind, obj)  # a DELETED with no spec (a re-list's) names what it replaces
+
+    def node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._sink(_NODES, kind, obj)
+
     def want(self) -> ClusterView:
         """The binder has work (a bind or a report): started if it was not, and a paced list goes on."""
         if not self._wanted.is_set():
@@ -149,7 +181,8 @@ class ClusterView:
             pass
 
     def wait_synced(self, timeout: float | None = None) -> bool:
-        return all(w.synced.wait(timeout) for w in self._watchers) and bool(self._watchers)
+        events = self._followed or [w.synced for w in self._watchers]
+        return all(e.wait(timeout) for e in events) and bool(events)
 
     def wait_first_lists(self, limit: float) -> bool:
         """Waits for the first lists until `limit` seconds after the watches started or, later, the first bind or

@@ -58,7 +58,10 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         report_workers: int = 8,
         eviction_grace_seconds: int | None = None,
         eviction_mode: str = "api",
+        own_view: bool = True,
     ) -> None:
+        """`own_view` False: the cluster view starts no watch of its own; the scheduler's feed in this process
+        feeds it (ClusterView.follow, the combined process)."""
         from phalanx.kube.api import KubeApi
         from phalanx.kube.connection import KubeConnection
         from phalanx.kube.pipeline import Pipeline, supported
@@ -102,7 +105,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         # A large list of our pods pauses after its first pages until the first bind or report (see
         # ClusterView.want); until the view is synced a bind's check GETs its pods, and a PodGroup report
         # waits for it.
-        self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout)
+        self.view = ClusterView(self.core, component, request_timeout=self.retry.request_timeout, own_watches=own_view)
         self._writes = WriteLanes(report_workers)  # status writes, in order per object
         self._pruned: dict[str, frozenset[str]] = {}  # API group -> PodGroup status fields its CRD lacks
         # Preemption: the grace period an eviction gives its victims; None: each pod's own
@@ -111,8 +114,11 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         self.eviction_mode = eviction_mode  # "api": the Eviction API; "delete": condition, then delete
 
     @classmethod
-    def from_args(cls, args: Any, after_first_list: Callable[[], object] | None = None) -> KubernetesBackend:
-        """The binder's backend, its cluster view started; `after_first_list`: see ClusterView.start."""
+    def from_args(
+        cls, args: Any, after_first_list: Callable[[], object] | None = None, *, own_view: bool = True
+    ) -> KubernetesBackend:
+        """The binder's backend, its cluster view started (or left to follow the scheduler's feed: `own_view`
+        False); `after_first_list`: see ClusterView.start."""
         from phalanx.kube.connection import connection_of
 
         component = getattr(args, "scheduler_name", "") or os.environ.get("PHALANX_SCHEDULER_NAME", "")
@@ -122,6 +128,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
             component=component or DEFAULT_SCHEDULER_NAME,
             eviction_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None,
             eviction_mode=getattr(args, "eviction_mode", "api") or "api",
+            own_view=own_view,
         )
         backend.view.start(after_first_list)  # warm by the first bind; until then misses are GETs
         return backend

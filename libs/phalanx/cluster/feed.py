@@ -102,6 +102,17 @@ def collections(api_client: Any) -> list[Collection]:
 Event = tuple[str, str, dict[str, Any], Early]
 
 
+class Follower(Protocol):
+    """Another reader of the feed's pods and nodes in this process (the binder's cluster view in the combined
+    process), handed each event on its watch thread before the feed's batch takes it."""
+
+    def follow(self, synced: list[threading.Event]) -> None: ...
+
+    def pod_event(self, kind: str, obj: dict[str, Any]) -> None: ...
+
+    def node_event(self, kind: str, obj: dict[str, Any]) -> None: ...
+
+
 class ClusterFeed:
     def __init__(
         self,
@@ -120,12 +131,14 @@ class ClusterFeed:
         gang_hold: float = 0.0,
         gated: bool = False,
         after_rebuild: Callable[[], object] | None = None,
+        follower: Follower | None = None,
     ) -> None:
         """`gated`: the watches list at once, but nothing is applied to the scheduler until `open()` (a new
         leader lists the API server while it recovers its memory from Redis; the rebuild needs both).
         `after_rebuild`: called once the first batch is applied (the service freezes its heap there).
         `linger`: seconds a batch that ends a lull waits for the events right behind its first (Inbox.drain).
-        `gang_hold`: seconds a new gang's first pods may wait for the rest of its minimum (outbox.py)."""
+        `gang_hold`: seconds a new gang's first pods may wait for the rest of its minimum (outbox.py).
+        `follower`: given every pod and node event as it arrives, and the pods' and nodes' first lists."""
         self.scheduler = scheduler
         self.lock = lock
         self.queue = queue_client
@@ -157,6 +170,9 @@ class ClusterFeed:
             Watcher(c, self._sink, self.stop_event, watch_timeout=watch_timeout, missing_retry=missing_retry)
             for c in sources
         ]
+        self.follower = follower
+        if follower is not None:
+            follower.follow([w.synced for w in self._watchers if w.collection.name in (_PODS, _NODES)])
         self._queue_restarted = threading.Event()
         self._thread: threading.Thread | None = None
         self.maintenance = Maintenance(self.mirror, scheduler, self, lock, now, reconcile_interval=reconcile_interval)
@@ -195,6 +211,11 @@ class ClusterFeed:
             w.join(timeout)
 
     def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
+        if self.follower is not None:  # before event(): it trims a pod to what the scheduler reads
+            if collection == _PODS:
+                self.follower.pod_event(kind, obj)
+            elif collection == _NODES:
+                self.follower.node_event(kind, obj)
         self._events.put(self.event(collection, kind, obj))
 
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
