@@ -331,13 +331,14 @@ class GangTrickle:
 class Phalanx:
     """Queue, binder and scheduler in this process, each through its service's own build(), on the wall
     clock against the API server, with mutual TLS as deployed; the scheduler can be stopped and started
-    again (a restart). `shared_view`: as phalanx-combined runs them, the binder's view of pods and nodes
-    follows the scheduler's feed instead of watching for itself."""
+    again (a restart). `combined`: wired as phalanx-combined wires them (phalanx_combined): the scheduler
+    calls the queue's and binder's handlers directly, and the binder's view of pods and nodes follows the
+    scheduler's feed instead of watching for itself."""
 
     def __init__(
-        self, server: LocalApiServer, redis_url: str, prefix: str, scheduler_name: str, shared_view: bool = False
+        self, server: LocalApiServer, redis_url: str, prefix: str, scheduler_name: str, combined: bool = False
     ) -> None:
-        self.shared_view = shared_view
+        self.combined = combined
         self.redis_url = redis_url
         self.prefix = prefix
         self.scheduler_name = scheduler_name
@@ -378,7 +379,7 @@ class Phalanx:
                 self.scheduler_name,
             ]
         )
-        self.binder = binder_main.build(args, own_view=not self.shared_view).start()
+        self.binder = binder_main.build(args, own_view=not self.combined).start()
 
     def stop_binder(self) -> str:
         """Stops the binder (as if it crashed); returns its address, to start the next one on."""
@@ -427,10 +428,13 @@ class Phalanx:
         from phalanx_scheduler import __main__ as scheduler_main
 
         args = scheduler_main.parser().parse_args([*self.scheduler_flags(default_wait=30), *extra])
-        server, servicer = scheduler_main.build(args)
+        in_process = None
+        if self.combined:
+            view = self.binder.servicer.backend.view
+            in_process = scheduler_main.InProcess(self.queue.servicer, self.binder.servicer, cluster_view=view)
+        server, servicer = scheduler_main.build(args, in_process=in_process)
         server.start()
-        follower = self.binder.servicer.backend.view if self.shared_view else None
-        feed = scheduler_main.start_feed(args, servicer, follower=follower)
+        feed = scheduler_main.start_feed(args, servicer, follower=in_process and in_process.cluster_view)
         assert feed is not None and feed.wait_synced(20), "the cluster feed did not sync"
         stop = threading.Event()
         loop = threading.Thread(target=servicer.loop.run, args=(stop,), name="schedule-loop", daemon=True)

@@ -11,7 +11,7 @@ test_chaos.py.
 
 In the one process the binder's view of pods and nodes follows the scheduler's feed instead of watching the
 same objects itself: shown here with the services built in this test's process as phalanx-combined wires
-them."""
+them (the training-operator's jobs run through that wiring too: test_job_controllers.py)."""
 
 from __future__ import annotations
 
@@ -165,17 +165,17 @@ def test_the_standby_replica_finishes_a_killed_combined_leaders_gangs(
 
 
 @pytest.fixture
-def shared_view(apiserver: LocalApiServer, redis_server: RedisServer, cluster: Cluster, tid: str) -> Iterator[Phalanx]:
-    stack = Phalanx(apiserver, redis_server.url, f"k8s-{tid}", cluster.scheduler_name, shared_view=True).start()
+def combined(apiserver: LocalApiServer, redis_server: RedisServer, cluster: Cluster, tid: str) -> Iterator[Phalanx]:
+    stack = Phalanx(apiserver, redis_server.url, f"k8s-{tid}", cluster.scheduler_name, combined=True).start()
     yield stack
     stack.stop()
 
 
-def test_the_binders_view_follows_the_schedulers_feed(cluster: Cluster, shared_view: Phalanx) -> None:
+def test_the_binders_view_follows_the_schedulers_feed(cluster: Cluster, combined: Phalanx) -> None:
     ns = cluster.namespace()
     cluster.node("n1")
     cluster.pod(ns, "theirs", gpus=0, scheduler="default-scheduler")
-    view = shared_view.binder.servicer.backend.view
+    view = combined.binder.servicer.backend.view
     assert view.wait_synced(10), "the feed's first lists did not reach the binder's view"
     names = cluster.koord_pods(ns, "train", 4, min_available=4, gpus=0)
     keys = [f"{ns}/{n}" for n in names]

@@ -6,7 +6,9 @@ longer than a whole gang's bind calls take (PARTIAL_GRACE) fails the test where 
 
 Both controllers and the API server are started once for the module; each test has its own Phalanx (its
 own schedulerName, which the jobs' pod templates name, so the operator's "phalanx" default is overridden
-and a test's scheduler never sees another test's pods) and its own nodes.
+and a test's scheduler never sees another test's pods) and its own nodes. Each test runs twice: Phalanx as
+three services, and wired as phalanx-combined wires them (the scheduler calling its queue's and binder's
+handlers directly, the binder's view of pods and nodes following the scheduler's feed).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import Phalanx
 from waiting import recording_calls, wait_for
 
 from phalanx.metrics.catalog import registry_for
@@ -31,6 +34,8 @@ from phalanx.testing.job_controllers import (
     job_controllers_available,
 )
 from phalanx.testing.job_objects import GPU, PYTORCHJOB, SUCCEED_AFTER, fake_node, job_conditions, pytorchjob
+from phalanx.testing.layouts import COMBINED, SEPARATE
+from phalanx.testing.redis_server import RedisServer
 
 pytestmark = [
     pytest.mark.integration,
@@ -150,6 +155,18 @@ def _deleting(pod: dict[str, Any]) -> bool:
 
 def _phase(pod: dict[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "")
+
+
+@pytest.fixture(params=[SEPARATE, COMBINED])
+def phalanx(
+    request: pytest.FixtureRequest, apiserver: LocalApiServer, redis_server: RedisServer, cluster: Any, tid: str
+) -> Iterator[Phalanx]:
+    """conftest's in-process stack, in each layout's wiring."""
+    stack = Phalanx(
+        apiserver, redis_server.url, f"k8s-{tid}", cluster.scheduler_name, combined=request.param == COMBINED
+    ).start()
+    yield stack
+    stack.stop()
 
 
 @pytest.fixture
