@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: precompile bench-idle bench-starvation bench-preemption bench-burst bench-startup bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-combined bench-k8s-large e2e-compose e2e-image
+.PHONY: precompile bench-idle bench-starvation bench-preemption bench-burst bench-startup bench-startup-burst bench-restart setup demo images test verify format test-fast test-unit test-integration typecheck protos check-protos clean bench-replay tools bench bench-quick chaos chaos-sentinel soak peer-scheduler bench-k8s bench-k8s-combined bench-k8s-large e2e-compose e2e-image
 
 $(STAMP): pyproject.toml
 	@scripts/ensure-system-deps.sh
@@ -128,6 +128,17 @@ STARTUP_RUNS ?= 5
 STARTUP_LABEL ?= after
 bench-startup: $(STAMP) tools precompile
 	$(PY) -m phalanx.bench.startup --runs $(STARTUP_RUNS) --label "$(STARTUP_LABEL)" --out bench
+
+## The same launch on bench-k8s's gang burst (500 nodes, 1,000 PodGroups of 3 created first: issue 25's measure of
+## the first binding), the two layouts alternating run by run, STARTUP_RUNS each; about 30 s a run.
+## bench/startup-burst.txt and .json, labels "services" and "combined".
+bench-startup-burst: $(STAMP) tools precompile
+	for i in $$(seq $(STARTUP_RUNS)); do again=$$([ $$i = 1 ] || echo --append); \
+	  for layout in services combined; do \
+	    $(PY) -m phalanx.bench.startup --shape burst --runs 1 --layout $$layout --label $$layout $$again --out bench \
+	      || exit 1; \
+	  done; \
+	done
 
 ## CPU of each scheduler's processes with nothing to schedule (Phalanx as deployed, and kube-scheduler +
 ## Coscheduling: needs `make tools peer-scheduler`), 500 nodes, 30 s sampled after one gang bound

@@ -40,6 +40,10 @@ from phalanx.bench.report import LabelledResults, machine
 from phalanx.testing.layouts import LAYOUTS, SEPARATE
 
 SHAPE = Shape("startup-50n-100x3", nodes=50, gangs=100, gang_size=3, expected_bound=300, timeout=90)
+# --shape burst: bench-k8s's gang burst (issue 25's own measure of the first binding), kept in DIR/startup-burst.*
+BURST = Shape("gang-500n-1000x3", nodes=500, gangs=1000, gang_size=3, expected_bound=3000, timeout=120)
+SHAPES = {"startup": SHAPE, "burst": BURST}
+PROCESSES = ("redis", "queue", "binder", "scheduler", "combined")  # Phalanx's, in either layout
 # What each service logs at INFO when it reaches a step of the start (the first line matching counts).
 PHASES = [
     ("queue serving", "queue", r"queue serving on"),
@@ -148,7 +152,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "phalanx_cpu_to_first_binding_s": _median([r["phalanx_cpu_to_first_binding_s"] for r in rows]),
         "startup_cpu_s": {
             name: _median([r["startup_cpu_s"].get(name) for r in rows])
-            for name in ("redis", "queue", "binder", "scheduler")
+            for name in PROCESSES
         },
         "others_cpu_to_first_binding_s": _median(
             [
@@ -170,14 +174,15 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def table(doc: dict[str, Any]) -> str:
+def table(doc: dict[str, Any], shape: Shape = SHAPE) -> str:
     labels = list(doc["sets"])
     sets = [doc["sets"][k] for k in labels]
     lines = [
         "phalanx bench-startup: launch -> first binding of Phalanx as deployed on a fresh kube-apiserver",
-        f"workload: {SHAPE.describe()}, all created before the launch",
-        "launch: redis-server (password) started, then queue, binder, scheduler as processes (mutual TLS, "
-        "leader election on), from the first process started; first binding: seen by a watch of the pods",
+        f"workload: {shape.describe()}, all created before the launch",
+        "launch: redis-server (password) started, then the queue, binder and scheduler (three processes, or one "
+        "phalanx-combined process where a label says combined; mutual TLS, leader election on), from the first "
+        "process started; first binding: seen by a watch of the pods",
         "medians of the runs; phases from the services' INFO log lines (seconds from the launch); CPU sampled every",
         "50 ms until the first binding (the rest of the machine: kube-apiserver, etcd, this harness, other users)",
         "",
@@ -187,10 +192,11 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(
             f"{label}: commit {str(m.get('git_commit'))[:12]}{' (dirty)' if m.get('git_dirty') else ''}, "
             f"{m.get('date')}, {m.get('cpu_count')} cores ({m.get('cpu_model')}), Python {m.get('python')}"
+            + (f", layout {m['layout']}" if m.get("layout") else "")
             + (f"; {s['note']}" if s.get("note") else "")
         )
     lines.append("")
-    width = max(12, *(len(k) for k in labels))
+    width = max([12, *(len(k) for k in labels)])
     head = f"{'':34}" + "".join(f"{k:>{width + 2}}" for k in labels)
     lines.append(head)
     rows: list[tuple[str, list[str]]] = [
@@ -210,7 +216,7 @@ def table(doc: dict[str, Any]) -> str:
     rows.append(
         ("CPU s, launch -> first binding", [_fmt(s["summary"].get("phalanx_cpu_to_first_binding_s")) for s in sets])
     )
-    for name in ("redis", "queue", "binder", "scheduler", "combined"):
+    for name in PROCESSES:
         rows.append((f"  {name}", [_fmt((s["summary"].get("startup_cpu_s") or {}).get(name)) for s in sets]))
     rows.append(
         (
@@ -239,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         help="add the runs to the label's earlier ones instead of replacing them (to alternate two trees)",
     )
     p.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="startup",
+        help="startup: 50 nodes, 100 gangs of 3 (DIR/startup.*; the default); burst: bench-k8s's gang burst, "
+        "500 nodes, 1,000 gangs of 3 (DIR/startup-burst.*)",
+    )
+    p.add_argument(
         "--layout",
         choices=LAYOUTS,
         default=SEPARATE,
@@ -254,17 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     if not apiserver_available():
         print(f"bench-startup: {APISERVER_MISSING_REASON}", file=sys.stderr)
         return 2
-    results = LabelledResults(Path(args.out), "startup")
+    shape = SHAPES[args.shape]
+    results = LabelledResults(Path(args.out), "startup" if shape is SHAPE else "startup-burst")
     info = machine()
-    print(f"bench-startup '{args.label}': {args.runs} runs of {SHAPE.name} (load {info['load_average_at_start']})")
-    rows = run(args.runs, progress=lambda line: print(line, flush=True), layout=args.layout)
+    info["layout"] = args.layout
+    print(f"bench-startup '{args.label}': {args.runs} runs of {shape.name} (load {info['load_average_at_start']})")
+    rows = run(args.runs, progress=lambda line: print(line, flush=True), shape=shape, layout=args.layout)
     info["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     earlier = results.get(args.label) if args.append else None
     if earlier:
         rows = earlier["runs"] + rows
         info = {**earlier["machine"], "finished": info["finished"], "load_average_at_end": info["load_average_at_end"]}
-    print(results.save(args.label, {"machine": info, "summary": summarize(rows), "runs": rows}, table))
+    entry = {"machine": info, "summary": summarize(rows), "runs": rows}
+    print(results.save(args.label, entry, lambda doc: table(doc, shape)))
     return 0 if all(r["correct"] for r in rows) else 1
 
 
