@@ -150,10 +150,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "launch_to_last_binding_s": _median([r["launch_to_last_binding_s"] for r in rows]),
         "phases_s": {name: _median([r["phases_s"].get(name) for r in rows]) for name, _, _ in PHASES},
         "phalanx_cpu_to_first_binding_s": _median([r["phalanx_cpu_to_first_binding_s"] for r in rows]),
-        "startup_cpu_s": {
-            name: _median([r["startup_cpu_s"].get(name) for r in rows])
-            for name in PROCESSES
-        },
+        "startup_cpu_s": {name: _median([r["startup_cpu_s"].get(name) for r in rows]) for name in PROCESSES},
         "others_cpu_to_first_binding_s": _median(
             [
                 None
