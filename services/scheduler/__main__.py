@@ -58,7 +58,8 @@ from phalanx_scheduler.flags import election_enabled, retry_backoff_of
 from phalanx_scheduler.servicer import SchedulerServicer
 
 if TYPE_CHECKING:
-    from phalanx.cluster.feed import ClusterFeed, Follower
+    from phalanx.cluster.feed import ClusterFeed
+    from phalanx.cluster.sources import Follower
 
 log = logging.getLogger("phalanx_scheduler")
 
@@ -230,7 +231,8 @@ def start_feed(
     `follower`: the binder's view in this process, fed by the feed (InProcess.cluster_view)."""
     if args.backend != "kubernetes" or args.clock != "real":
         return None
-    from phalanx.cluster.feed import ClusterFeed, collections
+    from phalanx.cluster.feed import ClusterFeed
+    from phalanx.cluster.sources import collections
     from phalanx.kube.connection import connection_of
 
     scheduler = servicer.scheduler

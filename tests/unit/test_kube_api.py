@@ -153,7 +153,7 @@ def test_the_services_kubernetes_paths_do_not_load_the_kubernetes_client(tmp_pat
     code = f"""
 import sys
 from phalanx.backends.kubernetes import KubernetesBackend
-from phalanx.cluster.feed import collections
+from phalanx.cluster.sources import collections
 from phalanx.cluster.leader import ElectionConfig, LeaderElector
 from phalanx.intake.pods import parse_pod
 from phalanx.kube.api import KubeApi

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from builders import make_pod, make_podgroup
 
-from phalanx.cluster.feed import collections
 from phalanx.cluster.gang_intake import GangIntake
+from phalanx.cluster.sources import collections
 from phalanx.intake.errors import IntakeError
 from phalanx.intake.gang_objects import object_ref
 from phalanx.intake.pods import parse_pod

@@ -47,10 +47,10 @@ from phalanx.cluster.intake_flow import Early, IntakeFlow, parse_early, parsed_s
 from phalanx.cluster.mirror import Mirror
 from phalanx.cluster.outbox import FeedQueue, QueueOutbox
 from phalanx.cluster.reconcile import Maintenance
+from phalanx.cluster.sources import BUDGETS, CONFIGMAPS, NODES, PODS, Follower
 from phalanx.intake.budgets import parse_budget
 from phalanx.intake.errors import IntakeError
-from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND, PODGROUP_KINDS
-from phalanx.kube import podgroups
+from phalanx.intake.gang_kinds import CONFIGMAP_KIND, PODGROUP_KIND
 from phalanx.kube.watch import Collection, Watcher, object_key
 from phalanx.model.binding import GangReport, PodReport
 from phalanx.model.objects import PodInfo
@@ -60,8 +60,6 @@ from phalanx.state.store import FencedOut
 
 log = logging.getLogger(__name__)
 
-_NODES, _PODS, _CONFIGMAPS = "nodes", "pods", "configmaps"
-_BUDGETS = "poddisruptionbudgets"  # for preemption's choice of victims (phalanx.scheduling.preemption)
 # The rebuild hands the queue this many pending pods (whole gangs, in the queue's order) before the loop may
 # start: the loop's first pops take a few gangs, then double up to its pop batch. The rest follow in chunks,
 # outside the lock, while the loop runs (outbox.py): 3,000 pods under the lock held the start back ~0.3 s.
@@ -75,42 +73,8 @@ class Reporter(Protocol):
     def report(self, pods: list[PodReport], gangs: list[GangReport], now: float) -> None: ...
 
 
-def collections(api_client: Any) -> list[Collection]:
-    from phalanx.kube.api import KubeApi
-
-    api = KubeApi(api_client)  # not the client's generated API classes: see kube/api.py
-    out = [
-        Collection(_NODES, api.list_node, "Node", "v1"),
-        Collection(_PODS, api.list_pod_for_all_namespaces, "Pod", "v1"),
-        Collection(_CONFIGMAPS, api.list_config_map_for_all_namespaces, CONFIGMAP_KIND, "v1"),
-        Collection(_BUDGETS, api.list_pod_disruption_budget_for_all_namespaces, "PodDisruptionBudget", "policy/v1"),
-    ]
-    for k in PODGROUP_KINDS:  # the gang-declaring kinds' one list (intake/gang_kinds.py)
-        out.append(
-            Collection(
-                f"{podgroups.PLURAL}.{k.group}",
-                api.list_cluster_custom_object,
-                k.kind,
-                k.api_version,
-                args=(k.group, k.version, podgroups.PLURAL),
-            )
-        )
-    return out
-
-
 # A watch event: collection, kind (ADDED, MODIFIED, DELETED), the object, and a pod's early parse.
 Event = tuple[str, str, dict[str, Any], Early]
-
-
-class Follower(Protocol):
-    """Another reader of the feed's pods and nodes in this process (the binder's cluster view in the combined
-    process), handed each event on its watch thread before the feed's batch takes it."""
-
-    def follow(self, synced: list[threading.Event]) -> None: ...
-
-    def pod_event(self, kind: str, obj: dict[str, Any]) -> None: ...
-
-    def node_event(self, kind: str, obj: dict[str, Any]) -> None: ...
 
 
 class ClusterFeed:
@@ -172,7 +136,7 @@ class ClusterFeed:
         ]
         self.follower = follower
         if follower is not None:
-            follower.follow([w.synced for w in self._watchers if w.collection.name in (_PODS, _NODES)])
+            follower.follow([w.synced for w in self._watchers if w.collection.name in (PODS, NODES)])
         self._queue_restarted = threading.Event()
         self._thread: threading.Thread | None = None
         self.maintenance = Maintenance(self.mirror, scheduler, self, lock, now, reconcile_interval=reconcile_interval)
@@ -212,16 +176,16 @@ class ClusterFeed:
 
     def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
         if self.follower is not None:  # before event(): it trims a pod to what the scheduler reads
-            if collection == _PODS:
+            if collection == PODS:
                 self.follower.pod_event(kind, obj)
-            elif collection == _NODES:
+            elif collection == NODES:
                 self.follower.node_event(kind, obj)
         self._events.put(self.event(collection, kind, obj))
 
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
         """A watch event as the feed's batch takes it. Pods are parsed here, on their watch thread, not in the
         batch under the scheduler's lock (intake_flow.parse_early)."""
-        if collection != _PODS:
+        if collection != PODS:
             return collection, kind, obj, None
         known = self.mirror.pods.get(object_key(obj))  # read without the lock: see parse_early
         early = parse_early(kind, obj, self.name, None if known is None else known.node)
@@ -307,16 +271,16 @@ class ClusterFeed:
     # -- one batch: dispatch -----------------------------------------------------------------------------
     def _apply(self, events: list[Event], initial: bool) -> None:
         # Nodes first (bound pods need their node), then gang objects (pods resolve against them).
-        rank = {_NODES: 0, _PODS: 2}
+        rank = {NODES: 0, PODS: 2}
         b = Batch()
         with self.lock:
             for collection, kind, obj, early in sorted(events, key=lambda e: rank.get(e[0], 1)):
                 try:
-                    if collection == _NODES:
+                    if collection == NODES:
                         self.flow.on_node(kind, obj, b)
-                    elif collection == _PODS:
+                    elif collection == PODS:
                         self.flow.on_pod(kind, obj, b, early)
-                    elif collection == _BUDGETS:
+                    elif collection == BUDGETS:
                         self._on_budget(kind, obj)
                     else:
                         self._on_gang_object(collection, kind, obj, b)
@@ -362,7 +326,7 @@ class ClusterFeed:
         self.scheduler.preemption.set_budgets([budget], [])
 
     def _on_gang_object(self, collection: str, kind: str, obj: Mapping[str, Any], b: Batch) -> None:
-        if collection == _CONFIGMAPS:
+        if collection == CONFIGMAPS:
             if kind != "DELETED" and not GangIntake.is_gang_object(obj):
                 kind = "DELETED"  # an ordinary ConfigMap, or one that stopped declaring a gang
             self.flow.on_gang_object(kind, CONFIGMAP_KIND, obj, b)
