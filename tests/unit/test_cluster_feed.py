@@ -865,3 +865,42 @@ def test_evictions_under_way_keep_the_loops_poll_short(h: Harness) -> None:
     victim = Victim(pod_key="ns/p0", uid="uid-p0", node="n1", preemptor="ns/hi")
     h.sched.preemption.nominations["ns/hi"] = Nomination("ns/hi", 100, 1.0, {}, [victim])
     assert h.sched.unprompted_work()
+
+
+class BrokenFollower:
+    """A follower that fails on every event (a bug in it, or an object it cannot read)."""
+
+    def follow(self, synced: list[threading.Event]) -> None:
+        pass
+
+    def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        raise ValueError("cannot read it")
+
+    def node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        raise ValueError("cannot read it")
+
+
+def test_the_binders_view_follows_the_feeds_pods_and_nodes_and_its_failure_costs_the_scheduler_nothing(
+    h: Harness,
+) -> None:
+    from phalanx.backends.cluster_view import ClusterView
+
+    view = ClusterView(None, NAME, own_watches=False)
+    feed = ClusterFeed(h.sched, threading.Lock(), h.queue, h.reports, [], scheduler_name=NAME, follower=view)
+    for event in (node("n1"), pod("mine", annotations=koord("g", "1")), pod("theirs", scheduler="default-scheduler")):
+        feed._sink(*event)
+    assert view.cached("ns/mine") and not view.cached("ns/theirs")  # ours only, as its own watch selected
+    assert view.pod("ns/mine") is not None and view.pod("ns/mine").uid == "uid-mine"  # type: ignore[union-attr]
+    feed._sink(*pod("mine", node_name="n1", kind="MODIFIED"))
+    assert view.pod("ns/mine").node == "n1"  # type: ignore[union-attr]  # the binding followed
+    feed._sink(*pod("mine", kind="DELETED"))
+    assert not view.cached("ns/mine")
+    assert [e[:2] for e in feed._drain(False)] == [("nodes", "ADDED")] + [("pods", k) for k in
+        ("ADDED", "ADDED", "MODIFIED", "DELETED")]  # fmt: skip
+
+    broken = ClusterFeed(
+        h.sched, threading.Lock(), h.queue, h.reports, [], scheduler_name=NAME, follower=BrokenFollower()
+    )
+    broken._sink(*node("n2"))
+    broken._sink(*pod("p"))
+    assert [(c, o["metadata"]["name"]) for c, _, o, _ in broken._drain(False)] == [("nodes", "n2"), ("pods", "p")]

@@ -176,10 +176,13 @@ class ClusterFeed:
 
     def _sink(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
         if self.follower is not None:  # before event(): it trims a pod to what the scheduler reads
-            if collection == PODS:
-                self.follower.pod_event(kind, obj)
-            elif collection == NODES:
-                self.follower.node_event(kind, obj)
+            try:
+                if collection == PODS:
+                    self.follower.pod_event(kind, obj)
+                elif collection == NODES:
+                    self.follower.node_event(kind, obj)
+            except Exception:  # the follower's problem: the scheduler still gets the event
+                log.exception("the binder's view could not take a %s %s event; the scheduler still does", kind, collection)
         self._events.put(self.event(collection, kind, obj))
 
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
