@@ -182,7 +182,9 @@ class ClusterFeed:
                 elif collection == NODES:
                     self.follower.node_event(kind, obj)
             except Exception:  # the follower's problem: the scheduler still gets the event
-                log.exception("the binder's view could not take a %s %s event; the scheduler still does", kind, collection)
+                log.exception(
+                    "the binder's view could not take a %s %s event; the scheduler still does", kind, collection
+                )
         self._events.put(self.event(collection, kind, obj))
 
     def event(self, collection: str, kind: str, obj: dict[str, Any]) -> Event:
