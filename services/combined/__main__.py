@@ -10,7 +10,8 @@ directly (their handlers on its threads: no TLS, HTTP/2 or serialization between
 and the binder's view of pods and nodes follows the scheduler's watch of the API server instead of watching
 the same objects itself (when both sections name the same API server; ClusterView.follow).
 What one process saves: two interpreters (their imports, heaps, and the CPU each spends keeping itself alive),
-those calls' transport, and a second list, stream and decoding of every pod and node. Measured in bench/issue25-ab.txt sections 29 and 30 and bench/k8s-combined.txt.
+those calls' transport, and a second list, stream and decoding of every pod and node. Measured in
+bench/issue25-ab.txt sections 29 to 31 and bench/k8s-combined.txt.
 
 What it does not change: the scheduler alone schedules and writes the queue's pods (from its watch of the
 API server), the binder binds under the Redis mutex, and the state of record stays in Redis and the API
