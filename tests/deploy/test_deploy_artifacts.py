@@ -1414,9 +1414,10 @@ def _expanded(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), text)
 
 
-def combined_sections(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def combined_sections(container: dict[str, Any]) -> dict[str, Any]:
     """The combined container's command line parsed by phalanx-combined itself, in a fresh interpreter with
-    the container's environment (the services' parsers read PHALANX_* when they are built)."""
+    the container's environment (the services' parsers read PHALANX_* when they are built); and, under
+    "shares_cluster_view", whether the binder's view then follows the scheduler's watch."""
     env: dict[str, str] = {"POD_IP": POD_IP}
     for e in container["env"]:
         if "value" in e:
@@ -1426,9 +1427,11 @@ def combined_sections(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     argv = [_expanded(a, env) for a in container["args"]]
     probe = (
         "import json, sys\n"
-        "from phalanx_combined.__main__ import parse\n"
+        "from phalanx_combined.__main__ import parse, shares_cluster_view\n"
         "args = parse(json.loads(sys.argv[1]))\n"
-        "print(json.dumps({k: vars(v) for k, v in args.items()}, default=str))\n"
+        "out = {k: vars(v) for k, v in args.items()}\n"
+        "out['shares_cluster_view'] = shares_cluster_view(args['binder'], args['scheduler'])\n"
+        "print(json.dumps(out, default=str))\n"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PHALANX_", "OTEL_"))}
     out = _run([sys.executable, "-c", probe, json.dumps(argv)], env={**clean, **env}, cwd=REPO)
@@ -1460,6 +1463,7 @@ def test_helm_combined_layout(tmp_path: Path) -> None:
         assert parsed[name]["metrics_listen"] == f"{POD_IP}:{METRICS_PORTS[name]}"
         assert parsed[name]["backend"] == "kubernetes" and not parsed[name]["plaintext"]
     assert parsed["binder"]["lock_lease"] == 30.0
+    assert parsed["shares_cluster_view"] is True  # one stream of pods from the API server, not two
     assert parsed["binder"]["redis_url"] == parsed["scheduler"]["redis_url"]
     # Each service its own certificate, from its own Secret.
     secrets = {}
