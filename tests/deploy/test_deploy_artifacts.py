@@ -1436,7 +1436,7 @@ def combined_sections(container: dict[str, Any]) -> dict[str, Any]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PHALANX_", "OTEL_"))}
     out = _run([sys.executable, "-c", probe, json.dumps(argv)], env={**clean, **env}, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+    return json.loads(out.stdout)
 
 
 @needs_helm
