@@ -6,6 +6,7 @@ recheck time has passed."""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -29,8 +30,10 @@ def plain(status: int, body: bytes, extra: str = "") -> bytes:
 class Server:
     """Reads requests (Content-Length bodies) one after another per connection and answers each in order."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, wrap: ssl.SSLContext | None = None) -> None:
         self.answer = answer
+        self.wrap = wrap  # a server-side TLS context: connections are TLS
+        self.open: list[socket.socket] = []  # the connections accepted
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.requests: list[bytes] = []
@@ -48,8 +51,15 @@ class Server:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            if self.wrap is not None:
+                try:
+                    conn = self.wrap.wrap_socket(conn, server_side=True)
+                except OSError:
+                    conn.close()
+                    continue
             with self.lock:
                 self.connections += 1
+                self.open.append(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:

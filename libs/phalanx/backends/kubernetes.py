@@ -64,6 +64,7 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         feeds it (ClusterView.follow, the combined process)."""
         from phalanx.kube.api import KubeApi
         from phalanx.kube.connection import KubeConnection
+        from phalanx.kube.io_loop import IoLoop
         from phalanx.kube.pipeline import Pipeline, supported
 
         self.retry = retry or RetryPolicy()
@@ -81,15 +82,15 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         # 1,000-gang burst that put a pod's `Scheduled` Event 180-370 ms behind its binding (p50); 16 x 4: ~20.
         # Bindings spread over their connections (kube/pipeline.py): a gang's three bindings in one write were
         # answered one after the other, 9 ms at the median under steady arrival, while the bind mutex waited.
+        # One thread drives the three pipelines' connections (kube/io_loop.py): a binding's answer hands its
+        # Event to the Events' pipeline on that thread, and one wake-up reads the answers of every connection.
         shapes = {"k8s-bind": (bind_workers, 8, True), "k8s-write": (4, 8, False), "k8s-event": (16, 4, False)}
-        self._pipelines = (
-            []
-            if why
-            else [
-                Pipeline(cfg, connections=c, max_batch=b, timeout=timeout, name=n, spread=s)
-                for n, (c, b, s) in shapes.items()
-            ]
-        )
+        self._io = None if why else IoLoop("k8s-io")
+        self._pipelines = [
+            Pipeline(cfg, connections=c, max_batch=b, timeout=timeout, name=n, spread=s, loop=self._io)
+            for n, (c, b, s) in shapes.items()
+            if self._io is not None
+        ]
         # Not the client's generated API classes (their import costs the binder's start-up most of a second,
         # and pydantic checks every call): the same requests, made raw (kube/api.py).
         pipes: list[Pipeline | None] = list(self._pipelines) or [None, None, None]
@@ -138,6 +139,8 @@ class KubernetesBackend(PodBinding, PodReports, Eviction, PodGroupStatus):
         self._binders.shutdown(wait=True)
         for p in self._pipelines:
             p.close()
+        if self._io is not None:
+            self._io.stop()
         self.view.stop()
 
     # -- checks ----------------------------------------------------------------------------------------

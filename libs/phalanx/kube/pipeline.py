@@ -8,37 +8,42 @@ pipelined 50 at a time cost 0.09 ms each (hack/README.md: request cost). The bin
 bound pod (the binding, its Event, a share of its PodGroup's status), so this is most of its CPU.
 
 Go's net/http server (kube-apiserver's) reads a connection's requests one after the other and answers them
-in order, so pipelining needs nothing from the server. A batch holds what callers handed in while the
-previous batch was on the wire: under load it grows, idle it is one request (no added wait).
+in order, so pipelining needs nothing from the server. A connection takes a batch when its previous batch is
+answered, and the batch holds what callers handed in meanwhile: under load it grows, idle it is one request
+(no added wait). Every connection is driven by one thread (kube/io_loop.py), shared by the pipelines of a
+backend.
 
 Failure: a connection that breaks or times out fails the requests it had not answered with an OSError
 (`transient` for the binder, which retries). A request unanswered because the connection was found closed
-before any answer of its batch came is sent once more on a new connection: the server had not answered it,
-and every write the binder makes is safe to repeat (a binding repeated is a 409 the binder reads back, an
-Event's name is fixed when it is made, a merge patch is idempotent).
+(or broke on the write) before any answer of its batch came is sent once more on a new connection: the
+server had not answered it, and every write the binder makes is safe to repeat (a binding repeated is a 409
+the binder reads back, an Event's name is fixed when it is made, a merge patch is idempotent).
 """
 
 from __future__ import annotations
 
-import logging
-import queue
 import socket
 import ssl
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-log = logging.getLogger(__name__)
+from phalanx.kube.http_reply import Reply, take_reply
+from phalanx.kube.io_loop import Channel, IoLoop
+
+__all__ = ["JSON", "MAX_BATCH", "Pipeline", "Reply", "Request", "supported"]
 
 JSON = "application/json"
 MAX_BATCH = 64  # requests in one write at most: ~100 ms of the server's serial work
 # A service-account token is rotated an hour or so before it expires, and a kubeconfig's exec credential is
 # refreshed by its hook once expired: a second's delay in noticing either is harmless.
 TOKEN_RECHECK_S = 1.0
-_STOP = object()
+
+Item = tuple["Request", "Future[Reply]", int]  # the request, its caller's future, times sent again
 
 
 @dataclass(frozen=True)
@@ -47,25 +52,6 @@ class Request:
     path: str  # with its query, already quoted
     body: bytes | None = None
     content_type: str = JSON
-
-
-class Reply:
-    """An answer, shaped like the urllib3 response `KubeApi` returns (status, reason, data, headers, read,
-    release_conn)."""
-
-    __slots__ = ("status", "reason", "data", "headers")
-
-    def __init__(self, status: int, reason: str, data: bytes, headers: dict[str, str]) -> None:
-        self.status = status
-        self.reason = reason
-        self.data = data
-        self.headers = headers
-
-    def read(self) -> bytes:
-        return self.data
-
-    def release_conn(self) -> None:
-        """Nothing to give back: the pipeline owns its connections."""
 
 
 class _Closed(OSError):
@@ -83,11 +69,11 @@ def supported(configuration: Any) -> str:
 
 
 class Pipeline:
-    """`connections` sender threads, each with one keep-alive connection to the API server of
-    `configuration` (a kube.connection.KubeConnection: host, TLS files, verify_ssl, tls_server_name, and
-    its Authorization, asked of it again at a batch once `token_recheck` seconds have passed, so a
-    refreshed token is used within that time; asking can cost: through the kubernetes client's loader the
-    refresh hook copies the whole configuration again, host and proxy lookup included)."""
+    """Up to `connections` keep-alive connections to the API server of `configuration` (a
+    kube.connection.KubeConnection: host, TLS files, verify_ssl, tls_server_name, and its Authorization, asked
+    of it again at a batch once `token_recheck` seconds have passed, so a refreshed token is used within that
+    time; asking can cost: through the kubernetes client's loader the refresh hook copies the whole
+    configuration again, host and proxy lookup included), driven by `loop` (one of its own if None)."""
 
     def __init__(
         self,
@@ -99,13 +85,16 @@ class Pipeline:
         name: str = "k8s-pipe",
         token_recheck: float = TOKEN_RECHECK_S,
         spread: bool = False,
+        loop: IoLoop | None = None,
     ) -> None:
         why = supported(configuration)
         if why:
             raise ValueError(f"cannot pipeline to the API server: {why}")
         self.configuration = configuration
+        self.name = name
         self.timeout = timeout
         self.max_batch = max(1, max_batch)
+        self.connections = max(1, connections)
         self.spread = spread
         self.token_recheck = token_recheck
         self._auth = b""
@@ -117,27 +106,38 @@ class Pipeline:
         self._prefix = url.path.rstrip("/")
         self._host_header = url.netloc.encode()
         self._context = self._ssl_context() if self._tls else None
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: deque[Item] = deque()
+        self._channels: list[Channel] = []
+        self._busy = 0  # channels with a batch not yet answered (the loop's thread keeps it)
+        self._closed = False
         self._pending = 0
         self._idle = threading.Condition()
         self.batches = self.requests = 0  # counters for tests and benchmarks
-        self._threads = [
-            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True) for i in range(max(1, connections))
-        ]
-        for t in self._threads:
-            t.start()
+        self._own_loop = loop is None
+        self._loop = loop or IoLoop(f"{name}-io")
+        self._loop.add(self)
 
     # -- callers -------------------------------------------------------------------------------------------
     def submit(self, request: Request) -> Future[Reply]:
         fut: Future[Reply] = Future()
+        if self._closed:
+            fut.set_exception(OSError(f"{self.name}: the API pipeline is closed"))
+            return fut
         with self._idle:
             self._pending += 1
         fut.add_done_callback(self._done)
-        self._queue.put((request, fut, 0))
+        self._queue.append((request, fut, 0))
+        loop = self._loop
+        # A wake-up only when the loop sleeps and a connection could take this now; otherwise the loop sees
+        # it at its next turn (it is awake, or a connection freeing up wakes it).
+        if loop.sleeping and self._busy < self.connections and not loop.on_loop():
+            loop.wake()
         return fut
 
     def call(self, request: Request) -> Reply:
         """Sends `request` and waits for its answer (the connection's timeout bounds the wait)."""
+        if self._loop.on_loop():
+            raise RuntimeError(f"{self.name}: a blocking call on the API I/O loop's own thread would never return")
         return self.submit(request).result(timeout=self.timeout * 2 + 5)
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -152,10 +152,23 @@ class Pipeline:
         return True
 
     def close(self) -> None:
-        for _ in self._threads:
-            self._queue.put(_STOP)
-        for t in self._threads:
-            t.join(5)
+        """Sends what was handed in (up to 5 s), then closes the connections."""
+        self._closed = True
+        self.flush(5.0)
+        done = threading.Event()
+
+        def shut() -> None:
+            self._loop.remove(self)
+            for ch in list(self._channels):
+                self._drop(ch)
+            self._fail(list(self._queue), OSError(f"{self.name}: the API pipeline is closed"))
+            self._queue.clear()
+            done.set()
+
+        self._loop.call(shut)
+        done.wait(5.0)
+        if self._own_loop:
+            self._loop.stop()
 
     def _done(self, _fut: Future[Reply]) -> None:
         with self._idle:
@@ -163,101 +176,154 @@ class Pipeline:
             if not self._pending:
                 self._idle.notify_all()
 
-    # -- the sender ----------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        conn: _Connection | None = None
-        while True:
-            first = self._queue.get()
-            if first is _STOP:
-                if conn is not None:
-                    conn.close()
-                return
-            batch = [first]
-            stop = False
-            limit = self._batch_limit()
-            while len(batch) < limit:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
-            batch = [(r, f, n) for r, f, n in batch if f.set_running_or_notify_cancel()]
-            while batch:
-                if conn is None or conn.dropped():
-                    if conn is not None:
-                        conn.close()
-                    try:
-                        conn = self._connect()
-                    except OSError as exc:
-                        for _, fut, _n in batch:
-                            fut.set_exception(exc)
-                        break
-                batch, conn = self._send(conn, batch)
-            if stop:
-                self._queue.put(_STOP)  # for the next sender (each takes one)
-                if conn is not None:
-                    conn.close()
-                return
+    # -- the loop's side (kube/io_loop.py Lane) ------------------------------------------------------------
+    def sendable(self) -> bool:
+        return bool(self._queue) and self._busy < self.connections
 
-    def _batch_limit(self) -> int:
-        """How many requests this sender takes in one write. Spread: what is waiting, shared out over the
-        connections (the first sender to wake takes its share and leaves the rest to the others), at most
-        max_batch; so a gang's few bindings go out on as many connections, answered side by side instead of
-        one after the other, while a burst still goes max_batch to a write."""
-        if not self.spread:
-            return self.max_batch
-        waiting = 1 + self._queue.qsize()
-        return max(1, min(self.max_batch, -(-waiting // len(self._threads))))
+    def waiting(self) -> bool:
+        return self._busy > 0
 
-    def _send(self, conn: _Connection, batch: list[Any]) -> tuple[list[Any], _Connection | None]:
-        """Sends `batch` on `conn`; returns what is to be sent again (on a new connection) and the connection
-        still usable (None if it is not)."""
-        self.batches += 1
-        self.requests += len(batch)
-        answered = 0
+    def dispatch(self) -> None:
+        while self._queue:
+            ch = next((c for c in self._channels if not c.inflight), None)
+            if ch is None:
+                if len(self._channels) >= self.connections:
+                    return  # every connection busy: the queue waits for an answer
+                ch = self._open()
+                if ch is None:
+                    continue  # could not connect: that batch has failed
+            batch = self._take(self._batch_limit())
+            if batch:
+                self._write(ch, batch)
+
+    def ready(self, ch: Channel, writable: bool) -> None:
+        if writable or ch.out:
+            self._flush_out(ch)
+            if ch.closed:
+                return
         try:
-            auth = self._authorization()
-            conn.sock.sendall(b"".join(self._encode(r, auth) for r, _, _ in batch))
-            for _, fut, _n in batch:
-                reply, keep = conn.read_reply()
-                answered += 1
+            eof = ch.read_some()
+        except OSError as exc:
+            self._broken(ch, exc)
+            return
+        try:
+            while ch.inflight and (got := take_reply(ch.buf, eof=eof)) is not None:
+                reply, keep = got
+                _req, fut, _n = ch.inflight.popleft()
+                ch.answered += 1
                 fut.set_result(reply)
                 if not keep:  # "Connection: close": what follows was not read by the server
-                    conn.close()
-                    return self._again(batch[answered:], None), None
-            return [], conn
-        except _Closed as exc:
-            conn.close()
-            if answered == 0:  # closed before any answer: the server took none of them
-                return self._again(batch, exc), None
-            self._fail(batch[answered:], exc)
-            return [], None
-        except OSError as exc:
-            conn.close()
-            self._fail(batch[answered:], exc)
-            return [], None
+                    self._again(list(ch.inflight), None)
+                    ch.inflight.clear()
+                    self._drop(ch)
+                    return
         except Exception as exc:  # a garbled answer: the connection is out of step
-            conn.close()
-            self._fail(batch[answered:], OSError(f"unreadable answer from the API server: {exc}"))
-            return [], None
+            self._fail(list(ch.inflight), OSError(f"unreadable answer from the API server: {exc}"))
+            ch.inflight.clear()
+            self._drop(ch)
+            return
+        if eof or (ch.buf and not ch.inflight):  # ended, or bytes nobody asked for (out of step)
+            if ch.inflight:
+                self._broken(ch, _Closed("the API server closed the connection"))
+            else:
+                self._drop(ch)
+            return
+        if ch.inflight:
+            ch.deadline = time.monotonic() + self.timeout  # the answers are coming: the wait starts again
+        else:
+            ch.deadline = float("inf")
+            self._busy -= 1
 
-    @staticmethod
-    def _again(items: list[Any], exc: Exception | None) -> list[Any]:
-        out = []
+    def expire(self, now: float) -> None:
+        for ch in [c for c in self._channels if c.inflight and c.deadline <= now]:
+            self._fail(list(ch.inflight), TimeoutError(f"no answer from the API server in {self.timeout:g} s"))
+            ch.inflight.clear()
+            self._drop(ch)
+
+    # -- on the loop's thread ------------------------------------------------------------------------------
+    def _batch_limit(self) -> int:
+        """How many requests a connection takes in one write. Spread: what is waiting, shared out over the
+        connections, at most max_batch; so a gang's few bindings go out on as many connections, answered side
+        by side instead of one after the other, while a burst still goes max_batch to a write."""
+        if not self.spread:
+            return self.max_batch
+        return max(1, min(self.max_batch, -(-len(self._queue) // self.connections)))
+
+    def _take(self, limit: int) -> list[Item]:
+        batch: list[Item] = []
+        while self._queue and len(batch) < limit:
+            item = self._queue.popleft()
+            if item[2] or item[1].set_running_or_notify_cancel():  # one sent again is running already
+                batch.append(item)
+        return batch
+
+    def _write(self, ch: Channel, batch: list[Item]) -> None:
+        self.batches += 1
+        self.requests += len(batch)
+        try:
+            auth = self._authorization()
+        except Exception as exc:  # the credential hook failed: these requests cannot be sent
+            self._fail(batch, OSError(f"no credentials for the API server: {exc}"))
+            return
+        ch.out += b"".join(self._encode(r, auth) for r, _, _ in batch)
+        ch.inflight.extend(batch)
+        ch.answered = 0
+        ch.deadline = time.monotonic() + self.timeout
+        self._busy += 1
+        self._flush_out(ch)
+
+    def _flush_out(self, ch: Channel) -> None:
+        try:
+            ch.write_some()
+        except OSError as exc:
+            self._broken(ch, exc)
+            return
+        self._loop.want_write(ch, bool(ch.out))
+
+    def _broken(self, ch: Channel, exc: OSError) -> None:
+        """The connection failed: a batch none of whose answers came is sent again once (the server answered
+        none of it), the rest of a batch partly answered fails (the server may have taken it)."""
+        items = list(ch.inflight)
+        ch.inflight.clear()
+        if ch.answered == 0:
+            self._again(items, exc)
+        else:
+            self._fail(items, exc)
+        self._drop(ch)
+
+    def _again(self, items: list[Item], exc: Exception | None) -> None:
+        retry = []
         for req, fut, tries in items:
             if tries >= 1:
                 fut.set_exception(exc or _Closed("the API server closed the connection"))
             else:
-                out.append((req, fut, tries + 1))
-        return out
+                retry.append((req, fut, tries + 1))
+        self._queue.extendleft(reversed(retry))  # first in the queue, as they were first sent
 
     @staticmethod
-    def _fail(items: list[Any], exc: Exception) -> None:
+    def _fail(items: list[Item], exc: Exception) -> None:
         for _, fut, _n in items:
-            fut.set_exception(exc)
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def _drop(self, ch: Channel) -> None:
+        if ch in self._channels:
+            self._channels.remove(ch)
+            if ch.deadline != float("inf"):
+                self._busy -= 1
+        ch.deadline = float("inf")
+        self._loop.forget(ch)
+
+    def _open(self) -> Channel | None:
+        """A new connection, or None with the next batch failed (the reason it could not connect)."""
+        try:
+            ch = Channel(self._connect(), self)
+        except OSError as exc:
+            self._fail(self._take(self._batch_limit()), exc)
+            return None
+        self._channels.append(ch)
+        self._loop.watch(ch)
+        return ch
 
     def _encode(self, r: Request, auth: bytes) -> bytes:
         lines = [
@@ -277,7 +343,7 @@ class Pipeline:
 
     def _authorization(self) -> bytes:
         now = time.monotonic()
-        if now >= self._auth_due:  # two senders may both ask at the turn: harmless
+        if now >= self._auth_due:
             self._auth = self.configuration.authorization().encode()
             self._auth_due = now + self.token_recheck
         return self._auth
@@ -296,119 +362,16 @@ class Pipeline:
         ctx.set_alpn_protocols(["http/1.1"])  # never HTTP/2: its framing is not spoken here
         return ctx
 
-    def _connect(self) -> _Connection:
+    def _connect(self) -> socket.socket:
+        """Blocks the loop's thread for the TCP connect and the TLS handshake (bounded by the timeout): once
+        per connection, which is kept alive."""
         sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._context is not None:
             name = getattr(self.configuration, "tls_server_name", None) or self._host
-            sock = self._context.wrap_socket(sock, server_hostname=name)
-        return _Connection(sock, self.timeout)
-
-
-class _Connection:
-    """One keep-alive connection and what has been read from it but not yet parsed."""
-
-    def __init__(self, sock: socket.socket, timeout: float) -> None:
-        self.sock = sock
-        self.timeout = timeout
-        self.buf = bytearray()
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def dropped(self) -> bool:
-        """Closed by the server while idle (its idle timeout): readable with nothing to read."""
-        if self.buf:
-            return True  # bytes nobody asked for: out of step
-        import select
-
-        try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        if not readable:
-            return False
-        # Readable: the end of the connection, or TLS's own records (a TLS 1.3 session ticket), which a
-        # non-blocking read consumes without returning data.
-        self.sock.setblocking(False)
-        try:
-            self.sock.recv(1)
-        except (ssl.SSLWantReadError, BlockingIOError):
-            return False
-        except OSError:
-            return True
-        finally:
-            self.sock.settimeout(self.timeout)
-        return True  # the end of the connection (b"") or bytes nobody asked for
-
-    def _fill(self) -> None:
-        chunk = self.sock.recv(262144)
-        if not chunk:
-            raise _Closed("the API server closed the connection")
-        self.buf += chunk
-
-    def _line(self, start: int) -> int:
-        while (end := self.buf.find(b"\r\n", start)) < 0:
-            self._fill()
-        return end
-
-    def read_reply(self) -> tuple[Reply, bool]:
-        """The next answer, and whether the connection stays open after it."""
-        while (head_end := self.buf.find(b"\r\n\r\n")) < 0:
-            self._fill()
-        head = bytes(self.buf[:head_end]).decode("latin-1").split("\r\n")
-        del self.buf[: head_end + 4]
-        version, _, rest = head[0].partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1."):
-            raise ValueError(f"not an HTTP/1.x status line: {head[0][:80]!r}")
-        headers: dict[str, str] = {}
-        for line in head[1:]:
-            key, _, value = line.partition(":")
-            headers[key.strip().lower()] = value.strip()
-        status = int(code)
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            body = self._chunked()
-        elif "content-length" in headers:
-            body = self._exactly(int(headers["content-length"]))
-        elif status in (204, 304) or 100 <= status < 200:
-            body = b""
-        else:  # no length: the body runs to the end of the connection
-            body = self._to_end()
-            return Reply(status, reason, body, headers), False
-        keep = headers.get("connection", "").lower() != "close" and version != "HTTP/1.0"
-        return Reply(status, reason, body, headers), keep
-
-    def _exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._fill()
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def _chunked(self) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            end = self._line(0)
-            size = int(bytes(self.buf[:end]).split(b";", 1)[0].strip() or b"0", 16)
-            del self.buf[: end + 2]
-            if size == 0:
-                while (end := self._line(0)) != 0:  # trailers, then the empty line
-                    del self.buf[: end + 2]
-                del self.buf[:2]
-                return b"".join(parts)
-            parts.append(self._exactly(size))
-            self._exactly(2)  # the chunk's CRLF
-
-    def _to_end(self) -> bytes:
-        try:
-            while True:
-                self._fill()
-        except _Closed:
-            pass
-        out = bytes(self.buf)
-        self.buf.clear()
-        return out
+            try:
+                sock = self._context.wrap_socket(sock, server_hostname=name)
+            except BaseException:
+                sock.close()
+                raise
+        return sock
