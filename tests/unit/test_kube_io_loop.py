@@ -181,3 +181,29 @@ def test_large_answers_over_tls_come_back_whole_and_in_order(tmp_path: Path) -> 
             assert f.result(10).data == f"/r{i}".encode() * 20_000
     finally:
         pipe.close()
+
+
+def test_a_lane_that_fails_does_not_stop_the_loop_the_others_depend_on() -> None:
+    server = Server(echo)
+    loop = IoLoop("test-io")
+    pipe = Pipeline(server.config(), connections=1, timeout=5, loop=loop)
+    broken = Pipeline(server.config(), connections=1, timeout=5, loop=loop)
+    calls = []
+
+    def dispatch_fails() -> None:
+        calls.append(1)
+        raise RuntimeError("a bug in a lane")
+
+    def sendable_fails() -> bool:
+        raise RuntimeError("another bug in a lane")
+
+    broken.dispatch = dispatch_fails  # type: ignore[method-assign]  # every turn's sending step raises
+    broken.sendable = sendable_fails  # type: ignore[method-assign]  # and so does the turn itself
+    try:
+        for i in range(5):
+            assert pipe.submit(Request("POST", f"/q{i}", b"1")).result(5).status == 201
+        assert calls  # the broken lane was asked at every turn, and the loop went on
+    finally:
+        pipe.close()
+        broken.close()
+        loop.stop()

@@ -180,7 +180,11 @@ class IoLoop:
     def _run(self) -> None:
         try:
             while not self._halted:
-                self._turn()
+                try:
+                    self._turn()
+                except Exception:  # every write of the process waits on this thread: it must not end
+                    log.exception("API I/O loop: a turn failed")
+                    time.sleep(0.01)
         finally:
             self._selector.close()
             self._wake_r.close()
@@ -199,9 +203,9 @@ class IoLoop:
         # the checks that follow (`sendable`), which leave the select without waiting.
         self.sleeping = True
         timeout: float | None = None
-        if self._calls or any(lane.sendable() for lane in lanes):
+        if self._calls or any(_asked(lane.sendable) for lane in lanes):
             timeout = 0.0
-        elif any(lane.waiting() for lane in lanes):
+        elif any(_asked(lane.waiting) for lane in lanes):
             timeout = max(0.0, self._next_expiry - time.monotonic())
         events = self._selector.select(timeout)
         self.sleeping = False
@@ -222,6 +226,15 @@ class IoLoop:
             self._next_expiry = now + EXPIRY_TICK_S
             for lane in lanes:
                 _guarded(partial(lane.expire, now), "a timeout")
+
+
+def _asked(question: Callable[[], bool]) -> bool:
+    """A lane's answer to the loop; False (and logged) if asking it fails."""
+    try:
+        return question()
+    except Exception:
+        log.exception("API I/O loop: asking a lane failed")
+        return False
 
 
 def _guarded(fn: Callable[[], object], what: str) -> None:
