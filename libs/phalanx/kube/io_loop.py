@@ -115,7 +115,6 @@ class IoLoop:
         self._calls: deque[Callable[[], object]] = deque()
         self._halted = False
         self.sleeping = False  # in select with nothing to send: a new request needs a wake-up
-        self.turns = 0  # loop iterations (tests and benchmarks)
         self._next_expiry = 0.0  # monotonic time the lanes' timeouts are checked next
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -191,7 +190,6 @@ class IoLoop:
             self._wake_w.close()
 
     def _turn(self) -> None:
-        self.turns += 1
         while self._calls:
             _guarded(self._calls.popleft(), "a call")
         if self._halted:

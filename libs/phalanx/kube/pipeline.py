@@ -309,7 +309,7 @@ class Pipeline:
     def _drop(self, ch: Channel) -> None:
         if ch in self._channels:
             self._channels.remove(ch)
-            if ch.deadline != float("inf"):
+            if ch.deadline != float("inf"):  # a deadline: counted busy (its inflight may be cleared already)
                 self._busy -= 1
         ch.deadline = float("inf")
         self._loop.forget(ch)
