@@ -18,10 +18,10 @@ What client-go's reflector does, for the few collections the scheduler needs:
   synced with no objects, so one missing API group does not hold the scheduler back.
 
 Objects are the API server's JSON (camelCase), which the intake reads directly: skipping the client's model
-deserialisation is faster and avoids its known mis-parses. They are decoded by orjson (`fast_json`; 2.4x
-the standard library's speed on a pod; decoding was a tenth of the scheduler's CPU under a burst): the same
-values for everything the API server writes (Go's encoder gives integers up to int64 and floats). List items
-come without kind/apiVersion, so the collection's are filled in. Every object's metadata.managedFields is dropped as it is decoded (see `_trim`).
+deserialisation is faster and avoids its known mis-parses. They are decoded in C (kube/object_json.py: msgspec
+for pods, nodes and PodGroups, orjson for the rest), to the same values for everything the API server writes,
+and without metadata.managedFields, which nothing here reads (pods', nodes' and PodGroups' are not even
+built). List items come without kind/apiVersion, so the collection's are filled in.
 
 A sink can also be told when each event arrived (`timed_sink`): the monotonic time the bytes that completed
 it were read from the socket, taken before the event is parsed or any earlier event of the same read is
@@ -39,8 +39,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from phalanx import fast_json
 from phalanx.kube.errors import ApiError, api_errors
+from phalanx.kube.object_json import decode_event, decode_page
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class Watcher:
             try:
                 while True:
                     data, arrived = self._page(limit, None) if ahead is None else ahead.result()
-                    body = fast_json.loads(data)
+                    body = decode_page(data, self.collection.kind)
                     del data
                     meta = body.get("metadata") or {}
                     if version is None:  # the first page's: every later page is of the same snapshot
@@ -232,7 +232,6 @@ class Watcher:
                     items = body.pop("items", None) or []
                     del body
                     for item in items:
-                        _trim(item)
                         item.setdefault("kind", self.collection.kind)
                         item.setdefault("apiVersion", self.collection.api_version)
                     self._deliver_page(items, arrived, fresh)
@@ -301,8 +300,8 @@ class Watcher:
                     break
                 if not line.strip():
                     continue
-                event = fast_json.loads(line)
-                kind, obj = event.get("type"), _trim(event.get("object") or {})
+                event = decode_event(line, self.collection.kind)
+                kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise _Gone()
@@ -345,15 +344,6 @@ def _in_background(fn: Callable[..., _T], *args: Any) -> Future[_T]:
 
     threading.Thread(target=run, name="list-page", daemon=True).start()
     return future
-
-
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drops metadata.managedFields, as kube-scheduler's informers do: nothing here reads it, and it is 40% of
-    a decoded pod (5.4 of 13 KB for a bench pod), held for every object while a rebuild waits for all lists."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-    return obj
 
 
 def _lines(resp: Any) -> Iterator[tuple[float, bytes]]:
