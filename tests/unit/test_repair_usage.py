@@ -53,3 +53,34 @@ def test_usage_is_recomputed_from_every_record_without_holding_them_all(
     # HGETALL held all the records (their text and decoded tables) in the script's heap: 12 MB here.
     assert _eval_heap_bytes(redis_client) < total_bytes / 4, (_eval_heap_bytes(redis_client), total_bytes)
     redis_client.delete(keys.pods, keys.used)
+
+
+def test_drift_is_found_from_the_records_as_the_script_would_fix_it(
+    store: StateStore, redis_client: redis.Redis, keys: Keys
+) -> None:
+    """marks_and_usage_drift says whether usage differs from the records, which a reconciliation pass reads
+    anyway, so the script (which stops Redis while it decodes every record) runs only when it would fix
+    something: no drift after the script has run, drift after each kind of damage it repairs."""
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(300):
+        held = {"cpu": 100 + i % 7, "nvidia.com/gpu": i % 3}  # a 0 GPU is held, and counted as nothing
+        pod = model_pod(f"p{i}", requests=held)
+        pipe.hset(keys.pods, pod.key, reservation_record(pod, f"n{i % 9}", held))
+    pipe.execute()
+    store.repair_usage()
+    marks, drifted = store.marks_and_usage_drift()
+    assert not drifted and len(marks) == 300 and marks["default/p4"].node == "n4"
+
+    redis_client.hset(keys.used, "n0\x1fspare", 0)  # a 0 the script leaves alone
+    assert not store.marks_and_usage_drift()[1]
+    for damage in (
+        lambda: redis_client.hincrby(keys.used, "n1\x1fcpu", 5),  # counted wrong
+        lambda: redis_client.hdel(keys.used, "n2\x1fcpu"),  # not counted
+        lambda: redis_client.hset(keys.used, "gone\x1fcpu", 300),  # counted on a node no record names
+        lambda: redis_client.hdel(keys.pods, "default/p3"),  # a record gone, its usage still counted
+    ):
+        damage()
+        assert store.marks_and_usage_drift()[1]
+        assert store.repair_usage() >= 1
+        assert not store.marks_and_usage_drift()[1]
+    redis_client.delete(keys.pods, keys.used)

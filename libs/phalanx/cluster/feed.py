@@ -394,7 +394,7 @@ class ClusterFeed:
         scheduler's reports as they are sent, under the lock."""
         return self.counts.author(scheduler_reports, self.mirror, self.flow.intake.gang, self._scheduler_view)
 
-    # -- public handlers, which reconciliation repairs through (reconcile.FeedHandlers) -----------------------
+    # -- public handlers, which reconciliation repairs through (reconcile_views.FeedHandlers) -----------------------
     def add_bound(self, pods: list[PodInfo]) -> None:
         """Pods the API server shows bound that the scheduler does not count. Bound pods are facts: recorded
         even where they over-commit their node as Redis counts it. Caller holds the lock."""

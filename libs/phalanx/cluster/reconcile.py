@@ -1,8 +1,8 @@
 """Reconciliation: a comparer of the API server's truth, the scheduler's state (memory and Redis) and the queue.
 
-It only compares: what it reads comes through three small interfaces (the mirror of the API server, the
-scheduler, the feed's public handlers), and what it repairs goes through the same handlers and scheduler
-calls as watch events do. It knows no feed: the feed composes it (feed.ClusterFeed.maintenance).
+It only compares: what it reads comes through three small interfaces (reconcile_views.py: the mirror of the
+API server, the scheduler, the feed's public handlers), and what it repairs goes through the same handlers and
+scheduler calls as watch events do. It knows no feed: the feed composes it (feed.ClusterFeed.maintenance).
 
 Three things can make them disagree, and each has its own repair here:
 - Redis restarted (new run id): it may have lost its last writes. The scheduler reloads its memory from
@@ -23,7 +23,8 @@ like kube-scheduler's cache comparer, and repairs:
 - per-node usage that differs from the sum of the records (recomputed inside Redis, atomically);
 - scheduler memory that differs from Redis on two passes in a row (reloaded);
 - pending pods the queue may have lost (handed to it again; those it holds stay where they are).
-Every repair is counted by kind (`totals`) and logged in one line per pass.
+Every repair is counted by kind (`totals`) and logged in one line per pass. A periodic pass reads Redis on a
+thread of its own while the feed goes on applying events, then compares on the feed's thread.
 """
 
 from __future__ import annotations
@@ -31,18 +32,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Set
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from phalanx.framework.framework import Framework
-from phalanx.framework.snapshot import Snapshot
+from phalanx.background import in_background
+from phalanx.cluster.reconcile_views import ApiServerView, FeedHandlers, SchedulerState
 from phalanx.metrics.catalog import RECONCILE_REPAIRS
 from phalanx.model.objects import NodeInfo, PodInfo
-from phalanx.queueing.hints import FreedCapacity
-from phalanx.state.pod_state import PodMark, PodRecord, PodState
-from phalanx.state.store import StateStore
+from phalanx.state.pod_state import PodMark, PodState
 
 log = logging.getLogger(__name__)
 
@@ -57,74 +57,9 @@ FAST_PASS_SECONDS = 2.0
 PASS_COST_FACTOR = 20.0
 
 
-class ApiServerView(Protocol):
-    """The API server's truth, as last watched (cluster.mirror.Mirror)."""
-
-    def mirror_nodes(self) -> dict[str, NodeInfo]: ...
-
-    def mirror_bound(self) -> dict[str, PodInfo]:
-        """Every pod bound and not finished, whichever scheduler bound it, with its node."""
-        ...
-
-    def mirror_has(self, key: str) -> bool:
-        """Whether the pod exists and has not finished."""
-        ...
-
-
-class SchedulerState(Protocol):
-    """The scheduler's memory and Redis, and the calls that repair them (scheduling.scheduler.GangScheduler)."""
-
-    @property
-    def store(self) -> StateStore: ...
-
-    @property
-    def framework(self) -> Framework: ...
-
-    @property
-    def snapshot(self) -> Snapshot: ...
-
-    @property
-    def assumed(self) -> Mapping[str, PodRecord]: ...
-
-    @property
-    def bound(self) -> Set[str]: ...
-
-    def resync(self) -> None: ...
-
-    def upsert_nodes(self, nodes: list[NodeInfo]) -> None: ...
-
-    def remove_nodes(self, names: list[str], now: float) -> list[PodRecord]: ...
-
-    def confirm_bound(self, pods: list[PodInfo], now: float) -> list[PodInfo]: ...
-
-    def release_pods(
-        self, keys: list[str], freed: FreedCapacity | None = None, succeeded: Collection[str] = ()
-    ) -> int: ...
-
-
-class FeedHandlers(Protocol):
-    """The feed's public handlers, which watch events go through too: what a pass repairs by, beside the
-    scheduler's own calls."""
-
-    def add_bound(self, pods: list[PodInfo]) -> None:
-        """Pods the API server shows bound that the scheduler does not count."""
-        ...
-
-    def resend_gangs(self) -> None:
-        """The scheduler learns every gang in use again."""
-        ...
-
-    def requeue_missing(self) -> int:
-        """The queue is handed again every pending pod the scheduler does not hold (those it has stay)."""
-        ...
-
-    def retry_unschedulable(self) -> None:
-        """Every unschedulable pod gets another try."""
-        ...
-
-
 class Maintenance:
-    """Run from the feed's thread between event batches (`tick`)."""
+    """Run from the feed's thread between event batches (`tick`); a periodic pass's Redis reads run on a
+    thread of their own meanwhile."""
 
     def __init__(
         self,
@@ -153,6 +88,8 @@ class Maintenance:
         self._retry_after_restart = False  # Redis restarted or was emptied: the next pass retries everything
         self.totals: Counter[str] = Counter()
         self.last_pass_quiet = False  # the last pass found nothing and held the lock only for the memory check
+        self._reads: Future[_Reads] | None = None  # a periodic pass's reads, on their own thread
+        self._pass_began = 0.0
 
     def request_reconcile(self, specs_unsure: bool = False) -> None:
         """A pass at the next tick; `specs_unsure`: a batch failed to apply, so every gang spec is re-sent."""
@@ -172,20 +109,43 @@ class Maintenance:
         if now >= self._next_identity_check:
             self._next_identity_check = now + IDENTITY_CHECK_SECONDS
             self._check_identity()
+        if self._reads is not None:
+            if self._reads.done():
+                self._end_pass()
+            return
         if now >= self._next_pass:
             self._next_pass = now + FAST_PASS_SECONDS  # a failed pass is retried, not spun on
-            self.reconcile()
-            took = self._clock() - now
-            log.debug(
-                "reconcile: a pass took %.1f ms (%s)",
-                took * 1000,
-                "found nothing" if self.last_pass_quiet else "compared and repaired under the lock",
-            )
-            if self._fast_passes > 0:
-                self._fast_passes -= 1
-                self._next_pass = self._clock() + FAST_PASS_SECONDS
+            self._pass_began = now
+            if self._must_repair():
+                self._repair_pass()
+                self._schedule_next(self._clock() - now)
             else:
-                self._next_pass = self._clock() + max(self.interval, PASS_COST_FACTOR * took)
+                # The reads (every record, and usage recomputed inside Redis: 35-75 ms at 1,800 pods on 2
+                # busy cores) go on a thread of their own, and this one goes on applying events until they are
+                # in: run here, they held back every pod created meanwhile (steady arrival's slowest pods came
+                # every 10 s, one pass apart).
+                self._reads = in_background(self._read, name="reconcile-reads")
+
+    def _end_pass(self) -> None:
+        """Compares what the background reads found with the mirror now, and repairs or checks memory."""
+        reads_future, self._reads = self._reads, None
+        assert reads_future is not None
+        reads = reads_future.result()  # what the reads raised is the maintenance's failure (retried)
+        began = self._clock()
+        self._after_reads(reads)
+        self._schedule_next(reads.seconds + self._clock() - began)
+
+    def _schedule_next(self, took: float) -> None:
+        log.debug(
+            "reconcile: a pass took %.1f ms (%s)",
+            took * 1000,
+            "found nothing" if self.last_pass_quiet else "compared and repaired under the lock",
+        )
+        if self._fast_passes > 0:
+            self._fast_passes -= 1
+            self._next_pass = self._clock() + FAST_PASS_SECONDS
+        else:
+            self._next_pass = self._clock() + max(self.interval, PASS_COST_FACTOR * took)
 
     # -- Redis restarts and wipes ----------------------------------------------------------------------
     def _check_identity(self) -> None:
@@ -208,43 +168,78 @@ class Maintenance:
 
     # -- one pass ----------------------------------------------------------------------------------------
     def reconcile(self) -> Counter[str]:
-        """One pass. Its comparisons of the mirror with Redis run first without the scheduler's lock: a pass
-        holding it throughout kept scheduling waiting 71-179 ms every 10 s under steady arrival (1,800 pods,
-        2 busy cores), longer on larger clusters; a pass that finds nothing holds it 6-11 ms. The whole pass
-        runs under the lock, comparing again before it repairs, only when there is something to repair now:
-        a node or a bound pod Redis lacks, a finding or an unrecorded binding seen on the previous pass too,
-        usage that was wrong, or a suspicion left by a failed batch, a Redis restart or the memory check. A
-        finding seen once is only remembered: most are a watch event still on its way (the binder records a
-        binding before the API server's event of it reaches the feed)."""
-        self.last_pass_quiet = False
-        if self.specs_unsure or self._retry_after_restart or self._memory_suspect:
+        """One pass, its reads on this thread (the feed's periodic passes read on another: `tick`). Its
+        comparisons of the mirror with Redis run first without the scheduler's lock: a pass holding it
+        throughout kept scheduling waiting 71-179 ms every 10 s under steady arrival (1,800 pods, 2 busy
+        cores), longer on larger clusters; a pass that finds nothing holds it 6-11 ms. The whole pass runs
+        under the lock, comparing again before it repairs, only when there is something to repair now: a node
+        or a bound pod Redis lacks, a finding or an unrecorded binding seen on the previous pass too, usage
+        that was wrong, or a suspicion left by a failed batch, a Redis restart or the memory check. A finding
+        seen once is only remembered: most are a watch event still on its way (the binder records a binding
+        before the API server's event of it reaches the feed)."""
+        if self._must_repair():
+            self.last_pass_quiet = False
             return self._repair_pass()
-        found = self._scan()
-        # Recomputed inside Redis, atomically with respect to every write: it needs no lock of ours.
-        usage_fixed = self.scheduler.store.repair_usage()
+        return self._after_reads(self._read())
+
+    def _must_repair(self) -> bool:
+        return self.specs_unsure or self._retry_after_restart or self._memory_suspect
+
+    def _read(self) -> _Reads:
+        """What a pass reads from Redis; touches neither the mirror nor the scheduler's memory, so it may run
+        on any thread. Usage that differs from the records is recomputed inside Redis, atomically with respect
+        to every write; whether it differs is found from the records read here (the recomputation stops Redis
+        for every other client while it runs)."""
+        began, store = self._clock(), self.scheduler.store
+        nodes = {n.name: n for n in store.load_nodes()}
+        records, drifted = store.marks_and_usage_drift()  # node, uid and state: a pass reads every record
+        usage_fixed = store.repair_usage() if drifted else 0
+        return _Reads(nodes, records, usage_fixed, self._clock() - began)
+
+    def _after_reads(self, reads: _Reads) -> Counter[str]:
+        """The rest of a pass, on the feed's thread: the reads against the mirror as it is now, then a locked
+        repair pass if anything needs one, or the memory check."""
+        self.last_pass_quiet = False
+        if self._must_repair():  # asked for since the reads began (a batch failed, Redis restarted): this pass is it
+            return self._repair_pass(reads.usage_fixed)
+        found = self._compare(reads.nodes, reads.records)
+        store = self.scheduler.store
+        # The mirror may have moved on since the reads (events applied while they ran): what looks missing from
+        # Redis is looked up again before it counts. A pod bound since was recorded before its binding, and a
+        # node the feed changed since was written with it.
+        if found.add:
+            recorded = store.get_pods([p.key for p in found.add])
+            found.add = [p for p in found.add if p.key not in recorded]
+        if found.changed_nodes:
+            now_in_redis = {n.name: n for n in store.load_nodes()}
+            found.changed_nodes = [n for n in found.changed_nodes if now_in_redis.get(n.name) != n]
         unconfirmed = {p.key for p in found.confirm}
         if (
-            usage_fixed
+            reads.usage_fixed
             or found.changed_nodes
             or found.add
             or found.findings & self._suspects
             or unconfirmed & self._unconfirmed
         ):
-            return self._repair_pass(usage_fixed)
+            return self._repair_pass(reads.usage_fixed)
         self._suspects, self._unconfirmed = found.findings, unconfirmed
         self._quiet_memory_check()
         self.last_pass_quiet = True
         return Counter()
 
     def _scan(self) -> _Scan:
-        """The mirror against Redis: nodes, and each reservation against the pod the API server shows. Safe
-        without the lock (the mirror changes on this thread only; Redis answers each read atomically), and
-        what it finds is only a finding until a locked pass has seen it too."""
+        """The mirror against Redis, read now (a repair pass, under the lock)."""
+        store = self.scheduler.store
+        return self._compare({n.name: n for n in store.load_nodes()}, store.load_pod_marks())
+
+    def _compare(self, in_redis: Mapping[str, NodeInfo], records: dict[str, PodMark]) -> _Scan:
+        """Redis's nodes and reservations (`in_redis`, `records`) against the mirror: nodes, and each
+        reservation against the pod the API server shows. Reads the mirror, so it runs on the feed's thread
+        (the mirror changes on that thread only); what it finds is only a finding until a locked pass has
+        seen it too."""
         view, s = self.api, self.scheduler
         nodes = {name: s.framework.prepare_node(n) for name, n in view.mirror_nodes().items()}
-        in_redis = {n.name: n for n in s.store.load_nodes()}
         changed = [n for name, n in sorted(nodes.items()) if in_redis.get(name) != n]
-        records = s.store.load_pod_marks()  # node, uid and state only: a pass reads every record
         bound = view.mirror_bound()
         findings: set[tuple[str, ...]] = set()
         confirm = []
@@ -363,6 +358,16 @@ class Maintenance:
                 ", ".join(f"{k}={v}" for k, v in sorted(repairs.items())),
             )
         return repairs
+
+
+@dataclass
+class _Reads:
+    """What a pass read from Redis, and how long the reads took."""
+
+    nodes: dict[str, NodeInfo]
+    records: dict[str, PodMark]
+    usage_fixed: int  # usage fields recomputed and fixed inside Redis
+    seconds: float
 
 
 @dataclass

@@ -37,8 +37,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from phalanx.background import in_background
 from phalanx.kube.errors import ApiError, api_errors
 from phalanx.kube.object_json import decode_event, decode_page
 
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 # each, and a restart's 30,000-pod list is on the way to scheduling again (the binder's view, which is not,
 # lists in smaller pages: backends/cluster_view.py).
 LIST_PAGE = 500
-
-_T = TypeVar("_T")
 
 Sink = Callable[[str, str, dict[str, Any]], None]  # (collection name, ADDED|MODIFIED|DELETED, object)
 TimedSink = Callable[[float, str, str, dict[str, Any]], None]  # (time.monotonic() at arrival, then as Sink)
@@ -228,7 +227,7 @@ class Watcher:
                         # The next page is asked for now, while this one is delivered: the API server
                         # encodes it while the sink parses this one (a rebuild's lists, 60 pages of pods
                         # at 30,000, waited for each other's page before).
-                        ahead = _in_background(self._page, limit, token)
+                        ahead = in_background(self._page, limit, token, name="list-page")
                     items = body.pop("items", None) or []
                     del body
                     for item in items:
@@ -329,21 +328,6 @@ class Watcher:
                 self.sink(self.collection.name, kind, obj)
         except Exception:  # the sink's problem must not kill the watch
             log.exception("%s: handling a %s event failed", self.collection.name, kind)
-
-
-def _in_background(fn: Callable[..., _T], *args: Any) -> Future[_T]:
-    """`fn(*args)` on a daemon thread of its own: a page fetched ahead must not hold the process at exit
-    (an executor's threads are joined there), and a list asks for one page ahead at most."""
-    future: Future[_T] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="list-page", daemon=True).start()
-    return future
 
 
 def _lines(resp: Any) -> Iterator[tuple[float, bytes]]:

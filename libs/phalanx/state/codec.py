@@ -158,8 +158,13 @@ def pod_record(key: str, raw: str, state: str | None) -> PodRecord:
 
 def pod_mark(raw: str, state: str | None) -> PodMark:
     """The node, pod uid and state of a reservation record (pod_record without the pod: about 7 us against 41)."""
+    return pod_mark_and_requests(raw, state)[0]
+
+
+def pod_mark_and_requests(raw: str, state: str | None) -> tuple[PodMark, dict[str, int]]:
+    """pod_mark, and what the record holds on its node (what the node's usage counts of it)."""
     rec = fast_json.loads(raw)
-    return PodMark(rec["node"], rec["pod"].get("uid", ""), PodState(state or PodState.ASSUMED))
+    return PodMark(rec["node"], rec["pod"].get("uid", ""), PodState(state or PodState.ASSUMED)), rec["requests"]
 
 
 def gang_in_record(raw: str | bytes) -> str:
