@@ -80,7 +80,7 @@ class Mirror:
     def __contains__(self, key: object) -> bool:
         return key in self.pods
 
-    # -- what reconciliation reads (reconcile_views.ApiServerView) ----------------------------------------------
+    # -- what reconciliation reads (reconcile_views.ApiServerView) -----------------------------------------
     def mirror_nodes(self) -> dict[str, NodeInfo]:
         return dict(self.nodes)
 

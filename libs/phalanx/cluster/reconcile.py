@@ -89,7 +89,6 @@ class Maintenance:
         self.totals: Counter[str] = Counter()
         self.last_pass_quiet = False  # the last pass found nothing and held the lock only for the memory check
         self._reads: Future[_Reads] | None = None  # a periodic pass's reads, on their own thread
-        self._pass_began = 0.0
 
     def request_reconcile(self, specs_unsure: bool = False) -> None:
         """A pass at the next tick; `specs_unsure`: a batch failed to apply, so every gang spec is re-sent."""
@@ -115,15 +114,13 @@ class Maintenance:
             return
         if now >= self._next_pass:
             self._next_pass = now + FAST_PASS_SECONDS  # a failed pass is retried, not spun on
-            self._pass_began = now
             if self._must_repair():
                 self._repair_pass()
                 self._schedule_next(self._clock() - now)
             else:
-                # The reads (every record, and usage recomputed inside Redis: 35-75 ms at 1,800 pods on 2
-                # busy cores) go on a thread of their own, and this one goes on applying events until they are
-                # in: run here, they held back every pod created meanwhile (steady arrival's slowest pods came
-                # every 10 s, one pass apart).
+                # The reads (every record and the usage: 30-50 ms at 1,800 pods on 2 busy cores) go on a thread
+                # of their own, and this one goes on applying events until they are in: run here, they held back
+                # every pod created meanwhile (steady arrival's slowest pods came every 10 s, one pass apart).
                 self._reads = in_background(self._read, name="reconcile-reads")
 
     def _end_pass(self) -> None:
