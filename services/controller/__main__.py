@@ -12,7 +12,7 @@ from phalanx.config import env_flag, kubeconfig_arg, serve_metrics_of, setup_log
 from phalanx.gc_tuning import freeze_heap
 from phalanx.jobs.controller import JobController
 from phalanx.jobs.objects import DEFAULT_PRIORITY_CLASS_PREFIX
-from phalanx.lifecycle import exit_with_parent
+from phalanx.lifecycle import exit_with_parent, wait_for_signal
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.version import package_version
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         package_version(),
         f" in {args.namespace}" if args.namespace else "",
     )
-    stopped.wait()
+    wait_for_signal(stopped)
     controller.close()
     if metrics is not None:
         metrics.stop()

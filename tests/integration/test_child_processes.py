@@ -55,6 +55,35 @@ def test_restarting_a_service_while_grpc_threads_are_busy_never_hangs(tmp_path: 
         service.stop()
 
 
+def test_a_sigterm_another_thread_takes_still_stops_the_service_gracefully(tmp_path: Path) -> None:
+    """The kernel may hand a process-directed SIGTERM (kubelet's, or the parent-death signal) to any thread of
+    a service; Python runs the handler on the main thread only, and a main thread asleep in an untimed wait
+    never woke: the service ran on until a SIGKILL (a CI run's queue outlived its killed parent that way). Here
+    the signal goes to one of the queue's other threads on purpose (tgkill): it stops gracefully, exit code 0.
+    Every service waits for its signal the same way (phalanx.lifecycle.wait_for_signal)."""
+    import ctypes
+    import signal
+
+    service = ServiceProcess(
+        "queue", "phalanx_queue", ["--clock", "virtual", "--plaintext"], free_port(), tmp_path / "q.log"
+    )
+    service.start()
+    try:
+        assert service.proc is not None and service.alive()
+        pid = service.proc.pid
+        others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+        assert others, "the queue runs no thread besides its main one"
+        sys_tgkill = {"x86_64": 234, "aarch64": 131}[os.uname().machine]  # tgkill(2): a signal to one thread
+        assert ctypes.CDLL(None, use_errno=True).syscall(sys_tgkill, pid, others[-1], signal.SIGTERM) == 0
+        try:
+            code = service.proc.wait(timeout=8)
+        except subprocess.TimeoutExpired:
+            pytest.fail("still running 8 s after a SIGTERM that a thread other than the main one took")
+        assert code == 0  # its handler ran: a graceful stop, not the default SIGTERM death (-15)
+    finally:
+        service.kill()
+
+
 def test_a_service_told_its_parent_is_gone_exits_at_once() -> None:
     env = {**os.environ, "PHALANX_PARENT_PID": "1", "OTEL_SDK_DISABLED": "true"}
     done = subprocess.run(

@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from phalanx.config import usage_error
+from phalanx.lifecycle import wait_for_signal
 from phalanx.rpc import call_stats
 from phalanx.rpc.health import HealthMonitor
 from phalanx.rpc.interceptors import TracingServerInterceptor
@@ -195,7 +196,7 @@ def serve_until_signal(*servers: ServiceServer, on_stop: Callable[[], None] | No
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    stopped.wait()
+    wait_for_signal(stopped)
     # Each stop may use its grace in turn; the bound grows with them (a kubelet's default 30 s allows three).
     bound = STOP_GRACE * len(servers) + 5.0
     threading.Thread(target=_exit_anyway, args=(names, bound), daemon=True).start()
