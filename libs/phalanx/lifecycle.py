@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 PARENT_PID_ENV = "PHALANX_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
-SIGNAL_POLL_S = 0.5  # the longest a signal another thread took waits for its handler (wait_for_signal)
+SIGNAL_POLL_S = 0.5  # the longest a signal another thread took waits for its handler (wait_for_stop_signal)
 
 
 def exit_with_parent(environ: Mapping[str, str] = os.environ) -> None:
@@ -36,11 +36,21 @@ def exit_with_parent(environ: Mapping[str, str] = os.environ) -> None:
         raise SystemExit(f"{PARENT_PID_ENV}={parent}: the starting process has already exited")
 
 
-def wait_for_signal(stopped: threading.Event) -> None:
-    """Returns once `stopped` is set (by a SIGTERM or SIGINT handler). Python runs a handler on the main thread
-    when that thread next runs Python code, and the kernel may hand a process-directed signal to any thread (a
-    gRPC or watch thread), which does not wake the main thread from an untimed wait: the signal was noted, never
-    handled, and the service ran on until its SIGKILL, skipping its graceful stop. Waking every SIGNAL_POLL_S
-    runs the handler however the signal came."""
+def wait_for_stop_signal() -> int:
+    """Blocks until SIGTERM or SIGINT (its handlers installed here) and returns the signal's number. Python runs
+    a handler on the main thread when that thread next runs Python code, and the kernel may hand a
+    process-directed signal to any thread (a gRPC or watch thread), which does not wake the main thread from
+    an untimed wait: the signal was noted, never handled, and the service ran on until its SIGKILL, skipping its
+    graceful stop. Waking every SIGNAL_POLL_S runs the handler however the signal came."""
+    came: list[int] = []
+    stopped = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        came.append(signum)
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
     while not stopped.wait(SIGNAL_POLL_S):
         pass
+    return came[0]

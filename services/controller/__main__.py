@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
 
 from phalanx.config import env_flag, kubeconfig_arg, serve_metrics_of, setup_logging
 from phalanx.gc_tuning import freeze_heap
 from phalanx.jobs.controller import JobController
 from phalanx.jobs.objects import DEFAULT_PRIORITY_CLASS_PREFIX
-from phalanx.lifecycle import exit_with_parent, wait_for_signal
+from phalanx.lifecycle import exit_with_parent, wait_for_stop_signal
 from phalanx.model.keys import DEFAULT_SCHEDULER_NAME
 from phalanx.telemetry.tracing import setup_tracing
 from phalanx.version import package_version
@@ -88,20 +86,12 @@ def main(argv: list[str] | None = None) -> None:
     metrics = serve_metrics_of(args, "controller")
     controller = build(args).start()
     freeze_heap()  # started: what it holds now lives as long as the process
-    stopped = threading.Event()
-
-    def handle(signum: int, _frame: object) -> None:
-        log.info("signal %d, stopping", signum)
-        stopped.set()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
     log.info(
         "phalanx-controller %s: watching PhalanxJobs%s",
         package_version(),
         f" in {args.namespace}" if args.namespace else "",
     )
-    wait_for_signal(stopped)
+    log.info("signal %d, stopping", wait_for_stop_signal())
     controller.close()
     if metrics is not None:
         metrics.stop()

@@ -60,7 +60,7 @@ def test_a_sigterm_another_thread_takes_still_stops_the_service_gracefully(tmp_p
     a service; Python runs the handler on the main thread only, and a main thread asleep in an untimed wait
     never woke: the service ran on until a SIGKILL (a CI run's queue outlived its killed parent that way). Here
     the signal goes to one of the queue's other threads on purpose (tgkill): it stops gracefully, exit code 0.
-    Every service waits for its signal the same way (phalanx.lifecycle.wait_for_signal)."""
+    Every service waits for its signal the same way (phalanx.lifecycle.wait_for_stop_signal)."""
     import ctypes
     import signal
 

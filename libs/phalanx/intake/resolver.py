@@ -102,11 +102,8 @@ class GangResolver:
         refs = self._refs.get(key, [])
         removed = [
             ref
-            for ref in refs
-            if ref.kind.lower() == wanted_kind.lower()
-            and ref.namespace == namespace
-            and ref.name == name
-            and (not wanted_group or ref.group == wanted_group)
+            for ref in refs  # each names this namespace and name
+            if ref.kind.lower() == wanted_kind.lower() and (not wanted_group or ref.group == wanted_group)
         ]
         for ref in removed:
             del self._objects[ref]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from phalanx.config import usage_error
-from phalanx.lifecycle import wait_for_signal
+from phalanx.lifecycle import wait_for_stop_signal
 from phalanx.rpc import call_stats
 from phalanx.rpc.health import HealthMonitor
 from phalanx.rpc.interceptors import TracingServerInterceptor
@@ -187,16 +186,9 @@ def serve_until_signal(*servers: ServiceServer, on_stop: Callable[[], None] | No
     """Blocks until SIGTERM or SIGINT, then runs `on_stop` and stops `servers` in the order given, each
     letting its in-flight calls finish. Several servers share one process in the combined layout
     (phalanx_combined): the scheduler's first, then the binder it calls, then the queue."""
-    stopped = threading.Event()
     names = "+".join(s.name for s in servers)
-
-    def handle(signum: int, _frame: object) -> None:
-        log.info("%s: signal %d, shutting down gracefully", names, signum)
-        stopped.set()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-    wait_for_signal(stopped)
+    signum = wait_for_stop_signal()
+    log.info("%s: signal %d, shutting down gracefully", names, signum)
     # Each stop may use its grace in turn; the bound grows with them (a kubelet's default 30 s allows three).
     bound = STOP_GRACE * len(servers) + 5.0
     threading.Thread(target=_exit_anyway, args=(names, bound), daemon=True).start()
