@@ -117,6 +117,8 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
         started = sorted(log.started.values())
         lags = [log.started[g] - log.due[g] for g in log.started if g in log.due]
         arrived = [(bound[p] - t, t - log.t0) for p, t in log.created.items() if p in bound]  # (latency, when)
+        # from the first gang's due time to the last of these pods' binding: the window the arrivals took
+        span_s = max((bound[p] for p in log.created if p in bound), default=log.t0) - log.t0
         latency = [lat for lat, _ in arrived]
         # The slowest 1% with when they arrived: clustered in time, the tail is a pause of the scheduler's
         # (a lock held, a collection); spread, it is each pod's own path.
@@ -135,6 +137,7 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
         "latency_ms": dist(latency, 1000, 1),  # a pod's POST sent -> the watch saw it bound
         "slowest": sorted(slowest),  # [seconds after the first gang was due, latency ms] of the slowest 1%
         "first_due_unix": round(log.t0_unix, 3),
+        "span_s": round(span_s, 3),
         "errors": errors[:10],
         "error_count": len(errors),
     }

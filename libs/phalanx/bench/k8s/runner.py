@@ -26,6 +26,7 @@ from phalanx.bench.k8s.observe import Observed, Watches, correctness
 from phalanx.bench.k8s.profile import Profiler
 from phalanx.bench.k8s.report import dist, fmt, startup_split
 from phalanx.bench.k8s.schedulers import PeerUnderTest, PhalanxUnderTest, SchedulerUnderTest
+from phalanx.bench.k8s.stall_probe import Stall, StallProbe, stall_figures
 from phalanx.bench.k8s.workloads import (
     PG_GROUP,
     PHALANX,
@@ -75,6 +76,7 @@ class _Window:
     alive_at_end: bool = False
     watch_errors: list[str] = field(default_factory=list)
     arrival: dict[str, Any] | None = None
+    stalls: list[Stall] = field(default_factory=list)  # the machine's pauses while the gangs arrived (stall_probe)
     profile_errors: list[str] = field(default_factory=list)
 
 
@@ -161,10 +163,14 @@ def _arrive(
     with seen.lock:
         if len(seen.bound) < shape.warmup_pods:
             raise BenchK8sError(f"{which} did not bind the warm-up gang in {shape.timeout:g}s")
-    arrivals.start()
-    _wait_for_bindings(shape, which, sut, seen, w, opts, progress)
-    if not arrivals.join(timeout=max(5.0, shape.arrival_s)):
-        progress("      arrivals still running at the timeout: stopped")
+    probe = StallProbe().start()
+    try:
+        arrivals.start()
+        _wait_for_bindings(shape, which, sut, seen, w, opts, progress)
+        if not arrivals.join(timeout=max(5.0, shape.arrival_s)):
+            progress("      arrivals still running at the timeout: stopped")
+    finally:
+        w.stalls = probe.stop()
 
 
 def run_once(
@@ -229,6 +235,9 @@ def run_once(
         if arrivals is not None:  # the harness's own creations are not the scheduler's requests
             with seen.lock:
                 w.arrival = figures(arrivals.log, dict(seen.bound), shape.arrival_gps)
+            w.arrival["machine_stalls"] = stall_figures(
+                w.stalls, w.arrival["slowest"], w.arrival["first_due_unix"], w.arrival["span_s"]
+            )
             _discount(w.requests, "POST pods", w.arrival["pods_created"])
             _discount(w.requests, f"POST podgroups.{PG_GROUP}", w.arrival["gangs_created"])
         w.window_s = time.monotonic() - w.launch
