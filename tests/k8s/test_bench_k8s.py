@@ -127,6 +127,11 @@ def test_quick_run_measures_both_halves_or_says_why_not(tmp_path: Path, capsys: 
             assert a["achieved_gangs_per_s"] == pytest.approx(shape.arrival_gps, rel=0.1), where
             assert 0 < a["latency_ms"]["p50"] <= a["latency_ms"]["p99"] <= a["latency_ms"]["max"], where
             assert "POST pods" not in r["api_requests"], where  # the harness's creations are left out
+            # the machine-pause probe ran beside the arrivals and its figures name the run's slowest pods
+            stalls = a["machine_stalls"]
+            assert stalls["slowest"] == len(a["slowest"]) > 0 and stalls["count"] >= 0, (where, stalls)
+            assert 0 <= stalls["slowest_during_stall"] <= stalls["slowest"], (where, stalls)
+            assert a["span_s"] >= shape.arrival_s * 0.9, (where, a["span_s"])
         else:
             assert r["arrival"] is None, where
         if r["scheduler"] == PHALANX:
