@@ -15,6 +15,7 @@ from phalanx.bench.k8s.stall_probe import Stall, StallProbe, stall_figures
 from phalanx.bench.k8s.workloads import PEER, PHALANX
 
 
+@pytest.mark.starts_processes
 def test_the_probe_process_reports_a_pause_it_was_put_through() -> None:
     probe = StallProbe().start()
     try:
