@@ -16,6 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from phalanx.testing.children import stop_child
 from phalanx.testing.ports import free_port
 from phalanx.testing.services import ServiceProcess
 
@@ -135,3 +136,16 @@ def test_a_queue_told_to_stop_ends_its_long_polls_and_exits_at_once(tmp_path: Pa
         assert list(poll.result(timeout=5).pods) == []  # answered, not cut off
     assert code == 0, service.log_tail()
     assert took < 3.0, f"the queue took {took:.1f} s to stop with a long poll open:\n{service.log_tail()}"
+
+
+def test_stop_child_kills_a_child_that_ignores_sigterm_after_the_grace() -> None:
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    stubborn = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "up\n"  # its handler is in place
+    started = time.monotonic()
+    stop_child(stubborn, grace=0.3)
+    assert stubborn.returncode == -9 and 0.3 <= time.monotonic() - started < 5  # SIGKILL, after the grace
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stop_child(polite)
+    assert polite.returncode == -15  # SIGTERM was enough
+    stop_child(polite)  # an exited child: nothing to do, no error

@@ -12,6 +12,7 @@ lack, and unlike setpriv it checks that the parent has not died already).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 from phalanx.lifecycle import PARENT_PID_ENV
@@ -36,3 +37,15 @@ def exit_with_parent_argv(argv: list[str]) -> list[str]:
     if not sys.platform.startswith("linux"):
         return argv
     return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PDEATHSIG, str(os.getpid()), *argv]
+
+
+def stop_child(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `grace` seconds; returns once it is reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from phalanx.testing.children import exit_with_parent_argv
+from phalanx.testing.children import exit_with_parent_argv, stop_child
 from phalanx.testing.ports import free_ports
 
 MASTER_NAME = "phalanx"
@@ -302,12 +302,7 @@ class SentinelCluster:
             if p.frozen:
                 p.signal(signal.SIGCONT)
             if p.proc is not None:
-                p.proc.terminate()
-                try:
-                    p.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.proc.kill()
-                    p.proc.wait()
+                stop_child(p.proc)
                 p.proc = None
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)

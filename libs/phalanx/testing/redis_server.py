@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from phalanx.testing.children import exit_with_parent_argv
+from phalanx.testing.children import exit_with_parent_argv, stop_child
 from phalanx.testing.ports import free_port
 
 
@@ -130,11 +130,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            stop_child(self.proc)
             self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
 

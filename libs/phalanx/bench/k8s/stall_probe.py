@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.testing.children import exit_with_parent_argv
+from phalanx.testing.children import exit_with_parent_argv, stop_child
 
 STEP_S = 0.002  # the probe's sleep
 NOTED_MS = 6.0  # late wake-ups the probe reports at all
@@ -84,12 +84,7 @@ class StallProbe:
 
     def stop(self) -> list[Stall]:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop_child(self._proc)
         if self._reader is not None:
             self._reader.join(timeout=5)
         return self.stalls()
