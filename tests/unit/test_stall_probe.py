@@ -97,4 +97,4 @@ def test_steady_p99_ratio_is_the_median_of_the_pairs() -> None:
     p99_row = next(ln for ln in table.splitlines() if ln.startswith("steady: pod created -> bound, p99 ms"))
     assert p99_row.endswith("1.80x")
     pauses = next(ln for ln in table.splitlines() if ln.startswith("steady: machine pauses >= 10 ms"))
-    assert pauses.split()[-3:-1] == ["2", "2"]  # the median over each scheduler's three runs
+    assert pauses.split()[-3:] == ["2", "2", "-"]  # each scheduler's median over three runs; no ratio

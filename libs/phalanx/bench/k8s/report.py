@@ -45,6 +45,14 @@ P99 = "arrival.latency_ms.p99"
 # Steady arrival's p99 is decided by a few bunches of slow pods, which come with the machine's pauses (below):
 # its ratio too is the median of the pairs', each run against its neighbour rather than medians of both sides.
 PAIRED = (LEAD, AFTER_FIRST, "scheduler_peak_rss_mib", P99)
+# The machine's pauses while the gangs arrived (stall_probe.py): what the machine did, not either scheduler,
+# so their rows carry no ratio.
+STALLS = "arrival.machine_stalls"
+STALL_ROWS = [
+    ("steady: machine pauses >= 10 ms (idle probe)", "count"),
+    ("steady: longest machine pause, ms", "max_ms"),
+    ("steady: slowest 1% of pods waiting through one", "slowest_during_stall"),
+]
 ARRIVAL_FIELDS: list[tuple[str, str, str]] = [
     ("steady: gangs/s created (achieved rate)", "arrival.achieved_gangs_per_s", "{:.2f}"),
     ("steady: gang POSTed after its due time, max ms", "arrival.start_lag_ms.max", "{:,.0f}"),
@@ -52,9 +60,7 @@ ARRIVAL_FIELDS: list[tuple[str, str, str]] = [
     ("steady: pod created -> bound, p95 ms", "arrival.latency_ms.p95", "{:,.0f}"),
     ("steady: pod created -> bound, p99 ms", P99, "{:,.0f}"),
     ("steady: pod created -> bound, max ms", "arrival.latency_ms.max", "{:,.0f}"),
-    ("steady: machine pauses >= 10 ms (idle probe)", "arrival.machine_stalls.count", "{:,.0f}"),
-    ("steady: longest machine pause, ms", "arrival.machine_stalls.max_ms", "{:,.0f}"),
-    ("steady: slowest 1% of pods waiting through one", "arrival.machine_stalls.slowest_during_stall", "{:,.0f}"),
+    *((label, f"{STALLS}.{key}", "{:,.0f}") for label, key in STALL_ROWS),
 ]
 MEDIAN_FIELDS: list[tuple[str, str, str]] = [
     # (label, dotted path in a run, format)
@@ -265,13 +271,14 @@ def table(summary: dict[str, Any], shapes: dict[str, Shape]) -> str:
             if has_ratio:
                 paired = entry.get("paired_ratio_phalanx_over_peer") or {}
                 r = paired[path] if path in PAIRED and path in paired else entry["ratio_phalanx_over_peer"][path]
+                r = None if path.startswith(STALLS) else r
                 row += f"{fmt('{:.2f}x', r):>14}"
             lines.append(row)
             if path == LEAD:
                 lines += _process_rows(entry, cols, has_ratio)
         kinds = sorted(
             {k for c in cols for k in entry[c]["api_requests_per_pod_by_kind"]},
-            key=lambda k: -max(entry[c]["api_requests_per_pod_by_kind"].get(k) or 0 for c in cols),
+            key=lambda k: (-max(entry[c]["api_requests_per_pod_by_kind"].get(k) or 0 for c in cols), k),
         )
         lines.append("  API requests per pod, by verb and resource:")
         other = [0.0 for _ in cols]
