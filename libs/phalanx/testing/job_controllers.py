@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -46,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Self
 import yaml
 
 from phalanx.testing.apiserver import LocalApiServer
-from phalanx.testing.children import exit_with_parent_argv
+from phalanx.testing.children import exit_with_parent_argv, stop_child
 from phalanx.testing.job_objects import KWOK_NODE_ANNOTATION, PYTORCHJOB, SUCCEED_AFTER, fake_node
 from phalanx.testing.ports import free_ports
 
@@ -192,13 +191,7 @@ class _Child:
             return "(no log)"
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, grace=timeout)
 
 
 class _Controller:

@@ -21,7 +21,7 @@ from phalanx.faults import FAULT_ENV
 from phalanx.rpc.server import wait_healthy
 from phalanx.security.tls import PLAINTEXT, SERVICE_IDENTITIES, Security
 from phalanx.telemetry.tracing import quiet_unless_exporting
-from phalanx.testing.children import exit_with_parent_env
+from phalanx.testing.children import exit_with_parent_env, stop_child
 from phalanx.testing.layouts import COMBINED
 
 _INCARNATION = "=== incarnation "
@@ -147,12 +147,7 @@ class ServiceProcess:
         """SIGTERM (the graceful shutdown), SIGKILL after 10 s."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_child(self.proc, grace=10)
         self.proc = None
 
     def log_tail(self, lines: int = 30) -> str:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from phalanx.bench.k8s.workloads import PEER, PHALANX, REPO, SCHEDULER_NAMES
+from phalanx.testing.children import stop_child
 from phalanx.testing.layouts import SEPARATE
 
 PEER_MODDIR = REPO / "hack" / "peer-scheduler"
@@ -130,13 +130,7 @@ class PeerUnderTest(SchedulerUnderTest):
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, grace=10)
         self.proc = None
 
     def log_hint(self) -> str:
