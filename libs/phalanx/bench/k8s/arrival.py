@@ -118,7 +118,7 @@ def figures(log: ArrivalLog, bound: dict[str, float], rate: float) -> dict[str, 
         lags = [log.started[g] - log.due[g] for g in log.started if g in log.due]
         arrived = [(bound[p] - t, t - log.t0) for p, t in log.created.items() if p in bound]  # (latency, when)
         # from the first gang's due time to the last of these pods' binding: the window the arrivals took
-        span_s = max((bound[p] for p in log.created if p in bound), default=log.t0) - log.t0
+        span_s = max((lat + at for lat, at in arrived), default=0.0)
         latency = [lat for lat, _ in arrived]
         # The slowest 1% with when they arrived: clustered in time, the tail is a pause of the scheduler's
         # (a lock held, a collection); spread, it is each pod's own path.
