@@ -115,9 +115,10 @@ def _cluster(p: argparse.ArgumentParser) -> None:
         p,
         "--feed-linger",
         "PHALANX_FEED_LINGER",
-        "0.008",
-        "seconds the cluster feed waits, when a watch event ends a lull, for the events right behind it, so a "
-        "gang's pods (created one after the other) reach the queue and the scheduler together; 0: no wait",
+        "0",
+        "seconds the cluster feed waits, when a watch event ends a lull, for the events right behind it, so pods "
+        "created one after the other are applied in one batch; 0 (the default): no wait. A gang's first pods wait "
+        "for the rest anyway (--gang-hold), so a linger only delays them",
         parse=linger_of,
         type=linger_of,
     )

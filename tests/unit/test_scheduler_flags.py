@@ -17,7 +17,7 @@ def test_a_bad_feed_linger_is_refused_naming_the_flag(raw: str, capsys: pytest.C
 
 
 def test_the_feed_linger_comes_from_the_flag_or_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert flags.parser("").parse_args([]).feed_linger == 0.008
-    assert flags.parser("").parse_args(["--feed-linger", "0"]).feed_linger == 0.0
+    assert flags.parser("").parse_args([]).feed_linger == 0.0
+    assert flags.parser("").parse_args(["--feed-linger", "0.008"]).feed_linger == 0.008
     monkeypatch.setenv("PHALANX_FEED_LINGER", "0.02")
     assert flags.parser("").parse_args([]).feed_linger == 0.02
